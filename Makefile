@@ -1,0 +1,51 @@
+# kvfabric — see README.md. `make demo` and `make test` work on a fresh machine.
+GO          ?= go
+BUILD       := build
+DEVICE_DIR  := .device
+RACE_PKGS   ?= ./internal/...
+FUZZTIME    ?= 5s
+
+.PHONY: all build demo test test-nocgo vet race fuzz device proto ptx clean
+
+all: build
+
+build:
+	$(GO) build -o $(BUILD)/kvfabric ./cmd/kvfabric
+
+demo: build
+	./$(BUILD)/kvfabric demo
+
+# The README's test command: vet, unit + multi-process simulator tests, the
+# race detector on concurrent packages, the CUDA-off build, bounded fuzzing.
+test: vet
+	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -race $(RACE_PKGS)
+	$(MAKE) test-nocgo
+	$(MAKE) fuzz
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (gofmt -l . ; echo "gofmt: files above need formatting"; exit 1)
+	$(GO) vet ./...
+
+test-nocgo:
+	CGO_ENABLED=0 $(GO) vet ./...
+	CGO_ENABLED=0 $(GO) test -count=1 ./...
+
+fuzz:
+	@for t in $$(grep -rl --include='*_test.go' '^func Fuzz' internal | xargs -n1 dirname | sort -u); do \
+	  for f in $$(grep -h '^func Fuzz' $$t/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	    echo "fuzz $$t $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) ./$$t || exit 1; \
+	  done; done
+
+# Everything the GPU machine needs, in one git-ignored folder (see docs/device.md).
+device:
+	rm -rf $(DEVICE_DIR) && mkdir -p $(DEVICE_DIR)
+	$(GO) build -o $(DEVICE_DIR)/kvfabric ./cmd/kvfabric
+	@for p in $$($(GO) list ./... ); do \
+	  if $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}yes{{end}}' $$p | grep -q yes; then \
+	    n=$$(echo $$p | sed 's|.*/kvfabric/kvfabric/||; s|/|_|g'); \
+	    $(GO) test -c -o $(DEVICE_DIR)/$$n.test $$p || exit 1; fi; done
+	cp scripts/device-batch.sh $(DEVICE_DIR)/ 2>/dev/null || true
+
+clean:
+	rm -rf $(BUILD) $(DEVICE_DIR)

@@ -1,0 +1,26 @@
+// Command kvfabric is the kvfabric binary: master, demo, doctor, bench, …
+//
+// Each subcommand lives in its own file and registers itself on rootCmd in
+// an init function. Flags and files are parsed only in this package.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+var rootCmd = &cobra.Command{
+	Use:           "kvfabric",
+	Short:         "kvfabric: a KV-cache store over EGM DRAM and GPU HBM",
+	SilenceUsage:  true,
+	SilenceErrors: true,
+}
+
+func main() {
+	if err := rootCmd.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "kvfabric:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,508 @@
+// Package config is kvfabric's one configuration schema (DESIGN §6): the same
+// keys in a Python dict, a JSON file and CLI flags. Unknown keys are errors,
+// and every error names the key and the value.
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// ErrInvalid is wrapped by every configuration error.
+var ErrInvalid = errors.New("config: invalid")
+
+// Protocols.
+const (
+	ProtocolNVLink = "nvlink"
+	// ProtocolRDMA and ProtocolTCP are accepted for Mooncake compatibility;
+	// kvfabric's data path is always GPU copies, and the EGM pool requires
+	// nvlink.
+	ProtocolRDMA = "rdma"
+	ProtocolTCP  = "tcp"
+)
+
+// Handle types.
+const (
+	HandleAuto    = "auto"
+	HandleFabric  = "fabric"
+	HandlePosixFD = "posix_fd"
+)
+
+// Drivers.
+const (
+	DriverAuto = "auto"
+	DriverCUDA = "cuda"
+	DriverSim  = "sim"
+)
+
+// MasterEmbedded is the master_server_addr for an in-process master.
+const MasterEmbedded = "embedded"
+
+// Config is one kvfabric client's configuration. The zero value is not
+// valid; start from Defaults. Config is a plain value, copied at construction
+// by its users.
+type Config struct {
+	// Protocol is nvlink (default), or rdma/tcp for Mooncake compatibility.
+	Protocol string `json:"protocol"`
+	// GlobalSegmentSize is the capacity this process provides to the store
+	// (0: a pure consumer).
+	GlobalSegmentSize uint64 `json:"global_segment_size"`
+	// LocalBufferSize is Mooncake's local transfer buffer; kvfabric copies
+	// directly between the caller's buffers and segments, so it must be 0
+	// when the EGM pool is enabled.
+	LocalBufferSize uint64 `json:"local_buffer_size"`
+	// EnableEGMStorePool makes the provided capacity HOST_NUMA DRAM (the EGM
+	// pool) instead of GPU HBM.
+	EnableEGMStorePool bool `json:"enable_egm_store_pool"`
+	// EGMNUMANodes is nil for "auto" (the GPUs' host NUMA ids), else the
+	// explicit, sorted list of host NUMA nodes.
+	EGMNUMANodes []int `json:"egm_numa_nodes"`
+	// MaxMRSize bounds one chunk (one allocation = one segment).
+	MaxMRSize uint64 `json:"max_mr_size"`
+	// MasterServerAddr is "embedded" or host:port.
+	MasterServerAddr string `json:"master_server_addr"`
+	// HandleType is auto|fabric|posix_fd.
+	HandleType string `json:"handle_type"`
+	// Driver is auto|cuda|sim.
+	Driver string `json:"driver"`
+	// LocalHostname is this process's host identity.
+	LocalHostname string `json:"local_hostname"`
+	// Device is the CUDA device ordinal this client copies with and, when the
+	// EGM pool is off, provides HBM capacity on.
+	Device int `json:"device"`
+	// CopyEngineMinBytes is the block size from which copies go to the copy
+	// engine (cuMemcpyBatchAsync) instead of the SM kernel.
+	CopyEngineMinBytes uint64 `json:"copy_engine_min_bytes"`
+	// SocketDir is where posix_fd providers create their fd-exchange socket.
+	SocketDir string `json:"socket_dir"`
+}
+
+// Defaults returns the default configuration.
+func Defaults() Config {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "localhost"
+	}
+	return Config{
+		Protocol:           ProtocolNVLink,
+		MaxMRSize:          1 << 30,
+		MasterServerAddr:   MasterEmbedded,
+		HandleType:         HandleAuto,
+		Driver:             DriverAuto,
+		LocalHostname:      host,
+		CopyEngineMinBytes: 1 << 20,
+		SocketDir:          os.TempDir(),
+	}
+}
+
+// EGMEnabled reports whether the provided capacity is the EGM DRAM pool.
+func (c *Config) EGMEnabled() bool { return c.EnableEGMStorePool }
+
+// NUMANodesString renders EGMNUMANodes as the config value ("auto" or "0,2").
+func (c *Config) NUMANodesString() string {
+	if c.EGMNUMANodes == nil {
+		return "auto"
+	}
+	s := make([]string, len(c.EGMNUMANodes))
+	for i, n := range c.EGMNUMANodes {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+// Validate checks every field and the EGM combination rules. The error names
+// the key and the value.
+func (c *Config) Validate() error {
+	switch c.Protocol {
+	case ProtocolNVLink, ProtocolRDMA, ProtocolTCP:
+	default:
+		return invalid("protocol", c.Protocol, "want nvlink, rdma or tcp")
+	}
+	switch c.HandleType {
+	case HandleAuto, HandleFabric, HandlePosixFD:
+	default:
+		return invalid("handle_type", c.HandleType, "want auto, fabric or posix_fd")
+	}
+	switch c.Driver {
+	case DriverAuto, DriverCUDA, DriverSim:
+	default:
+		return invalid("driver", c.Driver, "want auto, cuda or sim")
+	}
+	if c.MasterServerAddr == "" {
+		return invalid("master_server_addr", c.MasterServerAddr, "want embedded or host:port")
+	}
+	if c.MasterServerAddr != MasterEmbedded && !strings.Contains(c.MasterServerAddr, ":") {
+		return invalid("master_server_addr", c.MasterServerAddr, "want embedded or host:port")
+	}
+	if c.LocalHostname == "" {
+		return invalid("local_hostname", c.LocalHostname, "must not be empty")
+	}
+	if c.Device < 0 {
+		return invalid("device", c.Device, "must be >= 0")
+	}
+	if c.MaxMRSize == 0 {
+		return invalid("max_mr_size", c.MaxMRSize, "must be > 0")
+	}
+	if c.CopyEngineMinBytes == 0 {
+		return invalid("copy_engine_min_bytes", c.CopyEngineMinBytes, "must be > 0")
+	}
+	if c.EGMNUMANodes != nil {
+		if len(c.EGMNUMANodes) == 0 {
+			return invalid("egm_numa_nodes", "", "empty list (use auto)")
+		}
+		for i, n := range c.EGMNUMANodes {
+			if n < 0 {
+				return invalid("egm_numa_nodes", c.NUMANodesString(), fmt.Sprintf("negative node %d", n))
+			}
+			if i > 0 && c.EGMNUMANodes[i-1] >= n {
+				return invalid("egm_numa_nodes", c.NUMANodesString(), "must be sorted without duplicates")
+			}
+		}
+	}
+	if c.EnableEGMStorePool {
+		if c.Protocol != ProtocolNVLink {
+			return invalid("protocol", c.Protocol, "enable_egm_store_pool=true requires protocol=nvlink")
+		}
+		if c.GlobalSegmentSize == 0 {
+			return invalid("global_segment_size", c.GlobalSegmentSize, "enable_egm_store_pool=true requires global_segment_size>0")
+		}
+		if c.LocalBufferSize != 0 {
+			return invalid("local_buffer_size", c.LocalBufferSize, "enable_egm_store_pool=true requires local_buffer_size=0")
+		}
+	}
+	return nil
+}
+
+func invalid(key string, value any, why string) error {
+	return fmt.Errorf("%w: %s=%v: %s", ErrInvalid, key, value, why)
+}
+
+// Keys lists the accepted configuration keys, sorted.
+func Keys() []string {
+	k := make([]string, 0, len(setters))
+	for name := range setters {
+		k = append(k, name)
+	}
+	sort.Strings(k)
+	return k
+}
+
+type setter func(c *Config, v any) error
+
+var setters = map[string]setter{
+	"protocol":              stringKey("protocol", func(c *Config, s string) { c.Protocol = strings.ToLower(s) }),
+	"global_segment_size":   sizeKey("global_segment_size", func(c *Config, n uint64) { c.GlobalSegmentSize = n }),
+	"local_buffer_size":     sizeKey("local_buffer_size", func(c *Config, n uint64) { c.LocalBufferSize = n }),
+	"max_mr_size":           sizeKey("max_mr_size", func(c *Config, n uint64) { c.MaxMRSize = n }),
+	"copy_engine_min_bytes": sizeKey("copy_engine_min_bytes", func(c *Config, n uint64) { c.CopyEngineMinBytes = n }),
+	"enable_egm_store_pool": boolKey("enable_egm_store_pool", func(c *Config, b bool) { c.EnableEGMStorePool = b }),
+	"master_server_addr":    stringKey("master_server_addr", func(c *Config, s string) { c.MasterServerAddr = s }),
+	"handle_type":           stringKey("handle_type", func(c *Config, s string) { c.HandleType = strings.ToLower(s) }),
+	"driver":                stringKey("driver", func(c *Config, s string) { c.Driver = strings.ToLower(s) }),
+	"local_hostname":        stringKey("local_hostname", func(c *Config, s string) { c.LocalHostname = s }),
+	"socket_dir":            stringKey("socket_dir", func(c *Config, s string) { c.SocketDir = s }),
+	"device": func(c *Config, v any) error {
+		n, err := toInt(v)
+		if err != nil || n < 0 {
+			return invalid("device", v, "want a device ordinal >= 0")
+		}
+		c.Device = int(n)
+		return nil
+	},
+	"egm_numa_nodes": func(c *Config, v any) error {
+		nodes, err := ParseNUMANodes(v)
+		if err != nil {
+			return err
+		}
+		c.EGMNUMANodes = nodes
+		return nil
+	},
+}
+
+// Set applies one key. On error c is unchanged.
+func (c *Config) Set(key string, v any) error {
+	s, ok := setters[key]
+	if !ok {
+		return fmt.Errorf("%w: unknown key %q", ErrInvalid, key)
+	}
+	tmp := *c
+	if err := s(&tmp, v); err != nil {
+		return err
+	}
+	*c = tmp
+	return nil
+}
+
+// FromMap builds a validated Config from Defaults and m. Values may be JSON
+// types (string, float64, bool), Go integers, or strings for every key.
+func FromMap(m map[string]any) (Config, error) {
+	c := Defaults()
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // deterministic first error
+	for _, k := range keys {
+		if err := c.Set(k, m[k]); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// FromJSON parses a JSON object with the schema's keys.
+func FromJSON(data []byte) (Config, error) {
+	var m map[string]any
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		return Config{}, fmt.Errorf("%w: JSON: %v", ErrInvalid, err)
+	}
+	if m == nil {
+		return Config{}, fmt.Errorf("%w: JSON: want an object", ErrInvalid)
+	}
+	return FromMap(m)
+}
+
+// FromFile reads a JSON configuration file.
+func FromFile(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return FromJSON(data)
+}
+
+// Map renders c with the schema's keys (sizes as byte counts), the inverse of
+// FromMap.
+func (c *Config) Map() map[string]any {
+	return map[string]any{
+		"protocol":              c.Protocol,
+		"global_segment_size":   c.GlobalSegmentSize,
+		"local_buffer_size":     c.LocalBufferSize,
+		"enable_egm_store_pool": c.EnableEGMStorePool,
+		"egm_numa_nodes":        c.NUMANodesString(),
+		"max_mr_size":           c.MaxMRSize,
+		"master_server_addr":    c.MasterServerAddr,
+		"handle_type":           c.HandleType,
+		"driver":                c.Driver,
+		"local_hostname":        c.LocalHostname,
+		"device":                c.Device,
+		"copy_engine_min_bytes": c.CopyEngineMinBytes,
+		"socket_dir":            c.SocketDir,
+	}
+}
+
+func stringKey(key string, set func(*Config, string)) setter {
+	return func(c *Config, v any) error {
+		s, ok := v.(string)
+		if !ok {
+			return invalid(key, v, "want a string")
+		}
+		set(c, strings.TrimSpace(s))
+		return nil
+	}
+}
+
+func sizeKey(key string, set func(*Config, uint64)) setter {
+	return func(c *Config, v any) error {
+		n, err := toSize(v)
+		if err != nil {
+			return invalid(key, v, err.Error())
+		}
+		set(c, n)
+		return nil
+	}
+}
+
+func boolKey(key string, set func(*Config, bool)) setter {
+	return func(c *Config, v any) error {
+		switch b := v.(type) {
+		case bool:
+			set(c, b)
+			return nil
+		case string:
+			switch strings.ToLower(strings.TrimSpace(b)) {
+			case "true", "1", "yes", "on":
+				set(c, true)
+				return nil
+			case "false", "0", "no", "off":
+				set(c, false)
+				return nil
+			}
+		}
+		return invalid(key, v, "want true or false")
+	}
+}
+
+func toSize(v any) (uint64, error) {
+	switch x := v.(type) {
+	case string:
+		return ParseSize(x)
+	case json.Number:
+		return ParseSize(x.String())
+	}
+	n, err := toInt(v)
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		return 0, errors.New("negative size")
+	}
+	return uint64(n), nil
+}
+
+func toInt(v any) (int64, error) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case int64:
+		return x, nil
+	case uint32:
+		return int64(x), nil
+	case uint64:
+		if x > 1<<63-1 {
+			return 0, errors.New("too large")
+		}
+		return int64(x), nil
+	case float64:
+		if x != float64(int64(x)) {
+			return 0, errors.New("not an integer")
+		}
+		return int64(x), nil
+	case json.Number:
+		return x.Int64()
+	case string:
+		return strconv.ParseInt(strings.TrimSpace(x), 10, 64)
+	}
+	return 0, fmt.Errorf("want a number, got %T", v)
+}
+
+var sizeUnits = []struct {
+	suffix string
+	mult   uint64
+}{
+	{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"TIB", 1 << 40},
+	{"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"TB", 1000 * 1000 * 1000 * 1000},
+	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40},
+	{"B", 1},
+}
+
+// ParseSize parses "4096", "64GiB", "1.5 MiB", "2G" (binary), "3GB"
+// (decimal), or a 0x-prefixed hex byte count.
+func ParseSize(s string) (uint64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	if t == "" {
+		return 0, errors.New("empty size")
+	}
+	if strings.HasPrefix(t, "0X") {
+		n, err := strconv.ParseUint(t[2:], 16, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bad size %q", s)
+		}
+		return n, nil
+	}
+	mult := uint64(1)
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(t, u.suffix) {
+			mult = u.mult
+			t = strings.TrimSpace(strings.TrimSuffix(t, u.suffix))
+			break
+		}
+	}
+	if n, err := strconv.ParseUint(t, 10, 64); err == nil {
+		if mult != 0 && n > (1<<64-1)/mult {
+			return 0, fmt.Errorf("size %q overflows", s)
+		}
+		return n * mult, nil
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f < 0 || f != f {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	v := f * float64(mult)
+	if v >= 1<<64 {
+		return 0, fmt.Errorf("size %q overflows", s)
+	}
+	return uint64(v), nil
+}
+
+// FormatSize renders n with a binary unit ("64GiB", "1.5MiB", "4096B").
+func FormatSize(n uint64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	f := float64(n)
+	i := 0
+	for f >= 1024 && i < len(units)-1 {
+		f /= 1024
+		i++
+	}
+	if f == float64(uint64(f)) {
+		return fmt.Sprintf("%d%s", uint64(f), units[i])
+	}
+	return fmt.Sprintf("%.1f%s", f, units[i])
+}
+
+// ParseNUMANodes parses egm_numa_nodes: "auto" (nil), "0,2", a JSON list,
+// or a single integer. Duplicates, negatives and junk are errors naming the
+// value. The result is sorted.
+func ParseNUMANodes(v any) ([]int, error) {
+	var parts []any
+	switch x := v.(type) {
+	case string:
+		s := strings.TrimSpace(x)
+		if strings.EqualFold(s, "auto") {
+			return nil, nil
+		}
+		if s == "" {
+			return nil, invalid("egm_numa_nodes", x, `want "auto" or a list like "0,2"`)
+		}
+		for _, p := range strings.Split(s, ",") {
+			parts = append(parts, strings.TrimSpace(p))
+		}
+	case []any:
+		parts = x
+	case []int:
+		for _, n := range x {
+			parts = append(parts, n)
+		}
+	default:
+		if _, err := toInt(v); err != nil {
+			return nil, invalid("egm_numa_nodes", v, `want "auto" or a list like "0,2"`)
+		}
+		parts = []any{v}
+	}
+	if len(parts) == 0 {
+		return nil, invalid("egm_numa_nodes", v, "empty list")
+	}
+	seen := map[int]bool{}
+	nodes := make([]int, 0, len(parts))
+	for _, p := range parts {
+		n, err := toInt(p)
+		if err != nil || (p == "") {
+			return nil, invalid("egm_numa_nodes", v, fmt.Sprintf("bad node %v", p))
+		}
+		if n < 0 {
+			return nil, invalid("egm_numa_nodes", v, fmt.Sprintf("negative node %d", n))
+		}
+		if n > 1<<20 {
+			return nil, invalid("egm_numa_nodes", v, fmt.Sprintf("node %d out of range", n))
+		}
+		if seen[int(n)] {
+			return nil, invalid("egm_numa_nodes", v, fmt.Sprintf("duplicate node %d", n))
+		}
+		seen[int(n)] = true
+		nodes = append(nodes, int(n))
+	}
+	sort.Ints(nodes)
+	return nodes, nil
+}
