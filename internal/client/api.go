@@ -1,0 +1,46 @@
+// Package client is the kvfabric Store: a consumer (and, when configured, a
+// provider) that puts and gets objects between its own buffers and segments
+// anywhere in the domain with GPU copies, using the master for metadata only.
+package client
+
+import (
+	"errors"
+)
+
+// Region is one contiguous buffer: a device pointer, or host memory inside a
+// region registered with Store.RegisterBuffer. An object is the
+// concatenation of the regions it is put from (scatter/gather).
+type Region struct {
+	Ptr uintptr
+	Len uint64
+}
+
+// Bytes is a one-region buffer.
+func Bytes(ptr uintptr, n uint64) []Region { return []Region{{Ptr: ptr, Len: n}} }
+
+// PutOptions are per-put placement options.
+type PutOptions struct {
+	// Replicas is the number of replicas (0 means 1).
+	Replicas int
+	// PreferredSegments are segment ids tried first.
+	PreferredSegments []string
+	// Pin keeps the object from eviction until removed.
+	Pin bool
+}
+
+// Errors. Callers use errors.Is; the C ABI and Python map them to codes.
+var (
+	ErrNotFound          = errors.New("client: key not found")
+	ErrAlreadyExists     = errors.New("client: key already exists")
+	ErrNoSpace           = errors.New("client: no space")
+	ErrHasLease          = errors.New("client: object has a lease")
+	ErrLeaseExpired      = errors.New("client: lease expired during the copy")
+	ErrBufferTooSmall    = errors.New("client: buffer too small")
+	ErrInvalidArgument   = errors.New("client: invalid argument")
+	ErrTransfer          = errors.New("client: transfer failed")
+	ErrRPC               = errors.New("client: master unreachable")
+	ErrClosed            = errors.New("client: store closed")
+	ErrCleanupPending    = errors.New("client: cleanup pending (Close may be retried)")
+	ErrNotRegistered     = errors.New("client: buffer not registered")
+	ErrAlreadyRegistered = errors.New("client: buffer already registered")
+)
