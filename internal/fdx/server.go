@@ -1,0 +1,455 @@
+package fdx
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/kvfabric/kvfabric/internal/segment"
+)
+
+// Options configures a Server. The zero value is useful.
+type Options struct {
+	// AllowUIDs are uids other than the server's own that may fetch fds.
+	// The socket file is mode 0600, so a peer of another uid also needs the
+	// directory and file opened to it by the deployment (e.g. a group ACL);
+	// SO_PEERCRED is the check that counts.
+	AllowUIDs []uint32
+	// MaxConns bounds concurrently served connections (default 128); extra
+	// connections are closed at once.
+	MaxConns int
+	// IOTimeout bounds one request/response exchange and how long an idle
+	// connection is kept (default 5s).
+	IOTimeout time.Duration
+	// Logger receives refusals and accept errors; nil discards.
+	Logger *slog.Logger
+}
+
+// Server serves registered fds to local consumers. It satisfies the pool's
+// FDRegistry interface (Register, Unregister, SocketPath).
+//
+// All methods are safe for concurrent use. The server owns every registered
+// fd and one goroutine per connection plus the accept loop; Close joins them
+// all.
+type Server struct {
+	path      string
+	uid       atomic.Uint32 // the server's uid (atomic only for a test hook)
+	allow     map[uint32]bool
+	maxConns  int
+	ioTimeout time.Duration
+	log       *slog.Logger
+
+	ln       *net.UnixListener
+	sockStat os.FileInfo // the socket file we created, to remove only ours
+	wg       sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		closed bool
+		// fds holds the owned fd of every registered key.
+		fds map[segment.Key]int
+		// gens counts registered generations per id (refusal reasons).
+		gens map[string]int
+		// conns are the connections being served (closed by Close).
+		conns map[*net.UnixConn]struct{}
+	}
+	closeMu  sync.Mutex // serialises Close
+	closeSt  closeSteps // guarded by closeMu
+	closeErr error      // guarded by closeMu: first Close's result for joined retries
+}
+
+type closeSteps struct{ listener, conns, joined, socket, fds bool }
+
+// maxSocketPath is sizeof(sockaddr_un.sun_path) minus the terminating NUL.
+const maxSocketPath = 107
+
+// Listen creates a Server on dir/name.sock with default options.
+func Listen(dir, name string, log *slog.Logger) (*Server, error) {
+	return ListenOptions(dir, name, Options{Logger: log})
+}
+
+// ListenOptions creates a Server on dir/name.sock. A stale socket file left
+// by a dead server at that path is replaced; a live one yields ErrInUse; a
+// non-socket file there is an error and is left alone.
+func ListenOptions(dir, name string, opts Options) (_ *Server, err error) {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return nil, fmt.Errorf("fdx: socket name %q: must be a non-empty file name", name)
+	}
+	path := filepath.Join(dir, name+".sock")
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("fdx: socket path %q is %d bytes, the limit is %d", path, len(path), maxSocketPath)
+	}
+	if err := removeStale(path); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		path:      path,
+		allow:     make(map[uint32]bool, len(opts.AllowUIDs)),
+		maxConns:  opts.MaxConns,
+		ioTimeout: opts.IOTimeout,
+		log:       opts.Logger,
+	}
+	s.uid.Store(uint32(os.Getuid()))
+	for _, u := range opts.AllowUIDs {
+		s.allow[u] = true
+	}
+	if s.maxConns <= 0 {
+		s.maxConns = 128
+	}
+	if s.ioTimeout <= 0 {
+		s.ioTimeout = 5 * time.Second
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.mu.fds = make(map[segment.Key]int)
+	s.mu.gens = make(map[string]int)
+	s.mu.conns = make(map[*net.UnixConn]struct{})
+
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("fdx: listen on %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(false) // Close removes the file only if it is still ours
+	defer func() {
+		if err != nil {
+			ln.Close()
+			os.Remove(path)
+		}
+	}()
+	// The window between bind and chmod is covered by the SO_PEERCRED check.
+	if err = os.Chmod(path, 0o600); err != nil {
+		return nil, fmt.Errorf("fdx: chmod %s: %w", path, err)
+	}
+	if s.sockStat, err = os.Lstat(path); err != nil {
+		return nil, fmt.Errorf("fdx: stat %s: %w", path, err)
+	}
+	s.ln = ln
+	s.wg.Add(1)
+	go s.acceptLoop()
+	return s, nil
+}
+
+// removeStale removes a socket file at path that no server answers on.
+func removeStale(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("fdx: stat %s: %w", path, err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("fdx: %s exists and is not a socket (mode %v)", path, fi.Mode())
+	}
+	c, err := net.DialTimeout("unixpacket", path, time.Second)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("%w: %s", ErrInUse, path)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.EPROTOTYPE) {
+		return fmt.Errorf("fdx: probe %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("fdx: remove stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// SocketPath is the path consumers pass to Fetch (it goes into the segment
+// descriptor's Handle.SocketPath).
+func (s *Server) SocketPath() string { return s.path }
+
+// Register hands fd to the server for key k. On success the server owns fd
+// (Unregister or Close closes it); on error the caller still owns it.
+func (s *Server) Register(k segment.Key, fd int) error {
+	if k.ID == "" || len(k.ID) > segment.MaxIDLen {
+		return fmt.Errorf("fdx: register: segment id %q: must be 1..%d bytes", k.ID, segment.MaxIDLen)
+	}
+	if fd < 0 {
+		return fmt.Errorf("fdx: register %v: invalid fd %d", k, fd)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return fmt.Errorf("fdx: register %v: %w", k, ErrClosed)
+	}
+	if _, ok := s.mu.fds[k]; ok {
+		return fmt.Errorf("fdx: register %v: %w", k, ErrDuplicate)
+	}
+	s.mu.fds[k] = fd
+	s.mu.gens[k.ID]++
+	return nil
+}
+
+// Unregister stops serving k and closes its fd. Fds already sent stay valid
+// in the receivers (they hold their own references).
+func (s *Server) Unregister(k segment.Key) error {
+	s.mu.Lock()
+	fd, ok := s.mu.fds[k]
+	closed := s.mu.closed
+	if ok {
+		delete(s.mu.fds, k)
+		if s.mu.gens[k.ID]--; s.mu.gens[k.ID] == 0 {
+			delete(s.mu.gens, k.ID)
+		}
+	}
+	s.mu.Unlock()
+	if !ok {
+		if closed {
+			return fmt.Errorf("fdx: unregister %v: %w", k, ErrClosed)
+		}
+		return fmt.Errorf("fdx: unregister %v: %w", k, ErrNotRegistered)
+	}
+	if err := syscall.Close(fd); err != nil {
+		return fmt.Errorf("fdx: unregister %v: close fd %d: %w", k, fd, err)
+	}
+	return nil
+}
+
+// Close shuts the server down. In order:
+//
+//  1. new connections and registrations are refused (ErrClosed);
+//  2. the listener is closed;
+//  3. connections being served are closed;
+//  4. the accept loop and connection goroutines are joined;
+//  5. the socket file is removed (only if it is still the one Listen made);
+//  6. every still-registered fd is closed.
+//
+// Close is idempotent: a second call redoes only failed steps and returns nil
+// once all have succeeded.
+func (s *Server) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	st := &s.closeSt
+	var errs []error
+
+	s.mu.Lock()
+	s.mu.closed = true
+	s.mu.Unlock()
+
+	if !st.listener {
+		if err := s.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, fmt.Errorf("fdx: close listener %s: %w", s.path, err))
+		} else {
+			st.listener = true
+		}
+	}
+	if !st.conns {
+		s.mu.Lock()
+		for c := range s.mu.conns {
+			c.Close() // the serving goroutine reports and forgets it
+		}
+		s.mu.Unlock()
+		st.conns = true
+	}
+	if st.listener && !st.joined {
+		s.wg.Wait() // bounded: the listener and every connection are closed
+		st.joined = true
+	}
+	if !st.socket {
+		fi, err := os.Lstat(s.path)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			st.socket = true
+		case err != nil:
+			errs = append(errs, fmt.Errorf("fdx: stat socket %s: %w", s.path, err))
+		case !os.SameFile(fi, s.sockStat):
+			st.socket = true // someone else's now; not ours to remove
+		default:
+			if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("fdx: remove socket %s: %w", s.path, err))
+			} else {
+				st.socket = true
+			}
+		}
+	}
+	if !st.fds {
+		s.mu.Lock()
+		fds := s.mu.fds
+		s.mu.fds = map[segment.Key]int{}
+		s.mu.gens = map[string]int{}
+		s.mu.Unlock()
+		for k, fd := range fds {
+			// Linux releases the fd even when close reports an error, so
+			// this step is never retried per fd.
+			if err := syscall.Close(fd); err != nil {
+				errs = append(errs, fmt.Errorf("fdx: close fd %d of %v: %w", fd, k, err))
+			}
+		}
+		st.fds = true
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	var backoff time.Duration
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.mu.closed
+			s.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// EMFILE and friends: back off instead of spinning.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("fdx: accept failed", "socket", s.path, "err", err, "retry_in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		s.mu.Lock()
+		if s.mu.closed || len(s.mu.conns) >= s.maxConns {
+			full := !s.mu.closed
+			s.mu.Unlock()
+			if full {
+				s.log.Warn("fdx: too many connections; dropping one", "socket", s.path, "max", s.maxConns)
+			}
+			c.Close()
+			continue
+		}
+		s.mu.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serve(c)
+	}
+}
+
+// peerUID returns the SO_PEERCRED uid and pid of c.
+func peerUID(c *net.UnixConn) (uid uint32, pid int32, err error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, 0, err
+	}
+	var cred *syscall.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return 0, 0, err
+	}
+	if cerr != nil {
+		return 0, 0, cerr
+	}
+	return cred.Uid, cred.Pid, nil
+}
+
+func (s *Server) serve(c *net.UnixConn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.mu.conns, c)
+		s.mu.Unlock()
+		c.Close()
+	}()
+	uid, pid, err := peerUID(c)
+	permitted := err == nil && (uid == s.uid.Load() || s.allow[uid])
+	if err != nil {
+		s.log.Warn("fdx: SO_PEERCRED failed; refusing", "socket", s.path, "err", err)
+	}
+	buf := make([]byte, maxPacket+1)
+	oob := make([]byte, syscall.CmsgSpace(4*4))
+	for {
+		if err := c.SetDeadline(time.Now().Add(s.ioTimeout)); err != nil {
+			return
+		}
+		n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.log.Debug("fdx: read request", "socket", s.path, "peer_pid", pid, "err", err)
+			}
+			return
+		}
+		if n == 0 && oobn == 0 {
+			return // orderly shutdown by the peer (SOCK_SEQPACKET reads 0)
+		}
+		var resp []byte
+		var sendFD = -1
+		switch k, derr := decodeRequest(buf[:n]); {
+		case oobn > 0 || flags&(syscall.MSG_TRUNC|syscall.MSG_CTRUNC) != 0:
+			closeRights(oob[:oobn])
+			resp = encodeResponse(statusBadRequest, "request must be one packet without ancillary data")
+		case derr != nil:
+			resp = encodeResponse(statusBadRequest, derr.Error())
+		case !permitted:
+			s.log.Info("fdx: refused peer", "socket", s.path, "peer_uid", uid, "peer_pid", pid, "segment", k.String())
+			resp = encodeResponse(statusNotPermitted, fmt.Sprintf("uid %d is not permitted by the provider (uid %d)", uid, s.uid.Load()))
+		default:
+			resp, sendFD = s.lookup(k)
+		}
+		var rights []byte
+		if sendFD >= 0 {
+			rights = syscall.UnixRights(sendFD)
+		}
+		_, _, werr := c.WriteMsgUnix(resp, rights, nil)
+		if sendFD >= 0 {
+			syscall.Close(sendFD)
+		}
+		if werr != nil {
+			s.log.Debug("fdx: write response", "socket", s.path, "peer_pid", pid, "err", werr)
+			return
+		}
+		if !permitted {
+			return
+		}
+	}
+}
+
+// lookup returns the response for k and, when found, a close-on-exec
+// duplicate of its fd that the caller sends and closes. Duplicating under the
+// lock lets Unregister close the original at any time.
+func (s *Server) lookup(k segment.Key) (resp []byte, dup int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return encodeResponse(statusClosing, "provider is shutting down"), -1
+	}
+	fd, ok := s.mu.fds[k]
+	if !ok {
+		if s.mu.gens[k.ID] > 0 {
+			return encodeResponse(statusGenerationMismatch, fmt.Sprintf("segment %q is registered, but not generation %#x", k.ID, k.Generation)), -1
+		}
+		return encodeResponse(statusUnknownSegment, fmt.Sprintf("segment %q is not registered", k.ID)), -1
+	}
+	d, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+	if errno != 0 {
+		return encodeResponse(statusClosing, "provider cannot duplicate the fd: "+errno.Error()), -1
+	}
+	return encodeResponse(statusOK, ""), int(d)
+}
+
+// closeRights closes every fd carried in the control message bytes oob.
+func closeRights(oob []byte) {
+	for _, fd := range parseRights(oob) {
+		syscall.Close(fd)
+	}
+}
+
+func parseRights(oob []byte) []int {
+	if len(oob) == 0 {
+		return nil
+	}
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for i := range msgs {
+		if got, err := syscall.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	return fds
+}
