@@ -1,0 +1,193 @@
+/*
+ * kvfabric.h — the C ABI of kvfabric, a KV-cache store for LLM serving.
+ *
+ * Built from capi/ with `go build -buildmode=c-shared -o libkvfabric.so ./capi`.
+ * This header is written by hand; it is the contract (the cgo-generated
+ * libkvfabric.h is not installed).
+ *
+ * Model
+ *   - kvfabric_open() returns an integer handle (> 0) for one Store; every
+ *     other call takes it. Handles are never reused within a process.
+ *   - Every call returns a status: 0 (KVFABRIC_OK) or a negative
+ *     KVFABRIC_ERR_* code. Calls that answer yes/no return 1/0 instead of 0.
+ *   - After a failure, kvfabric_last_error(handle, …) returns the message.
+ *     Failures not attributable to an open handle (a failed open, an invalid
+ *     handle) are recorded under handle 0. Concurrent failing calls on one
+ *     handle may see each other's message; the status code is always exact.
+ *   - No call panics or aborts: a Go panic becomes KVFABRIC_ERR_PANIC with
+ *     the panic and stack in the last error.
+ *   - All calls are thread-safe and may block (they do not hold any Python
+ *     or other caller lock; ctypes releases the GIL around them).
+ *   - Keys are byte strings given as (pointer, length); they need not be
+ *     NUL-terminated. Array arguments are read only during the call.
+ *
+ * Buffers
+ *   A region (pointer, length) is CUDA device memory, or host memory inside
+ *   a range registered with kvfabric_register_buffer(). An object is the
+ *   concatenation of the regions it was put from; a get scatters it over
+ *   the given regions in order. kvfabric_put_bytes/kvfabric_get_bytes take
+ *   any host memory (staged through the Store's own pinned buffer).
+ *
+ * Streams
+ *   `stream` is a CUstream (0: the legacy default stream). Copies are
+ *   enqueued on it after the caller's prior work (e.g. the kernel that wrote
+ *   the tensor), with no CPU wait before submission; the blocking calls
+ *   below return when their copies are complete.
+ *
+ * Processes
+ *   One kvfabric library per process. The Go runtime inside it does not
+ *   survive fork(): after loading the library, start workers with
+ *   spawn/exec, never a bare fork.
+ */
+#ifndef KVFABRIC_H
+#define KVFABRIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped on any incompatible change of this header. */
+#define KVFABRIC_ABI_VERSION 1
+
+/* ---- Status codes ------------------------------------------------------
+ * Mooncake Store's numbers where Mooncake has the condition, so a
+ * Mooncake-compatible binding passes them through; ours in the -3000 range.
+ */
+#define KVFABRIC_OK                      0
+#define KVFABRIC_ERR_INTERNAL           (-1)    /* unexpected (Mooncake INTERNAL_ERROR) */
+#define KVFABRIC_ERR_NO_SPACE           (-200)  /* no capacity left (Mooncake NO_AVAILABLE_HANDLE) */
+#define KVFABRIC_ERR_INVALID_ARGUMENT   (-600)  /* bad argument (Mooncake INVALID_PARAMS) */
+#define KVFABRIC_ERR_NOT_FOUND          (-704)  /* key not found (Mooncake OBJECT_NOT_FOUND) */
+#define KVFABRIC_ERR_ALREADY_EXISTS     (-705)  /* key exists (Mooncake OBJECT_ALREADY_EXISTS) */
+#define KVFABRIC_ERR_HAS_LEASE          (-706)  /* object leased by a reader (Mooncake OBJECT_HAS_LEASE) */
+#define KVFABRIC_ERR_TRANSFER           (-800)  /* a copy failed (Mooncake TRANSFER_FAIL) */
+#define KVFABRIC_ERR_RPC                (-900)  /* master unreachable (Mooncake RPC_FAIL) */
+#define KVFABRIC_ERR_CONFIG             (-3001) /* configuration invalid; message names the key */
+#define KVFABRIC_ERR_CLOSED             (-3002) /* the Store is closed or closing */
+#define KVFABRIC_ERR_CLEANUP_PENDING    (-3003) /* close failed part-way; call kvfabric_close again */
+#define KVFABRIC_ERR_BUFFER_TOO_SMALL   (-3004) /* destination smaller than the object */
+#define KVFABRIC_ERR_NOT_REGISTERED     (-3005) /* host memory outside any registered buffer */
+#define KVFABRIC_ERR_ALREADY_REGISTERED (-3006) /* buffer overlaps a registered one */
+#define KVFABRIC_ERR_LEASE_EXPIRED      (-3007) /* the read lease ran out during the copy; retry */
+#define KVFABRIC_ERR_INVALID_HANDLE     (-3008) /* handle not open (never opened, or closed) */
+#define KVFABRIC_ERR_PANIC              (-3009) /* a bug; see kvfabric_last_error */
+
+/* kvfabric_put* flags */
+#define KVFABRIC_PUT_PIN 0x1u /* keep from eviction until removed */
+
+/* KVFABRIC_ABI_VERSION of the loaded library. */
+int32_t kvfabric_abi_version(void);
+
+/* Opens a Store. config_json is a JSON object with the keys of kvfabric's
+ * one configuration schema (docs: protocol, global_segment_size,
+ * local_buffer_size, enable_egm_store_pool, egm_numa_nodes, max_mr_size,
+ * master_server_addr, handle_type, driver, local_hostname, device, …);
+ * unknown keys and invalid combinations are KVFABRIC_ERR_CONFIG.
+ * On success *handle > 0. On failure the message is copied into errbuf
+ * (NUL-terminated, truncated to errbuf_cap-1 bytes; errbuf may be NULL) and
+ * is also kvfabric_last_error(0, …). */
+int32_t kvfabric_open(const char *config_json, size_t config_len, int64_t *handle,
+                      char *errbuf, size_t errbuf_cap);
+
+/* Tears the Store down (unmount, unregister, unmap, release). Returns 0 and
+ * frees the handle only when teardown completed. Otherwise returns
+ * KVFABRIC_ERR_CLEANUP_PENDING: the handle stays valid, other calls on it
+ * return KVFABRIC_ERR_CLOSED, and kvfabric_close may be called again; a
+ * retry does only what is left. */
+int32_t kvfabric_close(int64_t handle);
+
+/* 1 when a close of handle failed and must be retried, 0 if not, or < 0. */
+int32_t kvfabric_cleanup_pending(int64_t handle);
+
+/* Copies the last error message of handle (0: the last error of a failed
+ * open or of a call with an invalid handle) into buf, NUL-terminated and
+ * truncated to cap-1 bytes (nothing is written when cap is 0). Returns the
+ * message's full length in bytes, without the NUL; 0 when there is none. */
+size_t kvfabric_last_error(int64_t handle, char *buf, size_t cap);
+
+/* Puts key from nparts regions (ptrs[i], lens[i]); the object is their
+ * concatenation. Copies are ordered on stream. replicas 0 means 1.
+ * preferred: comma-separated segment ids tried first (may be NULL). */
+int32_t kvfabric_put(int64_t handle, const char *key, size_t key_len,
+                     const uint64_t *ptrs, const uint64_t *lens, uint32_t nparts,
+                     uintptr_t stream, int32_t replicas, uint32_t flags,
+                     const char *preferred, size_t preferred_len);
+
+/* Gets key into nparts regions, scattered in order; *nread receives the
+ * object's size. Regions smaller in total than the object give
+ * KVFABRIC_ERR_BUFFER_TOO_SMALL. */
+int32_t kvfabric_get(int64_t handle, const char *key, size_t key_len,
+                     const uint64_t *ptrs, const uint64_t *lens, uint32_t nparts,
+                     uintptr_t stream, uint64_t *nread);
+
+/* Batch put of n keys in one call. keys[i] has key_lens[i] bytes. Key i
+ * owns parts[i] consecutive entries of ptrs/lens (parts NULL: one each).
+ * statuses (n entries) receives each key's status. Returns 0 when the batch
+ * ran (per-key results in statuses; the first failing key's message is the
+ * last error), or the code that rejected the whole batch, which is then also
+ * written to every element of statuses. */
+int32_t kvfabric_batch_put(int64_t handle, size_t n, const char *const *keys,
+                           const size_t *key_lens, const uint64_t *ptrs,
+                           const uint64_t *lens, const uint32_t *parts,
+                           uintptr_t stream, int32_t replicas, uint32_t flags,
+                           const char *preferred, size_t preferred_len,
+                           int32_t *statuses);
+
+/* Batch get, laid out as kvfabric_batch_put; nread (n entries, may be
+ * NULL) receives each object's size. Return value as kvfabric_batch_put. */
+int32_t kvfabric_batch_get(int64_t handle, size_t n, const char *const *keys,
+                           const size_t *key_lens, const uint64_t *ptrs,
+                           const uint64_t *lens, const uint32_t *parts,
+                           uintptr_t stream, uint64_t *nread, int32_t *statuses);
+
+/* Puts n bytes of any host memory (staged; no registration needed). */
+int32_t kvfabric_put_bytes(int64_t handle, const char *key, size_t key_len,
+                           const void *data, uint64_t n, int32_t replicas, uint32_t flags,
+                           const char *preferred, size_t preferred_len);
+
+/* Copies key's bytes into host memory buf of buf_cap bytes; *size receives
+ * the object's size, also when the result is KVFABRIC_ERR_BUFFER_TOO_SMALL. */
+int32_t kvfabric_get_bytes(int64_t handle, const char *key, size_t key_len,
+                           void *buf, uint64_t buf_cap, uint64_t *size);
+
+/* 1 when key exists, 0 when not, or < 0. */
+int32_t kvfabric_exists(int64_t handle, const char *key, size_t key_len);
+
+/* out (n entries) receives 1/0 per key. On failure every element of out is
+ * the returned code. */
+int32_t kvfabric_batch_exists(int64_t handle, size_t n, const char *const *keys,
+                              const size_t *key_lens, int32_t *out);
+
+/* *size receives key's size in bytes. */
+int32_t kvfabric_size(int64_t handle, const char *key, size_t key_len, uint64_t *size);
+
+/* Removes key; force != 0 removes it even while leased. */
+int32_t kvfabric_remove(int64_t handle, const char *key, size_t key_len, int32_t force);
+
+/* Removes every object (force != 0: leased ones too); *removed receives
+ * the count (may be NULL). */
+int32_t kvfabric_remove_all(int64_t handle, int32_t force, uint64_t *removed);
+
+/* Registers [ptr, ptr+size): host memory (registered with the driver so
+ * GPU copies reach it) or CUDA device memory (recorded). Later regions may
+ * point anywhere inside it. */
+int32_t kvfabric_register_buffer(int64_t handle, uintptr_t ptr, uint64_t size);
+
+/* Unregisters the buffer registered at ptr. */
+int32_t kvfabric_unregister_buffer(int64_t handle, uintptr_t ptr);
+
+/* Copies the Store's host identity into buf (NUL-terminated, truncated to
+ * cap-1 bytes); *len receives its full length. */
+int32_t kvfabric_hostname(int64_t handle, char *buf, size_t cap, size_t *len);
+
+/* 0 when the Store is healthy (master reachable, own segments mounted). */
+int32_t kvfabric_health(int64_t handle);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVFABRIC_H */

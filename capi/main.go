@@ -1,0 +1,185 @@
+//go:build cgo && linux
+
+// Command capi is kvfabric's C ABI, built as a shared library:
+//
+//	go build -buildmode=c-shared -o libkvfabric.so ./capi
+//
+// The contract is the hand-written kvfabric.h beside this file. Each export
+// converts C types and calls one function of internal/cabi, where the logic
+// (handles, status codes, last error, batch decoding) lives and is tested
+// from Go. Every export also defers recoverStatus so no panic reaches C.
+package main
+
+/*
+#include <stddef.h>
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"unsafe"
+
+	"github.com/kvfabric/kvfabric/internal/cabi"
+)
+
+func main() {}
+
+func bytesOf(p *C.char, n C.size_t) []byte {
+	if p == nil || n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(p)), int(n))
+}
+
+//export kvfabric_abi_version
+func kvfabric_abi_version() C.int32_t { return cabi.ABIVersion }
+
+//export kvfabric_open
+func kvfabric_open(cfg *C.char, cfgLen C.size_t, handle *C.int64_t, errbuf *C.char, errcap C.size_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	h, s, msg := cabi.Open(bytesOf(cfg, cfgLen))
+	if handle != nil {
+		*handle = C.int64_t(h)
+	}
+	if buf := bytesOf(errbuf, errcap); len(buf) > 0 {
+		n := copy(buf[:len(buf)-1], msg)
+		buf[n] = 0
+	}
+	return C.int32_t(s)
+}
+
+//export kvfabric_close
+func kvfabric_close(h C.int64_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.Close(int64(h)))
+}
+
+//export kvfabric_cleanup_pending
+func kvfabric_cleanup_pending(h C.int64_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.CleanupPending(int64(h)))
+}
+
+//export kvfabric_last_error
+func kvfabric_last_error(h C.int64_t, buf *C.char, capacity C.size_t) (n C.size_t) {
+	defer func() {
+		if recover() != nil {
+			n = 0
+		}
+	}()
+	return C.size_t(cabi.CopyLastError(int64(h), bytesOf(buf, capacity)))
+}
+
+//export kvfabric_put
+func kvfabric_put(h C.int64_t, key *C.char, keyLen C.size_t, ptrs, lens *C.uint64_t, nparts C.uint32_t,
+	stream C.uintptr_t, replicas C.int32_t, flags C.uint32_t, preferred *C.char, preferredLen C.size_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.Put(int64(h), unsafe.Pointer(key), uint64(keyLen), unsafe.Pointer(ptrs), unsafe.Pointer(lens),
+		uint32(nparts), uintptr(stream), int32(replicas), uint32(flags), unsafe.Pointer(preferred), uint64(preferredLen)))
+}
+
+//export kvfabric_get
+func kvfabric_get(h C.int64_t, key *C.char, keyLen C.size_t, ptrs, lens *C.uint64_t, nparts C.uint32_t,
+	stream C.uintptr_t, nread *C.uint64_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.Get(int64(h), unsafe.Pointer(key), uint64(keyLen), unsafe.Pointer(ptrs), unsafe.Pointer(lens),
+		uint32(nparts), uintptr(stream), (*uint64)(unsafe.Pointer(nread))))
+}
+
+//export kvfabric_batch_put
+func kvfabric_batch_put(h C.int64_t, n C.size_t, keys **C.char, keyLens *C.size_t, ptrs, lens *C.uint64_t,
+	parts *C.uint32_t, stream C.uintptr_t, replicas C.int32_t, flags C.uint32_t, preferred *C.char,
+	preferredLen C.size_t, statuses *C.int32_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.BatchPut(int64(h), uint64(n), unsafe.Pointer(keys), unsafe.Pointer(keyLens),
+		unsafe.Pointer(ptrs), unsafe.Pointer(lens), unsafe.Pointer(parts), uintptr(stream), int32(replicas),
+		uint32(flags), unsafe.Pointer(preferred), uint64(preferredLen), unsafe.Pointer(statuses)))
+}
+
+//export kvfabric_batch_get
+func kvfabric_batch_get(h C.int64_t, n C.size_t, keys **C.char, keyLens *C.size_t, ptrs, lens *C.uint64_t,
+	parts *C.uint32_t, stream C.uintptr_t, nread *C.uint64_t, statuses *C.int32_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.BatchGet(int64(h), uint64(n), unsafe.Pointer(keys), unsafe.Pointer(keyLens),
+		unsafe.Pointer(ptrs), unsafe.Pointer(lens), unsafe.Pointer(parts), uintptr(stream),
+		unsafe.Pointer(nread), unsafe.Pointer(statuses)))
+}
+
+//export kvfabric_put_bytes
+func kvfabric_put_bytes(h C.int64_t, key *C.char, keyLen C.size_t, data unsafe.Pointer, n C.uint64_t,
+	replicas C.int32_t, flags C.uint32_t, preferred *C.char, preferredLen C.size_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.PutBytes(int64(h), unsafe.Pointer(key), uint64(keyLen), data, uint64(n),
+		int32(replicas), uint32(flags), unsafe.Pointer(preferred), uint64(preferredLen)))
+}
+
+//export kvfabric_get_bytes
+func kvfabric_get_bytes(h C.int64_t, key *C.char, keyLen C.size_t, buf unsafe.Pointer, bufCap C.uint64_t,
+	size *C.uint64_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.GetBytes(int64(h), unsafe.Pointer(key), uint64(keyLen), buf, uint64(bufCap),
+		(*uint64)(unsafe.Pointer(size))))
+}
+
+//export kvfabric_exists
+func kvfabric_exists(h C.int64_t, key *C.char, keyLen C.size_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.Exists(int64(h), unsafe.Pointer(key), uint64(keyLen)))
+}
+
+//export kvfabric_batch_exists
+func kvfabric_batch_exists(h C.int64_t, n C.size_t, keys **C.char, keyLens *C.size_t, out *C.int32_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.BatchExists(int64(h), uint64(n), unsafe.Pointer(keys), unsafe.Pointer(keyLens),
+		unsafe.Pointer(out)))
+}
+
+//export kvfabric_size
+func kvfabric_size(h C.int64_t, key *C.char, keyLen C.size_t, size *C.uint64_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.Size(int64(h), unsafe.Pointer(key), uint64(keyLen), (*uint64)(unsafe.Pointer(size))))
+}
+
+//export kvfabric_remove
+func kvfabric_remove(h C.int64_t, key *C.char, keyLen C.size_t, force C.int32_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.Remove(int64(h), unsafe.Pointer(key), uint64(keyLen), force != 0))
+}
+
+//export kvfabric_remove_all
+func kvfabric_remove_all(h C.int64_t, force C.int32_t, removed *C.uint64_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.RemoveAll(int64(h), force != 0, (*uint64)(unsafe.Pointer(removed))))
+}
+
+//export kvfabric_register_buffer
+func kvfabric_register_buffer(h C.int64_t, ptr C.uintptr_t, size C.uint64_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.RegisterBuffer(int64(h), uintptr(ptr), uint64(size)))
+}
+
+//export kvfabric_unregister_buffer
+func kvfabric_unregister_buffer(h C.int64_t, ptr C.uintptr_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.UnregisterBuffer(int64(h), uintptr(ptr)))
+}
+
+//export kvfabric_hostname
+func kvfabric_hostname(h C.int64_t, buf *C.char, capacity C.size_t, n *C.size_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.Hostname(int64(h), bytesOf(buf, capacity), (*uint64)(unsafe.Pointer(n))))
+}
+
+//export kvfabric_health
+func kvfabric_health(h C.int64_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.Health(int64(h)))
+}
+
+// recoverStatus is deferred by every export: a panic in this layer becomes
+// KVFABRIC_ERR_PANIC instead of crashing the host process.
+func recoverStatus(st *C.int32_t) {
+	if r := recover(); r != nil {
+		*st = C.int32_t(cabi.Panicked(r))
+	}
+}

@@ -1,0 +1,512 @@
+package cabi
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"unsafe"
+
+	"github.com/kvfabric/kvfabric/internal/client"
+	"github.com/kvfabric/kvfabric/internal/config"
+	"github.com/kvfabric/kvfabric/internal/cuda"
+)
+
+// Backend is the part of *client.Store the C ABI drives.
+type Backend interface {
+	Put(ctx context.Context, key string, src []client.Region, stream cuda.Stream, o client.PutOptions) error
+	Get(ctx context.Context, key string, dst []client.Region, stream cuda.Stream) (uint64, error)
+	BatchPut(ctx context.Context, keys []string, srcs [][]client.Region, stream cuda.Stream, o client.PutOptions) []error
+	BatchGet(ctx context.Context, keys []string, dsts [][]client.Region, stream cuda.Stream) ([]uint64, []error)
+	PutBytes(ctx context.Context, key string, data []byte, o client.PutOptions) error
+	GetBytes(ctx context.Context, key string) ([]byte, error)
+	Exists(ctx context.Context, key string) (bool, error)
+	BatchExists(ctx context.Context, keys []string) ([]bool, error)
+	Size(ctx context.Context, key string) (uint64, error)
+	Remove(ctx context.Context, key string, force bool) error
+	RemoveAll(ctx context.Context, force bool) (int, error)
+	RegisterBuffer(ptr uintptr, size uint64) error
+	UnregisterBuffer(ptr uintptr) error
+	Hostname() string
+	Health(ctx context.Context) error
+	Close() error
+	CleanupPending() bool
+}
+
+// Put flags (kvfabric.h KVFABRIC_PUT_*).
+const (
+	// FlagPin keeps the object from eviction until removed.
+	FlagPin    uint32 = 1 << 0
+	flagsKnown        = FlagPin
+)
+
+// maxBatch bounds n in batch calls: a larger value is a caller bug (or a
+// negative size_t), not a batch.
+const maxBatch = 1 << 24
+
+// Environment variables read by Open.
+const (
+	// EnvLog enables logging to stderr: debug, info, warn or error.
+	EnvLog = "KVFABRIC_LOG"
+)
+
+var bg = context.Background()
+
+// Open parses cfgJSON with config.FromJSON (the one schema and validation),
+// opens a Store and returns its handle. On failure the message is recorded
+// as the global last error (handle 0) and returned.
+func Open(cfgJSON []byte) (h int64, st int32, msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("%w: %v", errPanic, r)
+			setGlobalErr(err)
+			h, st, msg = 0, StatusPanic, err.Error()
+		}
+	}()
+	cfg, err := config.FromJSON(cfgJSON)
+	if err == nil {
+		var s Backend
+		s, err = openStore(bg, cfg, logger())
+		if err == nil {
+			return register(s), StatusOK, ""
+		}
+	}
+	setGlobalErr(err)
+	return 0, statusOf(err), err.Error()
+}
+
+func logger() *slog.Logger {
+	var lvl slog.Level
+	switch strings.ToLower(os.Getenv(EnvLog)) {
+	case "":
+		return nil
+	case "debug":
+		lvl = slog.LevelDebug
+	case "info":
+		lvl = slog.LevelInfo
+	case "warn", "warning":
+		lvl = slog.LevelWarn
+	default:
+		lvl = slog.LevelError
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+// Close tears down the Store behind h. The handle is released only when
+// teardown succeeded; otherwise Close returns StatusCleanupPending, the
+// handle stays valid (new operations fail with StatusClosed) and Close may
+// be called again to retry what is left.
+func Close(h int64) int32 {
+	return call(h, func(e *entry) error {
+		if err := e.store.Close(); err != nil {
+			return fmt.Errorf("%w: %w", client.ErrCleanupPending, err)
+		}
+		release(h, e)
+		return nil
+	})
+}
+
+// CleanupPending reports 1 when a Close of h failed and must be retried, 0
+// when not, or a negative status.
+func CleanupPending(h int64) int32 {
+	var pending bool
+	st := call(h, func(e *entry) error {
+		pending = e.store.CleanupPending()
+		return nil
+	})
+	if st != StatusOK {
+		return st
+	}
+	if pending {
+		return 1
+	}
+	return 0
+}
+
+// str copies n bytes at p into a Go string.
+func str(p unsafe.Pointer, n uint64) string {
+	if n == 0 {
+		return ""
+	}
+	return string(unsafe.Slice((*byte)(p), n))
+}
+
+func putOptions(replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen uint64) (client.PutOptions, error) {
+	if replicas < 0 {
+		return client.PutOptions{}, fmt.Errorf("%w: replicas=%d: must be >= 0", client.ErrInvalidArgument, replicas)
+	}
+	if flags&^flagsKnown != 0 {
+		return client.PutOptions{}, fmt.Errorf("%w: flags=%#x: unknown bits %#x", client.ErrInvalidArgument, flags, flags&^flagsKnown)
+	}
+	o := client.PutOptions{Replicas: int(replicas), Pin: flags&FlagPin != 0}
+	for _, s := range strings.Split(str(preferred, preferredLen), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			o.PreferredSegments = append(o.PreferredSegments, s)
+		}
+	}
+	return o, nil
+}
+
+// regions builds one key's regions from parallel pointer/length arrays.
+func regions(ptrs, lens []uint64) []client.Region {
+	r := make([]client.Region, len(ptrs))
+	for i := range ptrs {
+		r[i] = client.Region{Ptr: uintptr(ptrs[i]), Len: lens[i]}
+	}
+	return r
+}
+
+// Put stores key from nparts regions (ptrs[i], lens[i]); the object is their
+// concatenation. Copies are ordered after prior work on stream.
+func Put(h int64, key unsafe.Pointer, keyLen uint64, ptrs, lens unsafe.Pointer, nparts uint32,
+	stream uintptr, replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen uint64) int32 {
+	return call(h, func(e *entry) error {
+		o, err := putOptions(replicas, flags, preferred, preferredLen)
+		if err != nil {
+			return err
+		}
+		if nparts == 0 || ptrs == nil || lens == nil {
+			return fmt.Errorf("%w: put needs at least one region", client.ErrInvalidArgument)
+		}
+		src := regions(unsafe.Slice((*uint64)(ptrs), nparts), unsafe.Slice((*uint64)(lens), nparts))
+		return e.store.Put(bg, str(key, keyLen), src, cuda.Stream(stream), o)
+	})
+}
+
+// Get reads key into nparts regions (scatter in order) and stores the
+// object's size in *nread.
+func Get(h int64, key unsafe.Pointer, keyLen uint64, ptrs, lens unsafe.Pointer, nparts uint32,
+	stream uintptr, nread *uint64) int32 {
+	return call(h, func(e *entry) error {
+		if nparts == 0 || ptrs == nil || lens == nil {
+			return fmt.Errorf("%w: get needs at least one region", client.ErrInvalidArgument)
+		}
+		dst := regions(unsafe.Slice((*uint64)(ptrs), nparts), unsafe.Slice((*uint64)(lens), nparts))
+		n, err := e.store.Get(bg, str(key, keyLen), dst, cuda.Stream(stream))
+		if nread != nil {
+			*nread = n
+		}
+		return err
+	})
+}
+
+// batch is a decoded batch of keys and their regions.
+type batch struct {
+	keys    []string
+	regions [][]client.Region
+}
+
+// decodeBatch reads n keys (keys[i] a char* of keyLens[i] bytes) and, when
+// ptrs is not nil, their regions: key i has parts[i] consecutive entries of
+// ptrs/lens (parts nil: one each).
+func decodeBatch(n uint64, keys, keyLens, ptrs, lens, parts unsafe.Pointer) (batch, error) {
+	if n > maxBatch {
+		return batch{}, fmt.Errorf("%w: batch of %d keys (max %d)", client.ErrInvalidArgument, n, maxBatch)
+	}
+	var b batch
+	if n == 0 {
+		return b, nil
+	}
+	if keys == nil || keyLens == nil {
+		return b, fmt.Errorf("%w: keys and key lengths must not be NULL", client.ErrInvalidArgument)
+	}
+	kp := unsafe.Slice((*unsafe.Pointer)(keys), n)
+	kl := unsafe.Slice((*uint64)(keyLens), n)
+	b.keys = make([]string, n)
+	for i := range b.keys {
+		if kp[i] == nil && kl[i] != 0 {
+			return batch{}, fmt.Errorf("%w: key %d is NULL", client.ErrInvalidArgument, i)
+		}
+		b.keys[i] = str(kp[i], kl[i])
+	}
+	if ptrs == nil && lens == nil {
+		return b, nil
+	}
+	if ptrs == nil || lens == nil {
+		return batch{}, fmt.Errorf("%w: pointers and lengths must both be given", client.ErrInvalidArgument)
+	}
+	counts := make([]uint64, n)
+	var total uint64
+	if parts == nil {
+		for i := range counts {
+			counts[i] = 1
+		}
+		total = n
+	} else {
+		pc := unsafe.Slice((*uint32)(parts), n)
+		for i := range counts {
+			counts[i] = uint64(pc[i])
+			total += counts[i]
+		}
+	}
+	if total > maxBatch*64 {
+		return batch{}, fmt.Errorf("%w: %d regions in one batch", client.ErrInvalidArgument, total)
+	}
+	all := regions(unsafe.Slice((*uint64)(ptrs), total), unsafe.Slice((*uint64)(lens), total))
+	b.regions = make([][]client.Region, n)
+	var off uint64
+	for i, c := range counts {
+		b.regions[i] = all[off : off+c : off+c]
+		off += c
+	}
+	return b, nil
+}
+
+// fill sets every element of the n statuses at out to st.
+func fill(out unsafe.Pointer, n uint64, st int32) {
+	if out == nil || n == 0 || n > maxBatch {
+		return
+	}
+	s := unsafe.Slice((*int32)(out), n)
+	for i := range s {
+		s[i] = st
+	}
+}
+
+// perKey writes per-key statuses to out and returns the first error, which
+// becomes the handle's last error (prefixed with the key).
+func perKey(keys []string, errs []error, out unsafe.Pointer) error {
+	if len(errs) != len(keys) {
+		return fmt.Errorf("cabi: store returned %d results for %d keys", len(errs), len(keys))
+	}
+	var s []int32
+	if out != nil {
+		s = unsafe.Slice((*int32)(out), len(keys))
+	}
+	var first error
+	for i, err := range errs {
+		if s != nil {
+			s[i] = statusOf(err)
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("key %q: %w", keys[i], err)
+		}
+	}
+	return first
+}
+
+// BatchPut puts n keys in one crossing. statuses (n int32s) receives each
+// key's status. The return value is StatusOK when the batch ran (even if
+// some keys failed: see statuses), or the status that rejected the whole
+// batch, in which case every element of statuses is set to it.
+func BatchPut(h int64, n uint64, keys, keyLens, ptrs, lens, parts unsafe.Pointer,
+	stream uintptr, replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen uint64,
+	statuses unsafe.Pointer) int32 {
+	var ran bool
+	st := call(h, func(e *entry) error {
+		o, err := putOptions(replicas, flags, preferred, preferredLen)
+		if err != nil {
+			return err
+		}
+		if ptrs == nil || lens == nil {
+			return fmt.Errorf("%w: batch put needs pointers and lengths", client.ErrInvalidArgument)
+		}
+		b, err := decodeBatch(n, keys, keyLens, ptrs, lens, parts)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			ran = true
+			return nil
+		}
+		errs := e.store.BatchPut(bg, b.keys, b.regions, cuda.Stream(stream), o)
+		if len(errs) == len(b.keys) {
+			ran = true
+		}
+		return perKey(b.keys, errs, statuses)
+	})
+	if ran {
+		return StatusOK
+	}
+	fill(statuses, n, st)
+	return st
+}
+
+// BatchGet gets n keys in one crossing into their regions; nread (n
+// uint64s) receives each object's size, statuses each key's status. Return
+// value as for BatchPut.
+func BatchGet(h int64, n uint64, keys, keyLens, ptrs, lens, parts unsafe.Pointer,
+	stream uintptr, nread, statuses unsafe.Pointer) int32 {
+	var ran bool
+	st := call(h, func(e *entry) error {
+		if ptrs == nil || lens == nil {
+			return fmt.Errorf("%w: batch get needs pointers and lengths", client.ErrInvalidArgument)
+		}
+		b, err := decodeBatch(n, keys, keyLens, ptrs, lens, parts)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			ran = true
+			return nil
+		}
+		sizes, errs := e.store.BatchGet(bg, b.keys, b.regions, cuda.Stream(stream))
+		if len(errs) != len(b.keys) || len(sizes) != len(b.keys) {
+			return fmt.Errorf("cabi: store returned %d sizes, %d results for %d keys", len(sizes), len(errs), len(b.keys))
+		}
+		if nread != nil {
+			copy(unsafe.Slice((*uint64)(nread), n), sizes)
+		}
+		ran = true
+		return perKey(b.keys, errs, statuses)
+	})
+	if ran {
+		return StatusOK
+	}
+	fill(statuses, n, st)
+	return st
+}
+
+// PutBytes stores n bytes of host memory at data (any host memory; the
+// Store stages it through its own pinned buffer).
+func PutBytes(h int64, key unsafe.Pointer, keyLen uint64, data unsafe.Pointer, n uint64,
+	replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen uint64) int32 {
+	return call(h, func(e *entry) error {
+		o, err := putOptions(replicas, flags, preferred, preferredLen)
+		if err != nil {
+			return err
+		}
+		if data == nil && n != 0 {
+			return fmt.Errorf("%w: data is NULL", client.ErrInvalidArgument)
+		}
+		var b []byte
+		if n != 0 {
+			b = unsafe.Slice((*byte)(data), n)
+		}
+		return e.store.PutBytes(bg, str(key, keyLen), b, o)
+	})
+}
+
+// GetBytes copies key's bytes into host memory buf of capacity bufCap and
+// stores the object's size in *size. A buffer smaller than the object gives
+// StatusBufferTooSmall with *size set, so a caller can retry.
+func GetBytes(h int64, key unsafe.Pointer, keyLen uint64, buf unsafe.Pointer, bufCap uint64, size *uint64) int32 {
+	return call(h, func(e *entry) error {
+		k := str(key, keyLen)
+		b, err := e.store.GetBytes(bg, k)
+		if err != nil {
+			return err
+		}
+		if size != nil {
+			*size = uint64(len(b))
+		}
+		if uint64(len(b)) > bufCap {
+			return fmt.Errorf("%w: key %q has %d bytes, buffer holds %d", client.ErrBufferTooSmall, k, len(b), bufCap)
+		}
+		if len(b) > 0 {
+			copy(unsafe.Slice((*byte)(buf), len(b)), b)
+		}
+		return nil
+	})
+}
+
+// Exists returns 1 when key exists, 0 when not, or a negative status.
+func Exists(h int64, key unsafe.Pointer, keyLen uint64) int32 {
+	var ok bool
+	st := call(h, func(e *entry) (err error) {
+		ok, err = e.store.Exists(bg, str(key, keyLen))
+		return err
+	})
+	if st != StatusOK {
+		return st
+	}
+	if ok {
+		return 1
+	}
+	return 0
+}
+
+// BatchExists writes 1 or 0 per key into out (n int32s); on failure every
+// element is the returned status.
+func BatchExists(h int64, n uint64, keys, keyLens, out unsafe.Pointer) int32 {
+	st := call(h, func(e *entry) error {
+		b, err := decodeBatch(n, keys, keyLens, nil, nil, nil)
+		if err != nil || n == 0 {
+			return err
+		}
+		ex, err := e.store.BatchExists(bg, b.keys)
+		if err != nil {
+			return err
+		}
+		if len(ex) != len(b.keys) {
+			return fmt.Errorf("cabi: store returned %d results for %d keys", len(ex), len(b.keys))
+		}
+		if out != nil {
+			s := unsafe.Slice((*int32)(out), n)
+			for i, v := range ex {
+				s[i] = 0
+				if v {
+					s[i] = 1
+				}
+			}
+		}
+		return nil
+	})
+	if st != StatusOK {
+		fill(out, n, st)
+	}
+	return st
+}
+
+// Size stores key's size in *size.
+func Size(h int64, key unsafe.Pointer, keyLen uint64, size *uint64) int32 {
+	return call(h, func(e *entry) error {
+		n, err := e.store.Size(bg, str(key, keyLen))
+		if err == nil && size != nil {
+			*size = n
+		}
+		return err
+	})
+}
+
+// Remove removes key; force removes it even when it holds a lease.
+func Remove(h int64, key unsafe.Pointer, keyLen uint64, force bool) int32 {
+	return call(h, func(e *entry) error {
+		return e.store.Remove(bg, str(key, keyLen), force)
+	})
+}
+
+// RemoveAll removes every object (force: leased ones too) and stores the
+// count in *removed.
+func RemoveAll(h int64, force bool, removed *uint64) int32 {
+	return call(h, func(e *entry) error {
+		n, err := e.store.RemoveAll(bg, force)
+		if removed != nil {
+			*removed = uint64(max(n, 0))
+		}
+		return err
+	})
+}
+
+// RegisterBuffer registers [ptr, ptr+size): host memory (registered with the
+// driver) or device memory (recorded).
+func RegisterBuffer(h int64, ptr uintptr, size uint64) int32 {
+	return call(h, func(e *entry) error { return e.store.RegisterBuffer(ptr, size) })
+}
+
+// UnregisterBuffer undoes RegisterBuffer(ptr, …).
+func UnregisterBuffer(h int64, ptr uintptr) int32 {
+	return call(h, func(e *entry) error { return e.store.UnregisterBuffer(ptr) })
+}
+
+// Hostname copies the Store's hostname into buf (NUL-terminated, truncated)
+// and stores its full length in *n.
+func Hostname(h int64, buf []byte, n *uint64) int32 {
+	return call(h, func(e *entry) error {
+		name := e.store.Hostname()
+		if n != nil {
+			*n = uint64(len(name))
+		}
+		if len(buf) > 0 {
+			k := copy(buf[:len(buf)-1], name)
+			buf[k] = 0
+		}
+		return nil
+	})
+}
+
+// Health checks the Store (master reachable, segments mounted).
+func Health(h int64) int32 {
+	return call(h, func(e *entry) error { return e.store.Health(bg) })
+}

@@ -1,0 +1,358 @@
+package cabi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/kvfabric/kvfabric/internal/client"
+	"github.com/kvfabric/kvfabric/internal/config"
+)
+
+// withFake makes Open return f and restores the real opener afterwards.
+func withFake(t *testing.T, f *fakeStore) {
+	t.Helper()
+	old := openStore
+	openStore = func(context.Context, config.Config, *slog.Logger) (Backend, error) { return f, nil }
+	t.Cleanup(func() { openStore = old })
+}
+
+func openFake(t *testing.T, f *fakeStore) int64 {
+	t.Helper()
+	withFake(t, f)
+	h, st, msg := Open([]byte(`{"driver":"sim"}`))
+	if st != StatusOK || h <= 0 {
+		t.Fatalf("Open = %d, %s (%s)", h, StatusName(st), msg)
+	}
+	t.Cleanup(func() {
+		if st := Close(h); st != StatusOK && st != StatusInvalidHandle {
+			t.Errorf("Close = %s", StatusName(st))
+		}
+	})
+	return h
+}
+
+// cKeys lays keys out as a C caller does: an array of char* and one of
+// lengths.
+type cKeys struct {
+	ptrs []unsafe.Pointer
+	lens []uint64
+	hold [][]byte
+}
+
+func keysOf(keys ...string) *cKeys {
+	c := &cKeys{}
+	for _, k := range keys {
+		b := []byte(k)
+		c.hold = append(c.hold, b)
+		var p unsafe.Pointer
+		if len(b) > 0 {
+			p = unsafe.Pointer(&b[0])
+		}
+		c.ptrs = append(c.ptrs, p)
+		c.lens = append(c.lens, uint64(len(b)))
+	}
+	return c
+}
+
+func (c *cKeys) p() unsafe.Pointer { return unsafe.Pointer(&c.ptrs[0]) }
+func (c *cKeys) l() unsafe.Pointer { return unsafe.Pointer(&c.lens[0]) }
+
+func addr(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&b[0]))) }
+
+func keyArg(k string) (unsafe.Pointer, uint64) {
+	b := []byte(k)
+	if len(b) == 0 {
+		return nil, 0
+	}
+	return unsafe.Pointer(&b[0]), uint64(len(b))
+}
+
+func TestStatusOf(t *testing.T) {
+	tests := []struct {
+		err  error
+		want int32
+	}{
+		{nil, StatusOK},
+		{fmt.Errorf("put %q: %w", "k", client.ErrNoSpace), StatusNoSpace},
+		{client.ErrNotFound, StatusNotFound},
+		{client.ErrAlreadyExists, StatusAlreadyExists},
+		{client.ErrHasLease, StatusHasLease},
+		{client.ErrLeaseExpired, StatusLeaseExpired},
+		{client.ErrBufferTooSmall, StatusBufferTooSmall},
+		{client.ErrInvalidArgument, StatusInvalidArgument},
+		{client.ErrTransfer, StatusTransfer},
+		{client.ErrRPC, StatusRPC},
+		{context.DeadlineExceeded, StatusRPC},
+		{client.ErrClosed, StatusClosed},
+		{client.ErrNotRegistered, StatusNotRegistered},
+		{client.ErrAlreadyRegistered, StatusAlreadyRegistered},
+		{fmt.Errorf("x: %w", config.ErrInvalid), StatusConfig},
+		// Close wraps the step that failed; cleanup-pending wins.
+		{fmt.Errorf("%w: %w", client.ErrCleanupPending, client.ErrTransfer), StatusCleanupPending},
+		{errors.New("other"), StatusInternal},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.err), func(t *testing.T) {
+			if got := statusOf(tt.err); got != tt.want {
+				t.Errorf("statusOf = %s, want %s", StatusName(got), StatusName(tt.want))
+			}
+			if StatusName(tt.want) == "KVFABRIC_ERR_UNKNOWN" {
+				t.Errorf("status %d has no name", tt.want)
+			}
+		})
+	}
+}
+
+func TestOpenConfigErrors(t *testing.T) {
+	withFake(t, newFake(1<<20))
+	tests := []struct {
+		name, json, wantKey string
+	}{
+		{"not json", `{`, "JSON"},
+		{"unknown key", `{"bogus":1}`, `"bogus"`},
+		{"bad protocol", `{"protocol":"carrier-pigeon"}`, "protocol"},
+		{"egm needs nvlink", `{"enable_egm_store_pool":true,"protocol":"tcp","global_segment_size":"1GiB"}`, "protocol"},
+		{"egm needs capacity", `{"enable_egm_store_pool":true}`, "global_segment_size"},
+		{"egm no local buffer", `{"enable_egm_store_pool":true,"global_segment_size":"1GiB","local_buffer_size":"16MiB"}`, "local_buffer_size"},
+		{"numa duplicate", `{"egm_numa_nodes":"0,0"}`, "egm_numa_nodes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := OpenHandles()
+			h, st, msg := Open([]byte(tt.json))
+			if st != StatusConfig || h != 0 {
+				t.Fatalf("Open = %d, %s; want KVFABRIC_ERR_CONFIG", h, StatusName(st))
+			}
+			if !strings.Contains(msg, tt.wantKey) {
+				t.Errorf("message %q does not name %s", msg, tt.wantKey)
+			}
+			if LastError(0) != msg {
+				t.Errorf("LastError(0) = %q, want %q", LastError(0), msg)
+			}
+			if OpenHandles() != before {
+				t.Errorf("a failed Open left a handle")
+			}
+		})
+	}
+}
+
+func TestPutGetParts(t *testing.T) {
+	f := newFake(1 << 20)
+	h := openFake(t, f)
+	a, b := []byte("hello, "), []byte("world")
+	ptrs := []uint64{addr(a), addr(b)}
+	lens := []uint64{uint64(len(a)), uint64(len(b))}
+	k, kl := keyArg("k1")
+	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 2, 0x1234, 0, FlagPin, nil, 0); st != StatusOK {
+		t.Fatalf("Put = %s: %s", StatusName(st), LastError(h))
+	}
+	if f.mu.lastStream != 0x1234 {
+		t.Errorf("stream = %#x, want 0x1234", f.mu.lastStream)
+	}
+	// Scatter into 3 + 9 bytes.
+	d1, d2 := make([]byte, 3), make([]byte, 9)
+	dp := []uint64{addr(d1), addr(d2)}
+	dl := []uint64{3, 9}
+	var n uint64
+	if st := Get(h, k, kl, unsafe.Pointer(&dp[0]), unsafe.Pointer(&dl[0]), 2, 0, &n); st != StatusOK {
+		t.Fatalf("Get = %s: %s", StatusName(st), LastError(h))
+	}
+	if got := string(d1) + string(d2[:n-3]); n != 12 || got != "hello, world" {
+		t.Errorf("Get = %d %q", n, got)
+	}
+	// Too small, missing, duplicate.
+	if st := Get(h, k, kl, unsafe.Pointer(&dp[0]), unsafe.Pointer(&dl[0]), 1, 0, &n); st != StatusBufferTooSmall {
+		t.Errorf("small Get = %s", StatusName(st))
+	}
+	m, ml := keyArg("missing")
+	if st := Get(h, m, ml, unsafe.Pointer(&dp[0]), unsafe.Pointer(&dl[0]), 2, 0, &n); st != StatusNotFound {
+		t.Errorf("missing Get = %s", StatusName(st))
+	}
+	if !strings.Contains(LastError(h), "not found") {
+		t.Errorf("LastError = %q", LastError(h))
+	}
+	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 2, 0, 0, 0, nil, 0); st != StatusAlreadyExists {
+		t.Errorf("duplicate Put = %s", StatusName(st))
+	}
+	if st := Put(h, k, kl, nil, nil, 0, 0, 0, 0, nil, 0); st != StatusInvalidArgument {
+		t.Errorf("Put without regions = %s", StatusName(st))
+	}
+	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 2, 0, -1, 0, nil, 0); st != StatusInvalidArgument {
+		t.Errorf("Put replicas=-1 = %s", StatusName(st))
+	}
+	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 2, 0, 0, 0x80, nil, 0); st != StatusInvalidArgument {
+		t.Errorf("Put flags=0x80 = %s", StatusName(st))
+	}
+	var size uint64
+	if st := Size(h, k, kl, &size); st != StatusOK || size != 12 {
+		t.Errorf("Size = %s %d", StatusName(st), size)
+	}
+	if st := Exists(h, k, kl); st != 1 {
+		t.Errorf("Exists = %d", st)
+	}
+	if st := Remove(h, k, kl, false); st != StatusOK {
+		t.Errorf("Remove = %s", StatusName(st))
+	}
+	if st := Exists(h, k, kl); st != 0 {
+		t.Errorf("Exists after Remove = %d", st)
+	}
+	if st := Remove(h, k, kl, false); st != StatusNotFound {
+		t.Errorf("second Remove = %s", StatusName(st))
+	}
+}
+
+func TestBatch(t *testing.T) {
+	f := newFake(100)
+	h := openFake(t, f)
+	// Three keys: k0 in one part, k1 in two parts, k2 too big for the store.
+	src := bytes.Repeat([]byte("x"), 128)
+	copy(src, "0123456789")
+	keys := keysOf("k0", "k1", "k2")
+	ptrs := []uint64{addr(src), addr(src) + 4, addr(src) + 6, addr(src)}
+	lens := []uint64{4, 2, 4, 128}
+	parts := []uint32{1, 2, 1}
+	st := make([]int32, 3)
+	if rc := BatchPut(h, 3, keys.p(), keys.l(), unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]),
+		unsafe.Pointer(&parts[0]), 7, 0, 0, nil, 0, unsafe.Pointer(&st[0])); rc != StatusOK {
+		t.Fatalf("BatchPut = %s", StatusName(rc))
+	}
+	if st[0] != StatusOK || st[1] != StatusOK || st[2] != StatusNoSpace {
+		t.Errorf("statuses = %v", st)
+	}
+	if !strings.Contains(LastError(h), `"k2"`) {
+		t.Errorf("LastError = %q, want it to name k2", LastError(h))
+	}
+	ex := make([]int32, 3)
+	if rc := BatchExists(h, 3, keys.p(), keys.l(), unsafe.Pointer(&ex[0])); rc != StatusOK || ex[0] != 1 || ex[1] != 1 || ex[2] != 0 {
+		t.Errorf("BatchExists = %s %v", StatusName(rc), ex)
+	}
+
+	dst := make([]byte, 32)
+	gp := []uint64{addr(dst), addr(dst) + 8, addr(dst) + 16}
+	gl := []uint64{8, 8, 8}
+	nread := make([]uint64, 3)
+	if rc := BatchGet(h, 3, keys.p(), keys.l(), unsafe.Pointer(&gp[0]), unsafe.Pointer(&gl[0]), nil, 0,
+		unsafe.Pointer(&nread[0]), unsafe.Pointer(&st[0])); rc != StatusOK {
+		t.Fatalf("BatchGet = %s", StatusName(rc))
+	}
+	if st[0] != StatusOK || st[1] != StatusOK || st[2] != StatusNotFound {
+		t.Errorf("statuses = %v", st)
+	}
+	if nread[0] != 4 || nread[1] != 6 || string(dst[:4]) != "0123" || string(dst[8:14]) != "456789" {
+		t.Errorf("BatchGet = %v %q", nread, dst)
+	}
+
+	// A rejected batch writes its status to every element.
+	if rc := BatchGet(h, 3, keys.p(), keys.l(), nil, nil, nil, 0, nil, unsafe.Pointer(&st[0])); rc != StatusInvalidArgument ||
+		st[0] != rc || st[2] != rc {
+		t.Errorf("BatchGet without regions = %s %v", StatusName(rc), st)
+	}
+	if rc := BatchPut(999999, 3, keys.p(), keys.l(), unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), nil, 0, 0, 0, nil, 0,
+		unsafe.Pointer(&st[0])); rc != StatusInvalidHandle || st[1] != rc {
+		t.Errorf("BatchPut on a bad handle = %s %v", StatusName(rc), st)
+	}
+	if rc := BatchPut(h, 0, nil, nil, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), nil, 0, 0, 0, nil, 0, nil); rc != StatusOK {
+		t.Errorf("empty BatchPut = %s", StatusName(rc))
+	}
+	var removed uint64
+	if rc := RemoveAll(h, false, &removed); rc != StatusOK || removed != 2 {
+		t.Errorf("RemoveAll = %s %d", StatusName(rc), removed)
+	}
+}
+
+func TestBytes(t *testing.T) {
+	h := openFake(t, newFake(1<<20))
+	data := []byte("some bytes")
+	k, kl := keyArg("b")
+	if st := PutBytes(h, k, kl, unsafe.Pointer(&data[0]), uint64(len(data)), 0, 0, nil, 0); st != StatusOK {
+		t.Fatalf("PutBytes = %s", StatusName(st))
+	}
+	small := make([]byte, 4)
+	var size uint64
+	if st := GetBytes(h, k, kl, unsafe.Pointer(&small[0]), 4, &size); st != StatusBufferTooSmall || size != 10 {
+		t.Errorf("GetBytes small = %s %d", StatusName(st), size)
+	}
+	buf := make([]byte, 10)
+	if st := GetBytes(h, k, kl, unsafe.Pointer(&buf[0]), 10, &size); st != StatusOK || string(buf) != "some bytes" {
+		t.Errorf("GetBytes = %s %q", StatusName(st), buf)
+	}
+	name := make([]byte, 5)
+	var n uint64
+	if st := Hostname(h, name, &n); st != StatusOK || n != 8 || string(name) != "fake\x00" {
+		t.Errorf("Hostname = %s %d %q (want truncated, NUL-terminated)", StatusName(st), n, name)
+	}
+}
+
+func TestPanicBecomesStatus(t *testing.T) {
+	f := newFake(1 << 20)
+	f.panicOn = "bomb"
+	h := openFake(t, f)
+	data := []byte("x")
+	k, kl := keyArg("bomb")
+	ptrs, lens := []uint64{addr(data)}, []uint64{1}
+	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 1, 0, 0, 0, nil, 0); st != StatusPanic {
+		t.Fatalf("Put = %s, want KVFABRIC_ERR_PANIC", StatusName(st))
+	}
+	if !strings.Contains(LastError(h), "fake: boom") {
+		t.Errorf("LastError = %q", LastError(h))
+	}
+	// The handle still works.
+	k, kl = keyArg("fine")
+	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 1, 0, 0, 0, nil, 0); st != StatusOK {
+		t.Errorf("Put after panic = %s", StatusName(st))
+	}
+	if st := Panicked("capi"); st != StatusPanic || !strings.Contains(LastError(0), "capi") {
+		t.Errorf("Panicked = %s, %q", StatusName(st), LastError(0))
+	}
+}
+
+func TestCloseRetry(t *testing.T) {
+	f := newFake(1 << 20)
+	f.mu.closeFails = 2
+	h := openFake(t, f)
+	for i := range 2 {
+		if st := Close(h); st != StatusCleanupPending {
+			t.Fatalf("Close #%d = %s", i, StatusName(st))
+		}
+		if CleanupPending(h) != 1 {
+			t.Errorf("CleanupPending = %d", CleanupPending(h))
+		}
+		if !strings.Contains(LastError(h), "unmap failed") {
+			t.Errorf("LastError = %q", LastError(h))
+		}
+		k, kl := keyArg("k")
+		if st := Exists(h, k, kl); st != StatusClosed {
+			t.Errorf("Exists while cleanup pending = %s", StatusName(st))
+		}
+	}
+	before := OpenHandles()
+	if st := Close(h); st != StatusOK {
+		t.Fatalf("third Close = %s", StatusName(st))
+	}
+	if OpenHandles() != before-1 {
+		t.Errorf("handle not released")
+	}
+	if st := Close(h); st != StatusInvalidHandle {
+		t.Errorf("Close of a released handle = %s", StatusName(st))
+	}
+	if st := Health(h); st != StatusInvalidHandle || !strings.Contains(LastError(0), "invalid handle") {
+		t.Errorf("Health = %s, %q", StatusName(st), LastError(0))
+	}
+}
+
+func TestCopyLastError(t *testing.T) {
+	setGlobalErr(errors.New("0123456789"))
+	buf := make([]byte, 4)
+	if n := CopyLastError(0, buf); n != 10 || string(buf) != "012\x00" {
+		t.Errorf("CopyLastError = %d %q", n, buf)
+	}
+	if n := CopyLastError(0, nil); n != 10 {
+		t.Errorf("CopyLastError(nil) = %d", n)
+	}
+}

@@ -1,0 +1,224 @@
+package cabi
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"unsafe"
+
+	"github.com/kvfabric/kvfabric/internal/client"
+	"github.com/kvfabric/kvfabric/internal/cuda"
+)
+
+// fakeStore is an in-memory Backend whose regions are process addresses,
+// like the simulator's device pointers. It exists to test the ABI layer
+// (decoding, status mapping, handle lifecycle, panics) in isolation.
+type fakeStore struct {
+	mu struct {
+		sync.Mutex
+		objs       map[string][]byte
+		used       uint64
+		closed     bool
+		closeFails int // Close fails this many more times
+		pending    bool
+		lastStream cuda.Stream
+	}
+	capacity uint64
+	panicOn  string // key that makes Put panic
+}
+
+var _ Backend = (*fakeStore)(nil)
+
+func newFake(capacity uint64) *fakeStore {
+	f := &fakeStore{capacity: capacity}
+	f.mu.objs = map[string][]byte{}
+	return f
+}
+
+func mem(r client.Region) []byte {
+	if r.Len == 0 {
+		return nil
+	}
+	// Region pointers are process addresses here, as in the simulator.
+	p := *(*unsafe.Pointer)(unsafe.Pointer(&r.Ptr))
+	return unsafe.Slice((*byte)(p), r.Len)
+}
+
+func (f *fakeStore) check(key string) error {
+	if f.mu.closed {
+		return client.ErrClosed
+	}
+	if key == "" {
+		return client.ErrInvalidArgument
+	}
+	return nil
+}
+
+func (f *fakeStore) Put(_ context.Context, key string, src []client.Region, s cuda.Stream, _ client.PutOptions) error {
+	if key == f.panicOn {
+		panic("fake: boom")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.lastStream = s
+	if err := f.check(key); err != nil {
+		return err
+	}
+	if _, ok := f.mu.objs[key]; ok {
+		return client.ErrAlreadyExists
+	}
+	var b []byte
+	for _, r := range src {
+		b = append(b, mem(r)...)
+	}
+	if f.mu.used+uint64(len(b)) > f.capacity {
+		return client.ErrNoSpace
+	}
+	f.mu.used += uint64(len(b))
+	f.mu.objs[key] = b
+	return nil
+}
+
+func (f *fakeStore) Get(_ context.Context, key string, dst []client.Region, s cuda.Stream) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.lastStream = s
+	if err := f.check(key); err != nil {
+		return 0, err
+	}
+	b, ok := f.mu.objs[key]
+	if !ok {
+		return 0, client.ErrNotFound
+	}
+	var total uint64
+	for _, r := range dst {
+		total += r.Len
+	}
+	if total < uint64(len(b)) {
+		return uint64(len(b)), client.ErrBufferTooSmall
+	}
+	rest := b
+	for _, r := range dst {
+		rest = rest[copy(mem(r), rest):]
+	}
+	return uint64(len(b)), nil
+}
+
+func (f *fakeStore) BatchPut(ctx context.Context, keys []string, srcs [][]client.Region, s cuda.Stream, o client.PutOptions) []error {
+	errs := make([]error, len(keys))
+	for i := range keys {
+		errs[i] = f.Put(ctx, keys[i], srcs[i], s, o)
+	}
+	return errs
+}
+
+func (f *fakeStore) BatchGet(ctx context.Context, keys []string, dsts [][]client.Region, s cuda.Stream) ([]uint64, []error) {
+	n := make([]uint64, len(keys))
+	errs := make([]error, len(keys))
+	for i := range keys {
+		n[i], errs[i] = f.Get(ctx, keys[i], dsts[i], s)
+	}
+	return n, errs
+}
+
+func (f *fakeStore) PutBytes(ctx context.Context, key string, data []byte, o client.PutOptions) error {
+	return f.Put(ctx, key, []client.Region{{Ptr: uintptr(unsafe.Pointer(unsafe.SliceData(data))), Len: uint64(len(data))}}, 0, o)
+}
+
+func (f *fakeStore) GetBytes(_ context.Context, key string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(key); err != nil {
+		return nil, err
+	}
+	b, ok := f.mu.objs[key]
+	if !ok {
+		return nil, client.ErrNotFound
+	}
+	return append([]byte(nil), b...), nil
+}
+
+func (f *fakeStore) Exists(_ context.Context, key string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(key); err != nil {
+		return false, err
+	}
+	_, ok := f.mu.objs[key]
+	return ok, nil
+}
+
+func (f *fakeStore) BatchExists(ctx context.Context, keys []string) ([]bool, error) {
+	out := make([]bool, len(keys))
+	for i, k := range keys {
+		var err error
+		if out[i], err = f.Exists(ctx, k); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) Size(_ context.Context, key string) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(key); err != nil {
+		return 0, err
+	}
+	b, ok := f.mu.objs[key]
+	if !ok {
+		return 0, client.ErrNotFound
+	}
+	return uint64(len(b)), nil
+}
+
+func (f *fakeStore) Remove(_ context.Context, key string, _ bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(key); err != nil {
+		return err
+	}
+	b, ok := f.mu.objs[key]
+	if !ok {
+		return client.ErrNotFound
+	}
+	f.mu.used -= uint64(len(b))
+	delete(f.mu.objs, key)
+	return nil
+}
+
+func (f *fakeStore) RemoveAll(context.Context, bool) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.closed {
+		return 0, client.ErrClosed
+	}
+	n := len(f.mu.objs)
+	f.mu.objs = map[string][]byte{}
+	f.mu.used = 0
+	return n, nil
+}
+
+func (f *fakeStore) RegisterBuffer(uintptr, uint64) error { return nil }
+func (f *fakeStore) UnregisterBuffer(uintptr) error       { return client.ErrNotRegistered }
+func (f *fakeStore) Hostname() string                     { return "fakehost" }
+func (f *fakeStore) Health(context.Context) error         { return nil }
+
+func (f *fakeStore) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.closed = true
+	if f.mu.closeFails > 0 {
+		f.mu.closeFails--
+		f.mu.pending = true
+		return errors.New("fake: unmap failed")
+	}
+	f.mu.pending = false
+	return nil
+}
+
+func (f *fakeStore) CleanupPending() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mu.pending
+}
