@@ -47,5 +47,10 @@ device:
 	    $(GO) test -c -o $(DEVICE_DIR)/$$n.test $$p || exit 1; fi; done
 	cp scripts/device-batch.sh $(DEVICE_DIR)/ 2>/dev/null || true
 
+# Regenerate kernels/*.ptx (checked in, embedded by package kernels) with
+# nvcc 13.0 from PyPI, or NVCC=/path/to/nvcc. See kernels/README.md.
+ptx:
+	./kernels/gen-ptx.sh
+
 clean:
 	rm -rf $(BUILD) $(DEVICE_DIR)
