@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ErrInvalid is wrapped by every configuration error.
@@ -266,6 +268,9 @@ func FromJSON(data []byte) (Config, error) {
 	if err := dec.Decode(&m); err != nil {
 		return Config{}, fmt.Errorf("%w: JSON: %v", ErrInvalid, err)
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Config{}, fmt.Errorf("%w: JSON: trailing data after the object", ErrInvalid)
+	}
 	if m == nil {
 		return Config{}, fmt.Errorf("%w: JSON: want an object", ErrInvalid)
 	}
@@ -306,6 +311,11 @@ func stringKey(key string, set func(*Config, string)) setter {
 		s, ok := v.(string)
 		if !ok {
 			return invalid(key, v, "want a string")
+		}
+		if !utf8.ValidString(s) {
+			// Values travel in JSON and protobuf strings, which would
+			// silently replace the invalid bytes.
+			return invalid(key, strconv.Quote(s), "not valid UTF-8")
 		}
 		set(c, strings.TrimSpace(s))
 		return nil
@@ -349,6 +359,10 @@ func toSize(v any) (uint64, error) {
 		return ParseSize(x)
 	case json.Number:
 		return ParseSize(x.String())
+	case uint64: // Map renders sizes as uint64; all of them must round-trip
+		return x, nil
+	case uint:
+		return uint64(x), nil
 	}
 	n, err := toInt(v)
 	if err != nil {
@@ -438,18 +452,19 @@ func ParseSize(s string) (uint64, error) {
 }
 
 // FormatSize renders n with a binary unit ("64GiB", "1.5MiB", "4096B").
+// A rendering without a fraction is exact (ParseSize gives n back); one with
+// a fraction is rounded to a tenth of the unit.
 func FormatSize(n uint64) string {
 	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
-	f := float64(n)
 	i := 0
-	for f >= 1024 && i < len(units)-1 {
-		f /= 1024
+	for i < len(units)-1 && n>>(10*(i+1)) > 0 {
 		i++
 	}
-	if f == float64(uint64(f)) {
-		return fmt.Sprintf("%d%s", uint64(f), units[i])
+	shift := 10 * uint(i)
+	if n&(1<<shift-1) == 0 {
+		return fmt.Sprintf("%d%s", n>>shift, units[i])
 	}
-	return fmt.Sprintf("%.1f%s", f, units[i])
+	return fmt.Sprintf("%.1f%s", float64(n)/float64(uint64(1)<<shift), units[i])
 }
 
 // ParseNUMANodes parses egm_numa_nodes: "auto" (nil), "0,2", a JSON list,
