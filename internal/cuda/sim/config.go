@@ -89,7 +89,7 @@ func (c Config) withDefaults() Config {
 		c.GPUs = 1
 	}
 	if len(c.HostNUMA) == 0 {
-		c.HostNUMA = make([]int, c.GPUs)
+		c.HostNUMA = make([]int, max(c.GPUs, 0))
 	} else {
 		c.HostNUMA = slices.Clone(c.HostNUMA)
 	}
