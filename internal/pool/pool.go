@@ -331,7 +331,11 @@ func (p *Pool) setupLocked(ctx context.Context, cfg config.Config) error {
 		}
 		h, err := drv.MemCreate(cctx, c.desc.Size, p.prop(c.desc.Location))
 		if err != nil {
-			return fmt.Errorf("pool: allocate %s (%s on %s%d): %w", c.desc.ID, config.FormatSize(c.desc.Size), p.tier, c.desc.Location, err)
+			hint := ""
+			if p.handle == cuda.HandleFabric && errors.Is(err, cuda.ErrorNotPermitted) {
+				hint = " (FABRIC handles need an IMEX channel; use handle_type=auto or posix_fd)"
+			}
+			return fmt.Errorf("pool: allocate %s (%s on %s%d)%s: %w", c.desc.ID, config.FormatSize(c.desc.Size), p.tier, c.desc.Location, hint, err)
 		}
 		c.h = h
 		c.set(stepCreate)
