@@ -39,13 +39,19 @@ fuzz:
 
 # Everything the GPU machine needs, in one git-ignored folder (see docs/device.md).
 device:
-	rm -rf $(DEVICE_DIR) && mkdir -p $(DEVICE_DIR)
-	$(GO) build -o $(DEVICE_DIR)/kvfabric ./cmd/kvfabric
-	@for p in $$($(GO) list ./... ); do \
+	rm -rf $(DEVICE_DIR) && mkdir -p $(DEVICE_DIR)/cuda/testdata
+	$(GO) build -ldflags='-s -w' -o $(DEVICE_DIR)/kvfabric ./cmd/kvfabric
+	@: > $(DEVICE_DIR)/tests.txt; \
+	for p in $$($(GO) list ./... ); do \
 	  if $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}yes{{end}}' $$p | grep -q yes; then \
-	    n=$$(echo $$p | sed 's|.*/kvfabric/kvfabric/||; s|/|_|g'); \
-	    $(GO) test -c -o $(DEVICE_DIR)/$$n.test $$p || exit 1; fi; done
-	cp scripts/device-batch.sh $(DEVICE_DIR)/ 2>/dev/null || true
+	    rel=$$(echo $$p | sed 's|^github.com/kvfabric/kvfabric/*||'); rel=$${rel:-.}; \
+	    n=$$(echo $$rel | sed 's|/|_|g'); \
+	    echo "test -c $$p"; \
+	    $(GO) test -c -ldflags='-s -w' -o $(DEVICE_DIR)/$$n.test $$p || exit 1; \
+	    echo "$$n.test $$rel" >> $(DEVICE_DIR)/tests.txt; fi; done
+	cp internal/cuda/shim.h $(DEVICE_DIR)/cuda/
+	cp internal/cuda/testdata/layoutcheck.c $(DEVICE_DIR)/cuda/testdata/
+	cp scripts/device-batch.sh $(DEVICE_DIR)/
 
 # Regenerate kernels/*.ptx (checked in, embedded by package kernels) with
 # nvcc 13.0 from PyPI, or NVCC=/path/to/nvcc. See kernels/README.md.

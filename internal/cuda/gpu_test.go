@@ -140,9 +140,11 @@ func exportImportRoundTrip(t *testing.T, d *realDriver, loc Location) {
 	must(t, err)
 	s, err := d.StreamCreate(ctx, StreamNonBlocking)
 	must(t, err)
+	self, err := os.Executable()
+	must(t, err)
 	for dev := 0; dev < ndev; dev++ {
 		seed := uint64(100 + dev)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestGPUChild$", "-test.v")
+		cmd := exec.Command(self, "-test.run=^TestGPUChild$", "-test.v")
 		cmd.Env = append(os.Environ(), childEnv+"=1",
 			childSizeEnv+"="+strconv.FormatUint(size, 10),
 			childDevEnv+"="+strconv.Itoa(dev),
