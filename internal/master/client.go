@@ -1,0 +1,189 @@
+package master
+
+import (
+	"context"
+	"time"
+
+	"github.com/kvfabric/kvfabric/internal/segment"
+)
+
+// Client is how the rest of kvfabric talks to the master: NewEmbedded calls
+// a Service in the same process, Dial talks to `kvfabric master` over gRPC.
+// Both behave identically, errors included (see errors.go).
+//
+// Batch forms are the primitive: a call for one key is a batch of one.
+// Results are positional — result i answers request i — and per-item
+// failures are reported per item; the returned error (or, for the []error
+// forms, the same error in every slot) is for failures of the whole call:
+// ErrClosed, ErrInvalid for an oversized batch, context and transport
+// errors.
+//
+// A Client is safe for concurrent use.
+type Client interface {
+	// RegisterClient registers a process with the master and starts its
+	// liveness clock: it must call Heartbeat more often than the returned
+	// TTL, or its segments are unmounted and the replicas on them dropped.
+	// An empty ClientInfo.ID asks the master to assign one. Registering an
+	// id that is registered already starts a new incarnation: the segments
+	// of the old one are unmounted, as on expiry (the memory went with the
+	// old process).
+	RegisterClient(ctx context.Context, info ClientInfo) (Registration, error)
+	// Heartbeat renews a registration; ErrUnknownClient once it expired.
+	Heartbeat(ctx context.Context, clientID string) error
+	// MountSegment adds capacity. d.Owner must be a registered client id.
+	// Mounting the same (id, generation) again is a no-op; the same id with
+	// another generation or owner is ErrAlreadyExists.
+	MountSegment(ctx context.Context, d segment.Descriptor) error
+	// UnmountSegment removes a segment, dropping the replicas on it and the
+	// objects left without replicas. While a reader holds a lease on an
+	// object with a replica on it, or a put into it is in progress, it
+	// returns ErrHasLease and the segment drains: it gets no new
+	// allocations or leases, so retrying after the lease TTL succeeds.
+	UnmountSegment(ctx context.Context, k segment.Key) error
+	// PutStart allocates replicas for new keys (put-if-absent). The object
+	// becomes visible at PutEnd; a put neither ended nor revoked within the
+	// put timeout is revoked and its bytes reclaimed.
+	PutStart(ctx context.Context, reqs []PutStartReq) ([]PutStartResult, error)
+	// PutEnd makes puts visible. Ending a put twice is a no-op; a put that
+	// was revoked (or timed out) is ErrNotFound.
+	PutEnd(ctx context.Context, puts []PutRef) []error
+	// PutRevoke abandons puts in progress and frees their bytes.
+	PutRevoke(ctx context.Context, puts []PutRef) []error
+	// GetReplicas returns where visible keys live and grants each a read
+	// lease until GetResult.LeaseExpiry: until then the replicas are neither
+	// evicted nor freed. A missing or unfinished key is ErrNotFound.
+	GetReplicas(ctx context.Context, keys []string) ([]GetResult, error)
+	// Exists reports whether keys are visible, granting no lease.
+	Exists(ctx context.Context, keys []string) ([]bool, error)
+	// Remove deletes visible keys. A leased key is ErrHasLease unless
+	// force is set; then the key disappears at once and its bytes are freed
+	// when the last lease expires. A put in progress is ErrWrongState.
+	Remove(ctx context.Context, keys []string, force bool) []error
+	// RemoveAll removes every visible object as Remove would, skipping
+	// leased ones unless force is set and puts in progress always, and
+	// returns how many it removed.
+	RemoveAll(ctx context.Context, force bool) (int, error)
+	// ListSegments returns the mounted segments (draining ones included).
+	ListSegments(ctx context.Context) ([]segment.Descriptor, error)
+	// Stats returns capacity and usage.
+	Stats(ctx context.Context) (Stats, error)
+	// Close releases the Client (not the Service behind an embedded one).
+	// Later calls return ErrClosed. Close is idempotent.
+	Close() error
+}
+
+// ClientInfo describes a process registering with the master.
+type ClientInfo struct {
+	// ID is the client id; empty asks the master to assign one.
+	ID string
+	// Node is the host identity (the segment descriptors' Node).
+	Node string
+	// TTL is how long the registration lives without a heartbeat; 0 means
+	// the master's default. The master clamps it to its configured bounds.
+	TTL time.Duration
+	// NUMANode and Device are where the client's GPU sits, for placement;
+	// -1 when unknown.
+	NUMANode int32
+	Device   int32
+}
+
+// Registration is the master's answer to RegisterClient.
+type Registration struct {
+	ID  string
+	TTL time.Duration
+}
+
+// MaxReplicas bounds PutStartReq.Replicas.
+const MaxReplicas = 8
+
+// PutStartReq asks for space for one new object.
+type PutStartReq struct {
+	Key  string
+	Size uint64
+	// Replicas is the number of copies, each on a distinct segment; 0 means 1.
+	Replicas int
+	// Pin exempts the object from eviction (it can still be removed).
+	Pin       bool
+	Placement Placement
+}
+
+// Placement holds hints; none of them makes a put fail except TierOnly.
+type Placement struct {
+	// Tier is tried first; TierUnknown means DRAM, then HBM.
+	Tier segment.Tier
+	// TierOnly forbids falling back to the other tier.
+	TierOnly bool
+	// Client is the writing client's id; its registered Node, NUMA node and
+	// device are used when the fields below are unset.
+	Client string
+	// Node, NUMANode and Device say where the data will be read from: a
+	// segment on that node and NUMA node (DRAM) or device (HBM) is
+	// preferred. Empty / -1 when unknown. (The zero value 0 means NUMA
+	// node 0 / device 0: set -1 explicitly when unknown.)
+	Node     string
+	NUMANode int32
+	Device   int32
+	// Segments are preferred segment ids; unknown ids are ignored.
+	Segments []string
+}
+
+// NoPlacement is Placement with nothing known.
+var NoPlacement = Placement{NUMANode: -1, Device: -1}
+
+// Replica is where one copy of an object lives.
+type Replica struct {
+	// Segment is the descriptor the segment was mounted with: enough to
+	// import it, keyed by Segment.Key(). It is shared and must not be
+	// modified.
+	Segment *segment.Descriptor
+	Offset  uint64
+	// Length is the allocated length (Size rounded up to the alignment).
+	Length uint64
+}
+
+// PutStartResult answers one PutStartReq.
+type PutStartResult struct {
+	// Err is nil on success.
+	Err error
+	// Token identifies this put; pass it to PutEnd or PutRevoke.
+	Token    uint64
+	Replicas []Replica
+}
+
+// PutRef names a put in progress.
+type PutRef struct {
+	Key   string
+	Token uint64
+}
+
+// GetResult answers one key of GetReplicas.
+type GetResult struct {
+	// Err is nil on success.
+	Err      error
+	Size     uint64
+	Replicas []Replica
+	// LeaseExpiry is when the read lease ends; a reader whose copy finishes
+	// later must treat the data as possibly overwritten.
+	LeaseExpiry time.Time
+}
+
+// Stats is a snapshot of the master's state.
+type Stats struct {
+	Objects     int
+	PendingPuts int
+	Segments    int
+	Clients     int
+	Tiers       []UsageStats // one per tier with segments, by tier
+	Locations   []UsageStats // one per (node, tier, location), sorted
+	Evictions   uint64
+}
+
+// UsageStats is capacity and usage of a set of segments.
+type UsageStats struct {
+	Node     string // empty in Stats.Tiers
+	Tier     segment.Tier
+	Location int32 // -1 in Stats.Tiers
+	Segments int
+	Capacity uint64
+	Used     uint64
+}

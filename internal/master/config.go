@@ -1,0 +1,128 @@
+package master
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Clock is the Service's source of time; tests inject a manual one.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// SystemClock is the wall clock.
+var SystemClock Clock = systemClock{}
+
+// Watermarks bound a tier's usage as fractions of its capacity: when usage
+// passes High, eviction brings it down to Low.
+type Watermarks struct {
+	High, Low float64
+}
+
+// Config configures a Service. The zero value of each field means its
+// default (see Defaults).
+type Config struct {
+	// LeaseTTL is how long a GetReplicas lease lasts. Default 5s.
+	LeaseTTL time.Duration
+	// PutTimeout is how long a put may stay in progress before it is
+	// revoked. Default 30s.
+	PutTimeout time.Duration
+	// ClientTTL is the default registration TTL. Default 10s.
+	ClientTTL time.Duration
+	// MinClientTTL and MaxClientTTL clamp a requested TTL. Defaults 1s, 5m.
+	MinClientTTL, MaxClientTTL time.Duration
+	// DRAM and HBM are the eviction watermarks. Default {0.95, 0.85}.
+	DRAM, HBM Watermarks
+	// Alignment of every allocation (a power of two). Default 64.
+	Alignment uint64
+	// MaxKeyLen bounds keys in bytes. Default 1024.
+	MaxKeyLen int
+	// MaxBatch bounds the items of one call. Default 65536.
+	MaxBatch int
+	// EvictSample is how many candidates each approximate-LRU eviction
+	// step samples. Default 16.
+	EvictSample int
+	// ReapInterval is how often the background reaper expires leases, puts
+	// and clients. Default 100ms; negative disables the background reaper
+	// (tests then call Service.Reap).
+	ReapInterval time.Duration
+	// Clock defaults to SystemClock.
+	Clock Clock
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Registerer, when set, receives the Service's metrics.
+	Registerer prometheus.Registerer
+}
+
+// Defaults returns c with zero fields set to their defaults.
+func (c Config) Defaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.LeaseTTL, 5*time.Second)
+	def(&c.PutTimeout, 30*time.Second)
+	def(&c.ClientTTL, 10*time.Second)
+	def(&c.MinClientTTL, time.Second)
+	def(&c.MaxClientTTL, 5*time.Minute)
+	def(&c.ReapInterval, 100*time.Millisecond)
+	if c.DRAM == (Watermarks{}) {
+		c.DRAM = Watermarks{High: 0.95, Low: 0.85}
+	}
+	if c.HBM == (Watermarks{}) {
+		c.HBM = Watermarks{High: 0.95, Low: 0.85}
+	}
+	if c.Alignment == 0 {
+		c.Alignment = 64
+	}
+	if c.MaxKeyLen == 0 {
+		c.MaxKeyLen = 1024
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 65536
+	}
+	if c.EvictSample == 0 {
+		c.EvictSample = 16
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock
+	}
+	return c
+}
+
+// Validate checks a Config after Defaults; the error names the field.
+func (c Config) Validate() error {
+	switch {
+	case c.LeaseTTL < 0:
+		return fmt.Errorf("%w: config LeaseTTL %v", ErrInvalid, c.LeaseTTL)
+	case c.PutTimeout < 0:
+		return fmt.Errorf("%w: config PutTimeout %v", ErrInvalid, c.PutTimeout)
+	case c.ClientTTL < 0 || c.MinClientTTL < 0 || c.MaxClientTTL < c.MinClientTTL:
+		return fmt.Errorf("%w: config ClientTTL %v (min %v, max %v)", ErrInvalid, c.ClientTTL, c.MinClientTTL, c.MaxClientTTL)
+	case c.Alignment&(c.Alignment-1) != 0:
+		return fmt.Errorf("%w: config Alignment %d is not a power of two", ErrInvalid, c.Alignment)
+	case c.MaxKeyLen < 1:
+		return fmt.Errorf("%w: config MaxKeyLen %d", ErrInvalid, c.MaxKeyLen)
+	case c.MaxBatch < 1:
+		return fmt.Errorf("%w: config MaxBatch %d", ErrInvalid, c.MaxBatch)
+	case c.EvictSample < 1:
+		return fmt.Errorf("%w: config EvictSample %d", ErrInvalid, c.EvictSample)
+	}
+	for _, w := range []struct {
+		name string
+		w    Watermarks
+	}{{"DRAM", c.DRAM}, {"HBM", c.HBM}} {
+		if !(w.w.Low > 0 && w.w.Low <= w.w.High && w.w.High <= 1) {
+			return fmt.Errorf("%w: config %s watermarks high %v low %v: want 0 < low <= high <= 1", ErrInvalid, w.name, w.w.High, w.w.Low)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,125 @@
+package master
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/kvfabric/kvfabric/internal/segment"
+)
+
+// embedded is the in-process Client: each call goes straight to the
+// Service. Results share Replica.Segment descriptors with the Service (they
+// are immutable).
+type embedded struct {
+	svc    *Service
+	closed atomic.Bool
+}
+
+var _ Client = (*embedded)(nil)
+
+// NewEmbedded returns a Client that calls svc directly. Closing the Client
+// does not close svc.
+func NewEmbedded(svc *Service) Client { return &embedded{svc: svc} }
+
+func (e *embedded) check() error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (e *embedded) RegisterClient(ctx context.Context, info ClientInfo) (Registration, error) {
+	if err := e.check(); err != nil {
+		return Registration{}, err
+	}
+	return e.svc.RegisterClient(ctx, info)
+}
+
+func (e *embedded) Heartbeat(ctx context.Context, id string) error {
+	if err := e.check(); err != nil {
+		return err
+	}
+	return e.svc.Heartbeat(ctx, id)
+}
+
+func (e *embedded) MountSegment(ctx context.Context, d segment.Descriptor) error {
+	if err := e.check(); err != nil {
+		return err
+	}
+	return e.svc.MountSegment(ctx, d)
+}
+
+func (e *embedded) UnmountSegment(ctx context.Context, k segment.Key) error {
+	if err := e.check(); err != nil {
+		return err
+	}
+	return e.svc.UnmountSegment(ctx, k)
+}
+
+func (e *embedded) PutStart(ctx context.Context, reqs []PutStartReq) ([]PutStartResult, error) {
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	return e.svc.PutStart(ctx, reqs)
+}
+
+func (e *embedded) PutEnd(ctx context.Context, puts []PutRef) []error {
+	if err := e.check(); err != nil {
+		return fillErr(make([]error, len(puts)), err)
+	}
+	return e.svc.PutEnd(ctx, puts)
+}
+
+func (e *embedded) PutRevoke(ctx context.Context, puts []PutRef) []error {
+	if err := e.check(); err != nil {
+		return fillErr(make([]error, len(puts)), err)
+	}
+	return e.svc.PutRevoke(ctx, puts)
+}
+
+func (e *embedded) GetReplicas(ctx context.Context, keys []string) ([]GetResult, error) {
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	return e.svc.GetReplicas(ctx, keys)
+}
+
+func (e *embedded) Exists(ctx context.Context, keys []string) ([]bool, error) {
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	return e.svc.Exists(ctx, keys)
+}
+
+func (e *embedded) Remove(ctx context.Context, keys []string, force bool) []error {
+	if err := e.check(); err != nil {
+		return fillErr(make([]error, len(keys)), err)
+	}
+	return e.svc.Remove(ctx, keys, force)
+}
+
+func (e *embedded) RemoveAll(ctx context.Context, force bool) (int, error) {
+	if err := e.check(); err != nil {
+		return 0, err
+	}
+	return e.svc.RemoveAll(ctx, force)
+}
+
+func (e *embedded) ListSegments(ctx context.Context) ([]segment.Descriptor, error) {
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	return e.svc.ListSegments(ctx)
+}
+
+func (e *embedded) Stats(ctx context.Context) (Stats, error) {
+	if err := e.check(); err != nil {
+		return Stats{}, err
+	}
+	return e.svc.Stats(ctx)
+}
+
+func (e *embedded) Close() error {
+	e.closed.Store(true)
+	return nil
+}

@@ -1,0 +1,84 @@
+package master
+
+import (
+	"github.com/kvfabric/kvfabric/internal/segment"
+)
+
+// maxEvictPerCall bounds the work one call does under the lock; the reaper
+// continues where it stopped.
+const maxEvictPerCall = 4096
+
+func (s *Service) watermarks(t segment.Tier) Watermarks {
+	if t == segment.TierHBM {
+		return s.cfg.HBM
+	}
+	return s.cfg.DRAM
+}
+
+// evictToWatermarksLocked evicts every tier above its high watermark down to
+// its low watermark.
+func (s *Service) evictToWatermarksLocked(now int64) {
+	for _, t := range []segment.Tier{segment.TierDRAM, segment.TierHBM} {
+		capacity, used := s.mu.tierCap[t], s.mu.tierUsed[t]
+		w := s.watermarks(t)
+		if capacity == 0 || float64(used) <= w.High*float64(capacity) {
+			continue
+		}
+		low := uint64(w.Low * float64(capacity))
+		s.evictLocked(t, used-low, now)
+	}
+}
+
+// evictLocked frees at least want bytes of tier t, if it can, by removing
+// visible objects that are neither leased nor pinned, oldest last access
+// first, approximately: each step samples Config.EvictSample slots and
+// evicts the least recently used eligible one (the Redis approach). It
+// returns the bytes freed in t.
+func (s *Service) evictLocked(t segment.Tier, want uint64, now int64) uint64 {
+	var freed uint64
+	misses, evicted := 0, 0
+	for freed < want && evicted < maxEvictPerCall && misses < 8 && s.mu.visible > 0 {
+		victim, found := uint32(0), false
+		var oldest int64
+		n := len(s.mu.objs)
+		// A sparse table would make sampling miss; scale the sample up.
+		sample := s.cfg.EvictSample * max(1, n/max(1, s.mu.visible))
+		for range min(sample, 16*s.cfg.EvictSample) {
+			slot := uint32(s.mu.rng.IntN(n))
+			o := &s.mu.objs[slot]
+			if o.state != stateVisible || o.flags&flagPinned != 0 || o.leaseUntil > now {
+				continue
+			}
+			if found && o.stamp >= oldest {
+				continue
+			}
+			if bytes := s.tierBytesLocked(slot, t); bytes == 0 {
+				continue
+			}
+			victim, found, oldest = slot, true, o.stamp
+		}
+		if !found {
+			misses++
+			continue
+		}
+		misses = 0
+		freed += s.tierBytesLocked(victim, t)
+		s.freeObjectLocked(victim, now)
+		s.mu.evictions++
+		s.met.evictions.WithLabelValues(t.String()).Inc()
+		evicted++
+	}
+	return freed
+}
+
+// tierBytesLocked returns the bytes slot's replicas hold in tier t.
+func (s *Service) tierBytesLocked(slot uint32, t segment.Tier) uint64 {
+	var n uint64
+	for _, r := range s.repsLocked(slot) {
+		if sg := s.mu.segs[r.seg]; sg.desc.Tier == t {
+			_, l, _ := sg.al.Span(r.ref)
+			n += l
+		}
+	}
+	return n
+}

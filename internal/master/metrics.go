@@ -1,0 +1,199 @@
+package master
+
+import (
+	"cmp"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type opKind int
+
+const (
+	opRegister opKind = iota
+	opHeartbeat
+	opMount
+	opUnmount
+	opPutStart
+	opPutEnd
+	opPutRevoke
+	opGet
+	opExists
+	opRemove
+	opRemoveAll
+	opListSegments
+	opStats
+	nOps
+)
+
+var opNames = [nOps]string{"register_client", "heartbeat", "mount_segment", "unmount_segment",
+	"put_start", "put_end", "put_revoke", "get_replicas", "exists", "remove", "remove_all",
+	"list_segments", "stats"}
+
+// batchOp reports whether op counts its items rather than its calls.
+func batchOp(op opKind) bool {
+	switch op {
+	case opPutStart, opPutEnd, opPutRevoke, opGet, opExists, opRemove:
+		return true
+	}
+	return false
+}
+
+type result int
+
+const (
+	resOK result = iota
+	resInvalid
+	resNotFound
+	resAlreadyExists
+	resNoSpace
+	resHasLease
+	resWrongState
+	resUnknownSegment
+	resGenerationMismatch
+	resUnknownClient
+	resClosed
+	resCanceled
+	resError
+	nResults
+)
+
+var resultNames = [nResults]string{"ok", "invalid", "not_found", "already_exists", "no_space",
+	"has_lease", "wrong_state", "unknown_segment", "generation_mismatch", "unknown_client",
+	"closed", "canceled", "error"}
+
+// metrics are the Service's Prometheus metrics. Counters are pre-resolved
+// per (op, result) so the hot path does no label lookups.
+type metrics struct {
+	opsVec         *prometheus.CounterVec
+	ops            [nOps][nResults]prometheus.Counter
+	latVec         *prometheus.HistogramVec
+	lat            [nOps]prometheus.Observer
+	evictions      *prometheus.CounterVec
+	leaseExpiries  prometheus.Counter
+	putTimeouts    prometheus.Counter
+	clientExpiries prometheus.Counter
+	state          *stateCollector
+}
+
+func newMetrics(s *Service) *metrics {
+	m := &metrics{
+		opsVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvfabric_master_ops_total",
+			Help: "Master operations by type and result; batch operations count items, other operations (and whole-batch failures) count calls.",
+		}, []string{"op", "result"}),
+		latVec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kvfabric_master_op_duration_seconds",
+			Help:    "Latency of master calls (a batch is one call), in the Service.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
+		}, []string{"op"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvfabric_master_evictions_total",
+			Help: "Objects evicted, by the tier whose pressure evicted them.",
+		}, []string{"tier"}),
+		leaseExpiries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvfabric_master_lease_expiries_total",
+			Help: "Read leases that ran out (one per object per lease period).",
+		}),
+		putTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvfabric_master_put_timeouts_total",
+			Help: "Puts revoked because they were not ended within the put timeout.",
+		}),
+		clientExpiries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvfabric_master_client_expiries_total",
+			Help: "Clients whose registration expired without a heartbeat.",
+		}),
+		state: &stateCollector{s: s},
+	}
+	for op := range nOps {
+		m.lat[op] = m.latVec.WithLabelValues(opNames[op])
+		for r := range nResults {
+			m.ops[op][r] = m.opsVec.WithLabelValues(opNames[op], resultNames[r])
+		}
+	}
+	return m
+}
+
+func (m *metrics) register(r prometheus.Registerer) error {
+	var errs []error
+	for _, c := range []prometheus.Collector{m.opsVec, m.latVec, m.evictions, m.leaseExpiries, m.putTimeouts, m.clientExpiries, m.state} {
+		errs = append(errs, r.Register(c))
+	}
+	return errors.Join(errs...)
+}
+
+// op records a call's latency, and its result unless it is a batch call
+// that got as far as its items.
+func (m *metrics) op(op opKind, start time.Time, errp *error) {
+	m.lat[op].Observe(time.Since(start).Seconds())
+	if !batchOp(op) || *errp != nil {
+		m.ops[op][errResult(*errp)].Inc()
+	}
+}
+
+// items records the results of a batch's n items.
+func (m *metrics) items(op opKind, n int, errAt func(int) error) {
+	var counts [nResults]int
+	for i := range n {
+		counts[errResult(errAt(i))]++
+	}
+	for r, c := range counts {
+		if c > 0 {
+			m.ops[op][r].Add(float64(c))
+		}
+	}
+}
+
+// stateCollector exports capacity, usage and counts, read under the
+// Service's lock at scrape time so they are exact.
+type stateCollector struct{ s *Service }
+
+var (
+	descCapacity = prometheus.NewDesc("kvfabric_master_capacity_bytes",
+		"Mounted capacity by tier, node and location (host NUMA id or device ordinal).", []string{"tier", "node", "location"}, nil)
+	descUsed = prometheus.NewDesc("kvfabric_master_used_bytes",
+		"Allocated bytes by tier, node and location.", []string{"tier", "node", "location"}, nil)
+	descTierCapacity = prometheus.NewDesc("kvfabric_master_tier_capacity_bytes", "Mounted capacity by tier.", []string{"tier"}, nil)
+	descTierUsed     = prometheus.NewDesc("kvfabric_master_tier_used_bytes", "Allocated bytes by tier.", []string{"tier"}, nil)
+	descObjects      = prometheus.NewDesc("kvfabric_master_objects", "Visible objects.", nil, nil)
+	descPending      = prometheus.NewDesc("kvfabric_master_pending_puts", "Puts in progress.", nil, nil)
+	descSegments     = prometheus.NewDesc("kvfabric_master_segments", "Mounted segments.", nil, nil)
+	descClients      = prometheus.NewDesc("kvfabric_master_clients", "Registered clients.", nil, nil)
+)
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCapacity, descUsed, descTierCapacity, descTierUsed, descObjects, descPending, descSegments, descClients} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c.s.mu.Lock()
+	st := c.s.statsLocked()
+	c.s.mu.Unlock()
+	g := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, t := range st.Tiers {
+		g(descTierCapacity, float64(t.Capacity), t.Tier.String())
+		g(descTierUsed, float64(t.Used), t.Tier.String())
+	}
+	for _, l := range st.Locations {
+		loc := strconv.Itoa(int(l.Location))
+		g(descCapacity, float64(l.Capacity), l.Tier.String(), l.Node, loc)
+		g(descUsed, float64(l.Used), l.Tier.String(), l.Node, loc)
+	}
+	g(descObjects, float64(st.Objects))
+	g(descPending, float64(st.PendingPuts))
+	g(descSegments, float64(st.Segments))
+	g(descClients, float64(st.Clients))
+}
+
+func sortUsage(u []UsageStats) {
+	slices.SortFunc(u, func(a, b UsageStats) int {
+		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Tier, b.Tier), cmp.Compare(a.Location, b.Location))
+	})
+}

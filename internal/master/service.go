@@ -1,0 +1,892 @@
+// Package master is kvfabric's metadata service (DESIGN §5): mounted
+// segments and their offset allocators, objects and their replicas, put and
+// read leases, byte-based eviction and client liveness. It never touches the
+// data.
+//
+// Service is the core, in plain Go types. Clients reach it through the
+// Client interface: NewEmbedded in the same process, or Dial to a Server
+// (`kvfabric master`) over gRPC.
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/kvfabric/kvfabric/internal/alloc"
+	"github.com/kvfabric/kvfabric/internal/segment"
+)
+
+// Object states.
+const (
+	stateFree    uint8 = iota // slot unused
+	statePending              // PutStart done, not visible
+	stateVisible              // PutEnd done
+	stateZombie               // removed by force while leased; freed when the lease ends
+)
+
+// Object flags.
+const (
+	flagPinned uint8 = 1 << iota
+	flagLeaseQueued
+)
+
+// inlineReps replicas live in the object record; more go to Service.mu.extra.
+const inlineReps = 2
+
+// replica is one copy: a segment slot and the allocator block in it. The
+// block's offset and length live in the allocator.
+type replica struct {
+	seg uint32
+	ref alloc.Ref
+}
+
+// object is one entry of the object table (72 bytes). Objects are addressed
+// by slot index; the table holds no pointers besides the key.
+type object struct {
+	key        string
+	size       uint64
+	token      uint64
+	stamp      int64 // visible: last access; pending: put deadline (unix ns)
+	leaseUntil int64 // unix ns; 0 when never leased
+	reps       [inlineReps]replica
+	nrep       uint8
+	state      uint8
+	flags      uint8
+}
+
+type segState struct {
+	desc     *segment.Descriptor // immutable; shared with Replica.Segment
+	al       *alloc.Allocator
+	draining bool
+}
+
+type clientState struct {
+	info    ClientInfo
+	ttl     time.Duration
+	expires int64
+}
+
+// leaseBucket is the granularity of the lease expiry wheel.
+const leaseBucket = int64(100 * time.Millisecond)
+
+// Service is the master's state machine. It is safe for concurrent use: one
+// mutex serialises all operations (each is short and allocation-light;
+// batching amortises the lock). Close stops the background reaper and makes
+// later calls fail with ErrClosed.
+type Service struct {
+	cfg   Config
+	clock Clock
+	log   *slog.Logger
+	met   *metrics
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	// mu guards all mutable state below it.
+	mu struct {
+		sync.Mutex
+		closed   bool
+		clients  map[string]*clientState
+		segIndex map[string]uint32 // segment id → slot
+		segs     []*segState       // by slot; nil when free
+		freeSegs []uint32
+		tierCap  [3]uint64 // by segment.Tier
+		tierUsed [3]uint64
+
+		index    map[string]uint32 // visible and pending keys → object slot
+		objs     []object
+		freeObjs []uint32
+		extra    map[uint32][]replica // all replicas of objects with > inlineReps
+		pending  map[uint32]struct{}  // slots of puts in progress
+		leaseQ   map[int64][]uint32   // lease wheel: bucket → slots to look at
+		visible  int
+		zombies  int
+
+		nextToken  uint64
+		nextClient uint64
+		evictions  uint64
+		rng        *rand.Rand
+	}
+}
+
+// New returns a running Service. The caller must Close it.
+func New(cfg Config) (*Service, error) {
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, stop: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.met = newMetrics(s)
+	if cfg.Registerer != nil {
+		if err := s.met.register(cfg.Registerer); err != nil {
+			return nil, fmt.Errorf("master: register metrics: %w", err)
+		}
+	}
+	m := &s.mu
+	m.clients = map[string]*clientState{}
+	m.segIndex = map[string]uint32{}
+	m.index = map[string]uint32{}
+	m.extra = map[uint32][]replica{}
+	m.pending = map[uint32]struct{}{}
+	m.leaseQ = map[int64][]uint32{}
+	seed := uint64(time.Now().UnixNano())
+	m.rng = rand.New(rand.NewPCG(seed, seed>>17|1))
+	m.nextToken = m.rng.Uint64()>>1 | 1
+	if cfg.ReapInterval > 0 {
+		s.wg.Add(1)
+		go s.reaper()
+	}
+	return s, nil
+}
+
+// Close stops the reaper and waits for it and for calls in flight; later
+// calls return ErrClosed. It is idempotent and returns nil.
+func (s *Service) Close() error {
+	s.mu.Lock()
+	already := s.mu.closed
+	s.mu.closed = true
+	s.mu.Unlock()
+	if !already {
+		close(s.stop)
+	}
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Service) reaper() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Reap()
+		}
+	}
+}
+
+// lock takes the mutex unless the Service is closed or ctx is done.
+func (s *Service) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (s *Service) now() int64 { return s.clock.Now().UnixNano() }
+
+// ---- clients and segments ----
+
+// RegisterClient implements Client.
+func (s *Service) RegisterClient(ctx context.Context, info ClientInfo) (reg Registration, err error) {
+	defer s.met.op(opRegister, time.Now(), &err)
+	if err := validateClientInfo(&info); err != nil {
+		return Registration{}, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return Registration{}, err
+	}
+	defer s.mu.Unlock()
+	now := s.now()
+	if info.ID == "" {
+		s.mu.nextClient++
+		info.ID = fmt.Sprintf("client-%d-%08x", s.mu.nextClient, s.mu.rng.Uint32())
+	} else if _, ok := s.mu.clients[info.ID]; ok {
+		// A new incarnation: the old process's memory is gone.
+		s.dropClientSegmentsLocked(info.ID, now)
+	}
+	ttl := info.TTL
+	if ttl == 0 {
+		ttl = s.cfg.ClientTTL
+	}
+	ttl = min(max(ttl, s.cfg.MinClientTTL), s.cfg.MaxClientTTL)
+	s.mu.clients[info.ID] = &clientState{info: info, ttl: ttl, expires: now + int64(ttl)}
+	return Registration{ID: info.ID, TTL: ttl}, nil
+}
+
+// Heartbeat implements Client.
+func (s *Service) Heartbeat(ctx context.Context, clientID string) (err error) {
+	defer s.met.op(opHeartbeat, time.Now(), &err)
+	if err := validateID("client id", clientID); err != nil {
+		return err
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	c, err := s.liveClientLocked(clientID, s.now())
+	if err != nil {
+		return err
+	}
+	c.expires = s.now() + int64(c.ttl)
+	return nil
+}
+
+// liveClientLocked returns a registered client, expiring it first if its
+// TTL ran out since the last reap.
+func (s *Service) liveClientLocked(id string, now int64) (*clientState, error) {
+	c, ok := s.mu.clients[id]
+	if ok && c.expires <= now {
+		s.expireClientLocked(id, now)
+		ok = false
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownClient, id)
+	}
+	return c, nil
+}
+
+func (s *Service) expireClientLocked(id string, now int64) {
+	n := s.dropClientSegmentsLocked(id, now)
+	delete(s.mu.clients, id)
+	s.met.clientExpiries.Inc()
+	s.log.Warn("master: client expired", "client", id, "segments", n)
+}
+
+func (s *Service) dropClientSegmentsLocked(owner string, now int64) int {
+	n := 0
+	for slot, sg := range s.mu.segs {
+		if sg != nil && sg.desc.Owner == owner {
+			s.dropSegmentLocked(uint32(slot), now)
+			n++
+		}
+	}
+	return n
+}
+
+// MountSegment implements Client.
+func (s *Service) MountSegment(ctx context.Context, d segment.Descriptor) (err error) {
+	defer s.met.op(opMount, time.Now(), &err)
+	if err := validateDescriptor(&d); err != nil {
+		return err
+	}
+	al, err := alloc.New(d.Size, s.cfg.Alignment)
+	if err != nil {
+		return fmt.Errorf("%w: segment %q: size %d: smaller than the alignment %d", ErrInvalid, d.ID, d.Size, s.cfg.Alignment)
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	now := s.now()
+	if _, err := s.liveClientLocked(d.Owner, now); err != nil {
+		return fmt.Errorf("segment %q owner: %w", d.ID, err)
+	}
+	if slot, ok := s.mu.segIndex[d.ID]; ok {
+		old := s.mu.segs[slot].desc
+		if old.Generation == d.Generation && old.Owner == d.Owner {
+			return nil // a retried mount
+		}
+		return fmt.Errorf("%w: segment %q is mounted (generation %#x, owner %q)", ErrAlreadyExists, d.ID, old.Generation, old.Owner)
+	}
+	desc := d
+	sg := &segState{desc: &desc, al: al}
+	var slot uint32
+	if n := len(s.mu.freeSegs); n > 0 {
+		slot = s.mu.freeSegs[n-1]
+		s.mu.freeSegs = s.mu.freeSegs[:n-1]
+		s.mu.segs[slot] = sg
+	} else {
+		slot = uint32(len(s.mu.segs))
+		s.mu.segs = append(s.mu.segs, sg)
+	}
+	s.mu.segIndex[d.ID] = slot
+	s.mu.tierCap[d.Tier] += al.Size()
+	return nil
+}
+
+// UnmountSegment implements Client.
+func (s *Service) UnmountSegment(ctx context.Context, k segment.Key) (err error) {
+	defer s.met.op(opUnmount, time.Now(), &err)
+	if err := validateSegmentKey(k); err != nil {
+		return err
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	slot, err := s.segmentLocked(k)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	sg := s.mu.segs[slot]
+	leased, writing := 0, 0
+	sg.al.Each(func(_ alloc.Ref, _, _ uint64, tag uint32) {
+		o := &s.mu.objs[tag]
+		switch {
+		case o.state == statePending:
+			writing++
+		case o.leaseUntil > now:
+			leased++
+		}
+	})
+	if leased+writing > 0 {
+		sg.draining = true
+		return fmt.Errorf("%w: segment %s: %d leased objects, %d puts in progress; draining, retry after the lease TTL (%v)",
+			ErrHasLease, k, leased, writing, s.cfg.LeaseTTL)
+	}
+	s.dropSegmentLocked(slot, now)
+	return nil
+}
+
+func (s *Service) segmentLocked(k segment.Key) (uint32, error) {
+	slot, ok := s.mu.segIndex[k.ID]
+	if !ok {
+		return 0, fmt.Errorf("%w: %q", ErrUnknownSegment, k.ID)
+	}
+	if g := s.mu.segs[slot].desc.Generation; g != k.Generation {
+		return 0, fmt.Errorf("%w: segment %q is generation %#x, not %#x", ErrGenerationMismatch, k.ID, g, k.Generation)
+	}
+	return slot, nil
+}
+
+// dropSegmentLocked removes a segment whatever its leases: the replicas on
+// it are dropped and objects left without replicas are removed.
+func (s *Service) dropSegmentLocked(slot uint32, now int64) {
+	sg := s.mu.segs[slot]
+	var orphans []uint32
+	sg.al.Each(func(ref alloc.Ref, _, _ uint64, tag uint32) {
+		reps := s.repsLocked(tag)
+		keep := reps[:0:0]
+		for _, r := range reps {
+			if r.seg != slot {
+				keep = append(keep, r)
+			}
+		}
+		s.setRepsLocked(tag, keep)
+		if len(keep) == 0 {
+			orphans = append(orphans, tag)
+		}
+	})
+	s.mu.tierCap[sg.desc.Tier] -= sg.al.Size()
+	s.mu.tierUsed[sg.desc.Tier] -= sg.al.Used()
+	for _, o := range orphans {
+		s.freeObjectLocked(o, now)
+	}
+	delete(s.mu.segIndex, sg.desc.ID)
+	s.mu.segs[slot] = nil
+	s.mu.freeSegs = append(s.mu.freeSegs, slot)
+	s.log.Info("master: segment unmounted", "segment", sg.desc.Key().String(), "orphans", len(orphans))
+}
+
+// ListSegments implements Client.
+func (s *Service) ListSegments(ctx context.Context) (_ []segment.Descriptor, err error) {
+	defer s.met.op(opListSegments, time.Now(), &err)
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := make([]segment.Descriptor, 0, len(s.mu.segIndex))
+	for _, sg := range s.mu.segs {
+		if sg != nil {
+			out = append(out, *sg.desc)
+		}
+	}
+	return out, nil
+}
+
+// ---- objects ----
+
+func (s *Service) repsLocked(slot uint32) []replica {
+	o := &s.mu.objs[slot]
+	if o.nrep <= inlineReps {
+		return o.reps[:o.nrep]
+	}
+	return s.mu.extra[slot]
+}
+
+// setRepsLocked stores reps as slot's replicas; reps may alias the old ones.
+func (s *Service) setRepsLocked(slot uint32, reps []replica) {
+	o := &s.mu.objs[slot]
+	if len(reps) <= inlineReps {
+		var in [inlineReps]replica
+		copy(in[:], reps)
+		o.reps = in
+		delete(s.mu.extra, slot)
+	} else {
+		s.mu.extra[slot] = append([]replica(nil), reps...)
+	}
+	o.nrep = uint8(len(reps))
+}
+
+// freeObjectLocked frees slot's replicas and the slot itself.
+func (s *Service) freeObjectLocked(slot uint32, now int64) {
+	o := &s.mu.objs[slot]
+	for _, r := range s.repsLocked(slot) {
+		sg := s.mu.segs[r.seg]
+		_, n, err := sg.al.Span(r.ref)
+		if err == nil {
+			err = sg.al.Free(r.ref)
+		}
+		if err != nil {
+			s.log.Error("master: bug: free replica", "key", o.key, "err", err)
+			continue
+		}
+		s.mu.tierUsed[sg.desc.Tier] -= n
+	}
+	delete(s.mu.extra, slot)
+	switch o.state {
+	case statePending:
+		delete(s.mu.index, o.key)
+		delete(s.mu.pending, slot)
+	case stateVisible:
+		delete(s.mu.index, o.key)
+		s.mu.visible--
+	case stateZombie:
+		s.mu.zombies--
+	}
+	if o.flags&flagLeaseQueued != 0 && o.leaseUntil <= now {
+		s.met.leaseExpiries.Inc()
+	}
+	*o = object{}
+	s.mu.freeObjs = append(s.mu.freeObjs, slot)
+}
+
+func (s *Service) newObjectLocked() uint32 {
+	if n := len(s.mu.freeObjs); n > 0 {
+		slot := s.mu.freeObjs[n-1]
+		s.mu.freeObjs = s.mu.freeObjs[:n-1]
+		return slot
+	}
+	s.mu.objs = append(s.mu.objs, object{})
+	return uint32(len(s.mu.objs) - 1)
+}
+
+func (s *Service) replicaLocked(r replica) Replica {
+	sg := s.mu.segs[r.seg]
+	off, n, _ := sg.al.Span(r.ref)
+	return Replica{Segment: sg.desc, Offset: off, Length: n}
+}
+
+// PutStart implements Client.
+func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStartResult, err error) {
+	defer s.met.op(opPutStart, time.Now(), &err)
+	if err := s.checkBatch(len(reqs)); err != nil {
+		return nil, err
+	}
+	out := make([]PutStartResult, len(reqs))
+	nrep := 0
+	for i := range reqs {
+		if out[i].Err = validatePutStart(&reqs[i], s.cfg.MaxKeyLen); out[i].Err == nil {
+			nrep += max(reqs[i].Replicas, 1)
+		}
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	now := s.now()
+	backing := make([]Replica, 0, nrep)
+	var scratch []replica
+	for i := range reqs {
+		if out[i].Err != nil {
+			continue
+		}
+		r := &reqs[i]
+		if _, ok := s.mu.index[r.Key]; ok {
+			out[i].Err = fmt.Errorf("%w: key %q", ErrAlreadyExists, r.Key)
+			continue
+		}
+		slot := s.newObjectLocked()
+		scratch, out[i].Err = s.placeLocked(r, slot, now, scratch[:0])
+		if out[i].Err != nil {
+			s.mu.freeObjs = append(s.mu.freeObjs, slot)
+			continue
+		}
+		o := &s.mu.objs[slot]
+		*o = object{key: r.Key, size: r.Size, token: s.mu.nextToken, stamp: now + int64(s.cfg.PutTimeout), state: statePending}
+		s.mu.nextToken++
+		if r.Pin {
+			o.flags |= flagPinned
+		}
+		s.setRepsLocked(slot, scratch)
+		s.mu.index[r.Key] = slot
+		s.mu.pending[slot] = struct{}{}
+		start := len(backing)
+		for _, rp := range scratch {
+			backing = append(backing, s.replicaLocked(rp))
+		}
+		out[i].Token = o.token
+		out[i].Replicas = backing[start:len(backing):len(backing)]
+	}
+	s.evictToWatermarksLocked(now)
+	s.met.items(opPutStart, len(reqs), func(i int) error { return out[i].Err })
+	return out, nil
+}
+
+func (s *Service) checkBatch(n int) error {
+	if n > s.cfg.MaxBatch {
+		return fmt.Errorf("%w: batch of %d items, limit %d", ErrInvalid, n, s.cfg.MaxBatch)
+	}
+	return nil
+}
+
+// PutEnd implements Client.
+func (s *Service) PutEnd(ctx context.Context, puts []PutRef) []error {
+	return s.putFinish(ctx, opPutEnd, puts)
+}
+
+// PutRevoke implements Client.
+func (s *Service) PutRevoke(ctx context.Context, puts []PutRef) []error {
+	return s.putFinish(ctx, opPutRevoke, puts)
+}
+
+func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []error {
+	start := time.Now()
+	out := make([]error, len(puts))
+	err := s.checkBatch(len(puts))
+	if err == nil {
+		for i := range puts {
+			out[i] = validateKey(puts[i].Key, s.cfg.MaxKeyLen)
+		}
+		err = s.lock(ctx)
+	}
+	if err != nil {
+		s.met.op(op, start, &err)
+		return fillErr(out, err)
+	}
+	defer s.mu.Unlock()
+	now := s.now()
+	for i, p := range puts {
+		if out[i] != nil {
+			continue
+		}
+		slot, ok := s.mu.index[p.Key]
+		var o *object
+		if ok {
+			o = &s.mu.objs[slot]
+		}
+		switch {
+		case !ok || o.token != p.Token:
+			out[i] = fmt.Errorf("%w: no put of key %q with token %#x in progress (revoked, timed out or never started)", ErrNotFound, p.Key, p.Token)
+		case op == opPutEnd && o.state == stateVisible:
+			// A retried PutEnd.
+		case op == opPutEnd:
+			o.state = stateVisible
+			o.stamp = now
+			delete(s.mu.pending, slot)
+			s.mu.visible++
+		case o.state == stateVisible:
+			out[i] = fmt.Errorf("%w: put of key %q already ended; use Remove", ErrWrongState, p.Key)
+		default:
+			s.freeObjectLocked(slot, now)
+		}
+	}
+	s.met.op(op, start, &err)
+	s.met.items(op, len(puts), func(i int) error { return out[i] })
+	return out
+}
+
+func fillErr(out []error, err error) []error {
+	for i := range out {
+		out[i] = err
+	}
+	return out
+}
+
+// GetReplicas implements Client.
+func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult, err error) {
+	defer s.met.op(opGet, time.Now(), &err)
+	if err := s.checkBatch(len(keys)); err != nil {
+		return nil, err
+	}
+	out := make([]GetResult, len(keys))
+	for i, k := range keys {
+		out[i].Err = validateKey(k, s.cfg.MaxKeyLen)
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	now := s.now()
+	until := now + int64(s.cfg.LeaseTTL)
+	expiry := time.Unix(0, until)
+	var backing []Replica
+	for i, k := range keys {
+		if out[i].Err != nil {
+			continue
+		}
+		slot, ok := s.mu.index[k]
+		if !ok || s.mu.objs[slot].state != stateVisible {
+			out[i].Err = fmt.Errorf("%w: key %q", ErrNotFound, k)
+			continue
+		}
+		if backing == nil {
+			backing = make([]Replica, 0, len(keys)-i)
+		}
+		start := len(backing)
+		for _, r := range s.repsLocked(slot) {
+			if !s.mu.segs[r.seg].draining {
+				backing = append(backing, s.replicaLocked(r))
+			}
+		}
+		if len(backing) == start {
+			out[i].Err = fmt.Errorf("%w: key %q: all replicas are on draining segments", ErrNotFound, k)
+			continue
+		}
+		o := &s.mu.objs[slot]
+		o.stamp = now
+		o.leaseUntil = max(o.leaseUntil, until)
+		if o.flags&flagLeaseQueued == 0 {
+			o.flags |= flagLeaseQueued
+			s.queueLeaseLocked(slot, o.leaseUntil)
+		}
+		out[i] = GetResult{Size: o.size, Replicas: backing[start:len(backing):len(backing)], LeaseExpiry: expiry}
+	}
+	s.met.items(opGet, len(keys), func(i int) error { return out[i].Err })
+	return out, nil
+}
+
+func (s *Service) queueLeaseLocked(slot uint32, until int64) {
+	b := (until + leaseBucket - 1) / leaseBucket
+	s.mu.leaseQ[b] = append(s.mu.leaseQ[b], slot)
+}
+
+// Exists implements Client.
+func (s *Service) Exists(ctx context.Context, keys []string) (_ []bool, err error) {
+	defer s.met.op(opExists, time.Now(), &err)
+	if err := s.checkBatch(len(keys)); err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if err := validateKey(k, s.cfg.MaxKeyLen); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := make([]bool, len(keys))
+	for i, k := range keys {
+		slot, ok := s.mu.index[k]
+		out[i] = ok && s.mu.objs[slot].state == stateVisible
+	}
+	return out, nil
+}
+
+// Remove implements Client.
+func (s *Service) Remove(ctx context.Context, keys []string, force bool) []error {
+	start := time.Now()
+	out := make([]error, len(keys))
+	err := s.checkBatch(len(keys))
+	if err == nil {
+		for i, k := range keys {
+			out[i] = validateKey(k, s.cfg.MaxKeyLen)
+		}
+		err = s.lock(ctx)
+	}
+	if err != nil {
+		s.met.op(opRemove, start, &err)
+		return fillErr(out, err)
+	}
+	defer s.mu.Unlock()
+	now := s.now()
+	for i, k := range keys {
+		if out[i] != nil {
+			continue
+		}
+		slot, ok := s.mu.index[k]
+		if !ok {
+			out[i] = fmt.Errorf("%w: key %q", ErrNotFound, k)
+			continue
+		}
+		out[i] = s.removeLocked(slot, force, now)
+	}
+	s.met.op(opRemove, start, &err)
+	s.met.items(opRemove, len(keys), func(i int) error { return out[i] })
+	return out
+}
+
+func (s *Service) removeLocked(slot uint32, force bool, now int64) error {
+	o := &s.mu.objs[slot]
+	switch {
+	case o.state == statePending:
+		return fmt.Errorf("%w: key %q: put in progress; use PutRevoke", ErrWrongState, o.key)
+	case o.leaseUntil <= now:
+		s.freeObjectLocked(slot, now)
+	case !force:
+		return fmt.Errorf("%w: key %q: leased until %v", ErrHasLease, o.key, time.Unix(0, o.leaseUntil).UTC().Format(time.RFC3339Nano))
+	default:
+		// Invisible now; the bytes stay allocated until the lease ends.
+		delete(s.mu.index, o.key)
+		o.state = stateZombie
+		s.mu.visible--
+		s.mu.zombies++
+	}
+	return nil
+}
+
+// RemoveAll implements Client.
+func (s *Service) RemoveAll(ctx context.Context, force bool) (n int, err error) {
+	defer s.met.op(opRemoveAll, time.Now(), &err)
+	if err := s.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	now := s.now()
+	for slot := range s.mu.objs {
+		if s.mu.objs[slot].state != stateVisible {
+			continue
+		}
+		if s.removeLocked(uint32(slot), force, now) == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// ---- background work ----
+
+// Reap runs one pass of the background work now: it expires clients whose
+// TTL ran out, revokes puts past the put timeout, ends leases (freeing
+// objects removed by force), and evicts tiers above their high watermark.
+// The reaper goroutine calls it every Config.ReapInterval; tests with a
+// manual clock call it directly.
+func (s *Service) Reap() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return
+	}
+	now := s.now()
+	for id, c := range s.mu.clients {
+		if c.expires <= now {
+			s.expireClientLocked(id, now)
+		}
+	}
+	for slot := range s.mu.pending {
+		if o := &s.mu.objs[slot]; o.stamp <= now {
+			s.log.Info("master: put timed out", "key", o.key)
+			s.freeObjectLocked(slot, now)
+			s.met.putTimeouts.Inc()
+		}
+	}
+	nowBucket := now / leaseBucket
+	for b, slots := range s.mu.leaseQ {
+		if b > nowBucket {
+			continue
+		}
+		delete(s.mu.leaseQ, b)
+		for _, slot := range slots {
+			o := &s.mu.objs[slot]
+			if o.state == stateFree || o.flags&flagLeaseQueued == 0 {
+				continue
+			}
+			if o.leaseUntil > now {
+				s.queueLeaseLocked(slot, o.leaseUntil)
+				continue
+			}
+			o.flags &^= flagLeaseQueued
+			s.met.leaseExpiries.Inc()
+			if o.state == stateZombie {
+				s.freeObjectLocked(slot, now)
+			}
+		}
+	}
+	s.evictToWatermarksLocked(now)
+}
+
+// ---- stats ----
+
+// Stats implements Client.
+func (s *Service) Stats(ctx context.Context) (_ Stats, err error) {
+	defer s.met.op(opStats, time.Now(), &err)
+	if err := s.lock(ctx); err != nil {
+		return Stats{}, err
+	}
+	defer s.mu.Unlock()
+	return s.statsLocked(), nil
+}
+
+func (s *Service) statsLocked() Stats {
+	st := Stats{
+		Objects:     s.mu.visible,
+		PendingPuts: len(s.mu.pending),
+		Segments:    len(s.mu.segIndex),
+		Clients:     len(s.mu.clients),
+		Evictions:   s.mu.evictions,
+	}
+	type locKey struct {
+		node string
+		tier segment.Tier
+		loc  int32
+	}
+	locs := map[locKey]*UsageStats{}
+	var tiers [3]*UsageStats
+	for _, sg := range s.mu.segs {
+		if sg == nil {
+			continue
+		}
+		d := sg.desc
+		if tiers[d.Tier] == nil {
+			tiers[d.Tier] = &UsageStats{Tier: d.Tier, Location: -1}
+		}
+		k := locKey{d.Node, d.Tier, d.Location}
+		if locs[k] == nil {
+			locs[k] = &UsageStats{Node: d.Node, Tier: d.Tier, Location: d.Location}
+		}
+		for _, u := range []*UsageStats{tiers[d.Tier], locs[k]} {
+			u.Segments++
+			u.Capacity += sg.al.Size()
+			u.Used += sg.al.Used()
+		}
+	}
+	for _, t := range tiers {
+		if t != nil {
+			st.Tiers = append(st.Tiers, *t)
+		}
+	}
+	for _, u := range locs {
+		st.Locations = append(st.Locations, *u)
+	}
+	sortUsage(st.Locations)
+	return st
+}
+
+// errResult classifies an error for metrics.
+func errResult(err error) result {
+	switch {
+	case err == nil:
+		return resOK
+	case errors.Is(err, ErrInvalid):
+		return resInvalid
+	case errors.Is(err, ErrNotFound):
+		return resNotFound
+	case errors.Is(err, ErrAlreadyExists):
+		return resAlreadyExists
+	case errors.Is(err, ErrNoSpace):
+		return resNoSpace
+	case errors.Is(err, ErrHasLease):
+		return resHasLease
+	case errors.Is(err, ErrWrongState):
+		return resWrongState
+	case errors.Is(err, ErrUnknownSegment):
+		return resUnknownSegment
+	case errors.Is(err, ErrGenerationMismatch):
+		return resGenerationMismatch
+	case errors.Is(err, ErrUnknownClient):
+		return resUnknownClient
+	case errors.Is(err, ErrClosed):
+		return resClosed
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return resCanceled
+	}
+	return resError
+}

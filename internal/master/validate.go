@@ -1,0 +1,128 @@
+package master
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/kvfabric/kvfabric/internal/segment"
+)
+
+// MaxObjectSize bounds PutStartReq.Size (1 PiB): larger sizes are certainly
+// bugs and would overflow alignment arithmetic.
+const MaxObjectSize = 1 << 50
+
+// maxPreferredSegments bounds Placement.Segments.
+const maxPreferredSegments = 64
+
+// The validators below check a request's shape only (no state); they run
+// before the Service takes its lock, so a rejected request changes nothing.
+// Each error wraps ErrInvalid and names the field and the value.
+
+func validateKey(key string, maxLen int) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalid)
+	case len(key) > maxLen:
+		return fmt.Errorf("%w: key %.32q…: %d bytes, limit %d", ErrInvalid, key, len(key), maxLen)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: key %q: not valid UTF-8", ErrInvalid, key)
+	}
+	return nil
+}
+
+func validateID(field, id string) error {
+	switch {
+	case len(id) > segment.MaxIDLen:
+		return fmt.Errorf("%w: %s %.32q…: %d bytes, limit %d", ErrInvalid, field, id, len(id), segment.MaxIDLen)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w: %s %q: not valid UTF-8", ErrInvalid, field, id)
+	case strings.ContainsAny(id, "\x00\n"):
+		return fmt.Errorf("%w: %s %q: contains NUL or newline", ErrInvalid, field, id)
+	}
+	return nil
+}
+
+func validateClientInfo(info *ClientInfo) error {
+	if err := validateID("client id", info.ID); err != nil {
+		return err
+	}
+	if err := validateID("client node", info.Node); err != nil {
+		return err
+	}
+	switch {
+	case info.TTL < 0:
+		return fmt.Errorf("%w: client %q: ttl %v", ErrInvalid, info.ID, info.TTL)
+	case info.NUMANode < -1:
+		return fmt.Errorf("%w: client %q: numa node %d", ErrInvalid, info.ID, info.NUMANode)
+	case info.Device < -1:
+		return fmt.Errorf("%w: client %q: device %d", ErrInvalid, info.ID, info.Device)
+	}
+	return nil
+}
+
+func validateDescriptor(d *segment.Descriptor) error {
+	if err := d.Validate(); err != nil {
+		// segment's message already names the field; keep one sentinel.
+		return fmt.Errorf("%w: %s", ErrInvalid, strings.TrimPrefix(err.Error(), segment.ErrInvalid.Error()+": "))
+	}
+	if d.Owner == "" {
+		return fmt.Errorf("%w: segment %q: no owner (the registered client id)", ErrInvalid, d.ID)
+	}
+	for _, f := range []struct{ name, v string }{{"segment id", d.ID}, {"segment node", d.Node}, {"segment owner", d.Owner}, {"segment socket path", d.Handle.SocketPath}} {
+		if err := validateID(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateSegmentKey(k segment.Key) error {
+	if k.ID == "" {
+		return fmt.Errorf("%w: empty segment id", ErrInvalid)
+	}
+	if err := validateID("segment id", k.ID); err != nil {
+		return err
+	}
+	if k.Generation == 0 {
+		return fmt.Errorf("%w: segment %q: generation 0 is reserved", ErrInvalid, k.ID)
+	}
+	return nil
+}
+
+func validatePutStart(r *PutStartReq, maxKeyLen int) error {
+	if err := validateKey(r.Key, maxKeyLen); err != nil {
+		return err
+	}
+	p := &r.Placement
+	switch {
+	case r.Size == 0:
+		return fmt.Errorf("%w: key %q: size 0", ErrInvalid, r.Key)
+	case r.Size > MaxObjectSize:
+		return fmt.Errorf("%w: key %q: size %d exceeds %d", ErrInvalid, r.Key, r.Size, uint64(MaxObjectSize))
+	case r.Replicas < 0 || r.Replicas > MaxReplicas:
+		return fmt.Errorf("%w: key %q: replicas %d, want 1..%d", ErrInvalid, r.Key, r.Replicas, MaxReplicas)
+	case p.Tier != segment.TierUnknown && p.Tier != segment.TierDRAM && p.Tier != segment.TierHBM:
+		return fmt.Errorf("%w: key %q: tier %d", ErrInvalid, r.Key, p.Tier)
+	case p.TierOnly && p.Tier == segment.TierUnknown:
+		return fmt.Errorf("%w: key %q: tier-only placement without a tier", ErrInvalid, r.Key)
+	case p.NUMANode < -1:
+		return fmt.Errorf("%w: key %q: numa node %d", ErrInvalid, r.Key, p.NUMANode)
+	case p.Device < -1:
+		return fmt.Errorf("%w: key %q: device %d", ErrInvalid, r.Key, p.Device)
+	case len(p.Segments) > maxPreferredSegments:
+		return fmt.Errorf("%w: key %q: %d preferred segments, limit %d", ErrInvalid, r.Key, len(p.Segments), maxPreferredSegments)
+	}
+	if err := validateID("client id", p.Client); err != nil {
+		return err
+	}
+	if err := validateID("node", p.Node); err != nil {
+		return err
+	}
+	for _, id := range p.Segments {
+		if err := validateID("preferred segment", id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
