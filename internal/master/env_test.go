@@ -192,7 +192,9 @@ func withReplicas(n int) func(*PutStartReq) { return func(r *PutStartReq) { r.Re
 func withTier(t segment.Tier, only bool) func(*PutStartReq) {
 	return func(r *PutStartReq) { r.Placement.Tier, r.Placement.TierOnly = t, only }
 }
-func withClient(id string) func(*PutStartReq) { return func(r *PutStartReq) { r.Placement.Client = id } }
-func withPin() func(*PutStartReq)            { return func(r *PutStartReq) { r.Pin = true } }
+func withClient(id string) func(*PutStartReq) {
+	return func(r *PutStartReq) { r.Placement.Client = id }
+}
+func withPin() func(*PutStartReq) { return func(r *PutStartReq) { r.Pin = true } }
 
 func keyN(i int) string { return fmt.Sprintf("k%06d", i) }
