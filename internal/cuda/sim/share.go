@@ -24,12 +24,18 @@ type fdExport struct {
 }
 
 // pruneFDExportsLocked drops exports whose fd was closed (or reused for
-// something else).
+// something else). A number now held by one of the driver's own
+// allocations (a memfd or an import's duplicate) was closed by the caller
+// and reused, even when it names the same memfd.
 func (d *Driver) pruneFDExportsLocked() {
+	own := make(map[int]bool, len(d.mu.allocs))
+	for _, a := range d.mu.allocs {
+		own[a.fd] = true
+	}
 	live := d.mu.fdExports[:0]
 	for _, e := range d.mu.fdExports {
 		var st unix.Stat_t
-		if unix.Fstat(e.fd, &st) == nil && st.Ino == e.ino && st.Dev == e.dev {
+		if !own[e.fd] && unix.Fstat(e.fd, &st) == nil && st.Ino == e.ino && st.Dev == e.dev {
 			live = append(live, e)
 		}
 	}
