@@ -1,0 +1,482 @@
+package transfer_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim"
+	"github.com/kvfabric/kvfabric/internal/transfer"
+	"github.com/kvfabric/kvfabric/kernels"
+)
+
+func newEngine(tb testing.TB, e *env, opts transfer.Options) *transfer.Engine {
+	tb.Helper()
+	eng, err := transfer.New(e.drv, e.ctx, 0, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := eng.Close(); err != nil {
+			tb.Errorf("engine Close: %v", err)
+		}
+	})
+	return eng
+}
+
+// region is a device-addressable range and its expected content.
+type region struct {
+	base cuda.DevicePtr
+	want []byte
+}
+
+func (r *region) fill(tb testing.TB, e *env, rng *rand.Rand) {
+	tb.Helper()
+	for i := range r.want {
+		r.want[i] = byte(rng.Uint32())
+	}
+	if err := e.drv.MemcpyHtoD(e.ctx, r.base, r.want); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func (r *region) check(tb testing.TB, e *env) {
+	tb.Helper()
+	got := make([]byte, len(r.want))
+	if err := e.drv.MemcpyDtoH(e.ctx, got, r.base); err != nil {
+		tb.Fatal(err)
+	}
+	if i := firstDiff(got, r.want); i >= 0 {
+		tb.Fatalf("region %#x: byte %d is %#x, want %#x", r.base, i, got[i], r.want[i])
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	if bytes.Equal(a, b) {
+		return -1
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return len(a)
+}
+
+// plan builds a batch of n random-size, non-overlapping copies from srcs to
+// dsts (any region of each), applying them to the dsts' expected content.
+func plan(rng *rand.Rand, srcs, dsts []*region, n int, maxLen int) []cuda.Copy {
+	type used struct{ lo, hi int }
+	taken := make(map[*region][]used)
+	free := func(r *region, lo, hi int) bool {
+		for _, u := range taken[r] {
+			if lo < u.hi && u.lo < hi {
+				return false
+			}
+		}
+		return true
+	}
+	var cs []cuda.Copy
+	for len(cs) < n {
+		l := 1 + rng.IntN(maxLen)
+		if rng.IntN(3) == 0 {
+			l = (l + 15) &^ 15 // some 16-byte multiples
+		}
+		s, d := srcs[rng.IntN(len(srcs))], dsts[rng.IntN(len(dsts))]
+		if l > len(s.want) || l > len(d.want) {
+			continue
+		}
+		so, do := rng.IntN(len(s.want)-l+1), rng.IntN(len(d.want)-l+1)
+		if rng.IntN(2) == 0 { // aligned offsets half of the time
+			so, do = so&^15, do&^15
+		}
+		if !free(d, do, do+l) {
+			continue
+		}
+		taken[d] = append(taken[d], used{do, do + l})
+		cs = append(cs, cuda.Copy{Dst: d.base + cuda.DevicePtr(do), Src: s.base + cuda.DevicePtr(so), Len: uint64(l)})
+		copy(d.want[do:do+l], s.want[so:so+l])
+	}
+	return cs
+}
+
+// TestBatchesByteExact puts random blocks from HBM into several DRAM
+// segments and gets them back into HBM, through each completion style, with
+// a crossover that sends part of every batch to each path.
+func TestBatchesByteExact(t *testing.T) {
+	e := newSimEnv(t, sim.Config{Granularity: 1 << 20})
+	eng := newEngine(t, e, transfer.Options{CopyEngineMinBytes: 64 << 10, SlotDescs: 64, RingSlots: 2})
+	rng := rand.New(rand.NewPCG(7, 11))
+	var dram []*region
+	for range 3 {
+		dram = append(dram, &region{base: e.dram(t, 1<<20), want: make([]byte, 1<<20)})
+	}
+	hbmSrc := &region{base: e.hbm(t, 2<<20), want: make([]byte, 2<<20)}
+	hbmDst := &region{base: e.hbm(t, 2<<20), want: make([]byte, 2<<20)}
+	for _, r := range append([]*region{hbmSrc, hbmDst}, dram...) {
+		r.fill(t, e, rng)
+	}
+	waits := map[string]func([]cuda.Copy) error{
+		"Submit": func(cs []cuda.Copy) error {
+			if err := eng.Submit(e.s, cs); err != nil {
+				return err
+			}
+			return e.drv.StreamSynchronize(e.ctx, e.s)
+		},
+		"Do": func(cs []cuda.Copy) error { return eng.Do(e.s, cs) },
+		"SubmitAsync": func(cs []cuda.Copy) error {
+			h, err := eng.SubmitAsync(e.s, cs)
+			if err != nil {
+				return err
+			}
+			if err := h.Wait(); err != nil {
+				return err
+			}
+			if done, err := h.Done(); !done || err != nil {
+				return fmt.Errorf("Done after Wait = %v, %v", done, err)
+			}
+			return nil
+		},
+	}
+	for _, name := range []string{"Submit", "Do", "SubmitAsync"} {
+		t.Run(name, func(t *testing.T) {
+			for round := range 4 {
+				put := plan(rng, []*region{hbmSrc}, dram, 150, 96<<10)
+				if err := waits[name](put); err != nil {
+					t.Fatalf("round %d put: %v", round, err)
+				}
+				get := plan(rng, dram, []*region{hbmDst}, 150, 96<<10)
+				if err := waits[name](get); err != nil {
+					t.Fatalf("round %d get: %v", round, err)
+				}
+			}
+			for _, r := range append([]*region{hbmDst}, dram...) {
+				r.check(t, e)
+			}
+		})
+	}
+	st := eng.Stats()
+	if st.KernelBlocks == 0 || st.BatchBlocks == 0 || st.KernelLaunches < 3*8*2 {
+		t.Fatalf("both paths should have run, with 64-descriptor slots splitting launches: %+v", st)
+	}
+}
+
+// TestRouting counts driver calls: one upload + one launch for the small
+// blocks, one batched copy for the large ones — never a call per block.
+func TestRouting(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     sim.Config
+		opts    transfer.Options
+		small   int // blocks of 4 KiB
+		large   int // blocks of 1 MiB
+		launch  int
+		batch   int
+		memcpy  int // MemcpyAsync crossings (descriptor uploads + per-copy fallback)
+		kBlocks uint64
+	}{
+		{"mixed", sim.Config{}, transfer.Options{}, 100, 3, 1, 1, 1, 100},
+		{"small only", sim.Config{}, transfer.Options{}, 64, 0, 1, 0, 1, 64},
+		{"large only", sim.Config{}, transfer.Options{}, 0, 4, 0, 1, 0, 0},
+		{"no batch capability", sim.Config{NoMemcpyBatch: true}, transfer.Options{}, 10, 4, 1, 0, 2, 10},
+		{"old driver", sim.Config{DriverVersion: 12040}, transfer.Options{}, 0, 4, 0, 0, 1, 0},
+		{"threshold 4KiB", sim.Config{}, transfer.Options{CopyEngineMinBytes: 4096}, 10, 4, 0, 1, 0, 0},
+		{"forced kernel", sim.Config{}, transfer.Options{Route: transfer.RouteKernel}, 10, 4, 1, 0, 1, 14},
+		{"forced per-copy", sim.Config{}, transfer.Options{Route: transfer.RouteCopyEach}, 10, 4, 0, 0, 1, 0},
+		{"forced batch", sim.Config{}, transfer.Options{Route: transfer.RouteCopyBatch}, 10, 4, 0, 1, 0, 0},
+		{"split launches", sim.Config{}, transfer.Options{SlotDescs: 32}, 100, 0, 4, 0, 4, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newSimEnv(t, tc.cfg)
+			eng := newEngine(t, e, tc.opts)
+			src := e.hbm(t, 8<<20)
+			dst := e.dram(t, 8<<20)
+			var cs []cuda.Copy
+			for i := range tc.small {
+				cs = append(cs, cuda.Copy{Dst: dst + cuda.DevicePtr(i*4096), Src: src + cuda.DevicePtr(i*4096), Len: 4096})
+			}
+			for i := range tc.large {
+				off := cuda.DevicePtr(4<<20 + i<<20)
+				cs = append(cs, cuda.Copy{Dst: dst + off, Src: src + off, Len: 1 << 20})
+			}
+			e.sim.ResetCalls()
+			if err := eng.Submit(e.s, cs); err != nil {
+				t.Fatal(err)
+			}
+			got := [3]int{e.sim.CallCount("LaunchKernel"), e.sim.CallCount("MemcpyBatchAsync"), e.sim.CallCount("MemcpyAsync")}
+			if want := [3]int{tc.launch, tc.batch, tc.memcpy}; got != want {
+				t.Fatalf("calls (launch, batch, memcpy) = %v, want %v\n%v", got, want, e.sim.Calls())
+			}
+			if n := e.sim.CallCount("StreamSynchronize") + e.sim.CallCount("EventSynchronize"); n != 0 {
+				t.Fatalf("Submit waited on the CPU (%d synchronizations)", n)
+			}
+			if st := eng.Stats(); st.KernelBlocks != tc.kBlocks {
+				t.Fatalf("kernel blocks %d, want %d (%+v)", st.KernelBlocks, tc.kBlocks, st)
+			}
+		})
+	}
+}
+
+func TestForcedBatchWithoutCapability(t *testing.T) {
+	e := newSimEnv(t, sim.Config{NoMemcpyBatch: true})
+	before := e.live()
+	_, err := transfer.New(e.drv, e.ctx, 0, transfer.Options{Route: transfer.RouteCopyBatch})
+	if !errors.Is(err, cuda.ErrorNotSupported) {
+		t.Fatalf("New(RouteCopyBatch) without the capability: %v", err)
+	}
+	if after := e.live(); after.Total() != before.Total() {
+		t.Fatalf("live objects %v -> %v", before, after)
+	}
+}
+
+func TestInvalidCopies(t *testing.T) {
+	e := newSimEnv(t, sim.Config{})
+	eng := newEngine(t, e, transfer.Options{})
+	buf := e.hbm(t, 1<<20)
+	for _, bad := range []cuda.Copy{
+		{Dst: 0, Src: buf, Len: 8},
+		{Dst: buf, Src: 0, Len: 8},
+		{Dst: ^cuda.DevicePtr(0) - 4, Src: buf, Len: 8},
+	} {
+		e.sim.ResetCalls()
+		err := eng.Submit(e.s, []cuda.Copy{{Dst: buf, Src: buf + 4096, Len: 16}, bad})
+		if !errors.Is(err, transfer.ErrInvalidCopy) {
+			t.Fatalf("copy %+v: %v", bad, err)
+		}
+		if n := e.sim.CallCount(""); n != 0 {
+			t.Fatalf("rejected batch made %d driver calls", n)
+		}
+	}
+	// Empty batches and zero-length copies are no-ops.
+	e.sim.ResetCalls()
+	if err := eng.Submit(e.s, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Submit(e.s, []cuda.Copy{{Dst: buf, Src: buf + 64, Len: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.sim.CallCount(""); n != 0 {
+		t.Fatalf("empty batches made %d driver calls", n)
+	}
+	// A copy the device cannot access fails in the kernel (simulated fault).
+	err := eng.Do(e.s, []cuda.Copy{{Dst: buf, Src: 4096, Len: 64}})
+	if !errors.Is(err, cuda.ErrorIllegalAddress) {
+		t.Fatalf("unmapped source: %v", err)
+	}
+}
+
+// TestFaults fails each driver call of the data path once: the call returns
+// the error, the engine stays usable, and Close leaves no objects behind.
+func TestFaults(t *testing.T) {
+	for _, method := range []string{"MemcpyAsync", "LaunchKernel", "EventRecord", "MemcpyBatchAsync", "EventCreate", "EventSynchronize", "EventQuery"} {
+		for _, api := range []string{"Do", "SubmitAsync"} {
+			t.Run(method+"/"+api, func(t *testing.T) {
+				e := newSimEnv(t, sim.Config{})
+				rng := rand.New(rand.NewPCG(3, 4))
+				src := &region{base: e.hbm(t, 4<<20), want: make([]byte, 4<<20)}
+				dst := &region{base: e.dram(t, 4<<20), want: make([]byte, 4<<20)}
+				src.fill(t, e, rng)
+				dst.fill(t, e, rng)
+				before := e.live()
+				eng, err := transfer.New(e.drv, e.ctx, 0, transfer.Options{RingSlots: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { eng.Close() }) // idempotent; the test closes it itself
+				run := func(cs []cuda.Copy) error {
+					if api == "Do" {
+						return eng.Do(e.s, cs)
+					}
+					h, err := eng.SubmitAsync(e.s, cs)
+					if err != nil {
+						return err
+					}
+					werr := h.Wait()
+					if done, err := h.Done(); !done || err != werr {
+						return fmt.Errorf("Done after Wait = %v, %v; Wait said %v", done, err, werr)
+					}
+					return werr
+				}
+				// 20 small blocks in the first 3 MiB, one large block after.
+				mixed := func() []cuda.Copy {
+					lo := &region{base: dst.base, want: dst.want[:3<<20]}
+					return plan(rng, []*region{src}, []*region{lo}, 20, 64<<10)
+				}
+				// Warm up: the ring slot is in flight (EventQuery on reuse) and
+				// the event pool holds one event (no EventCreate next time).
+				if method != "EventCreate" {
+					if err := run(append(mixed(), cuda.Copy{Dst: dst.base + 3<<20, Src: src.base + 3<<20, Len: 1 << 20})); err != nil {
+						t.Fatal(err)
+					}
+				}
+				e.sim.Fail(method, 1, cuda.ErrorLaunchFailed)
+				cs := append(mixed(), cuda.Copy{Dst: dst.base + 3<<20, Src: src.base + 3<<20, Len: 1 << 20})
+				err = run(cs)
+				injected := false
+				for _, c := range e.sim.Calls() {
+					injected = injected || c.Injected
+				}
+				if !injected {
+					t.Fatalf("%s is not on the %s path: no fault fired", method, api)
+				}
+				if !errors.Is(err, cuda.ErrorLaunchFailed) {
+					t.Fatalf("injected %s failure, got %v", method, err)
+				}
+				e.sim.ClearFaults()
+				// Usable afterwards and byte-exact for a fresh batch over
+				// the whole destination.
+				if err := run([]cuda.Copy{{Dst: dst.base, Src: src.base, Len: 4 << 20}}); err != nil {
+					t.Fatalf("after the fault: %v", err)
+				}
+				copy(dst.want, src.want)
+				dst.check(t, e)
+				if err := eng.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if after := e.live(); after.Total() != before.Total() {
+					t.Fatalf("live objects %v -> %v", before, after)
+				}
+			})
+		}
+	}
+}
+
+// TestNewFaults fails every driver call New makes, one at a time: New fails
+// with that error and leaves nothing behind.
+func TestNewFaults(t *testing.T) {
+	e := newSimEnv(t, sim.Config{})
+	before := e.live()
+	for n := 1; ; n++ {
+		e.sim.ResetCalls()
+		e.sim.FailAny(n, cuda.ErrorOutOfMemory)
+		eng, err := transfer.New(e.drv, e.ctx, 0, transfer.Options{RingSlots: 3})
+		e.sim.ClearFaults()
+		if err == nil {
+			if err := eng.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if n < 6 {
+				t.Fatalf("New succeeded with only %d calls", n-1)
+			}
+			break
+		}
+		if !errors.Is(err, cuda.ErrorOutOfMemory) {
+			t.Fatalf("call %d failed: New returned %v", n, err)
+		}
+		if after := e.live(); after.Total() != before.Total() {
+			t.Fatalf("call %d (%v) failed: live objects %v -> %v", n, e.sim.Calls()[n-1], before, after)
+		}
+	}
+	if after := e.live(); after.Total() != before.Total() {
+		t.Fatalf("live objects %v -> %v", before, after)
+	}
+}
+
+func TestCloseFaultRetry(t *testing.T) {
+	e := newSimEnv(t, sim.Config{})
+	before := e.live()
+	eng, err := transfer.New(e.drv, e.ctx, 0, transfer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := eng.SubmitAsync(e.s, []cuda.Copy{{Dst: e.hbm(t, 4096), Src: e.hbm(t, 4096), Len: 4096}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sim.Fail("ModuleUnload", 1, cuda.ErrorUnknown)
+	e.sim.Fail("MemFree", 1, cuda.ErrorUnknown)
+	if err := eng.Close(); !errors.Is(err, cuda.ErrorUnknown) {
+		t.Fatalf("Close with failing teardown: %v", err)
+	}
+	if err := eng.Submit(e.s, nil); !errors.Is(err, transfer.ErrClosed) {
+		t.Fatalf("Submit after Close: %v", err)
+	}
+	if err := h.Wait(); !errors.Is(err, transfer.ErrClosed) {
+		t.Fatalf("Wait after Close: %v", err)
+	}
+	e.sim.ResetCalls()
+	if err := eng.Close(); err != nil {
+		t.Fatalf("retried Close: %v", err)
+	}
+	if got := [2]int{e.sim.CallCount("ModuleUnload"), e.sim.CallCount("MemFree")}; got != [2]int{1, 1} {
+		t.Fatalf("retry redid (ModuleUnload, MemFree) = %v, want only the failed steps once", got)
+	}
+	if e.sim.CallCount("EventDestroy") != 0 || e.sim.CallCount("MemHostUnregister") != 0 {
+		t.Fatalf("retry repeated succeeded steps: %v", e.sim.Calls())
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := e.live(); after.Total() != before.Total()+2 { // the two test buffers
+		t.Fatalf("live objects %v -> %v", before, after)
+	}
+}
+
+func TestConcurrentStreams(t *testing.T) {
+	e := newSimEnv(t, sim.Config{})
+	eng := newEngine(t, e, transfer.Options{CopyEngineMinBytes: 16 << 10, RingSlots: 2})
+	const workers = 4
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		s, err := e.drv.StreamCreate(e.ctx, cuda.StreamNonBlocking)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.drv.StreamDestroy(e.ctx, s)
+		rng := rand.New(rand.NewPCG(uint64(w), 99))
+		src := &region{base: e.hbm(t, 1<<20), want: make([]byte, 1<<20)}
+		dst := &region{base: e.dram(t, 2<<20), want: make([]byte, 2<<20)}
+		src.fill(t, e, rng)
+		dst.fill(t, e, rng)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				cs := plan(rng, []*region{src}, []*region{dst}, 40, 32<<10)
+				var err error
+				if i%2 == 0 {
+					err = eng.Do(s, cs)
+				} else {
+					var h *transfer.Handle
+					if h, err = eng.SubmitAsync(s, cs); err == nil {
+						err = h.Wait()
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			got := make([]byte, len(dst.want))
+			if err := e.drv.MemcpyDtoH(e.ctx, got, dst.base); err != nil {
+				errs <- err
+			} else if i := firstDiff(got, dst.want); i >= 0 {
+				errs <- fmt.Errorf("worker %d: byte %d differs", w, i)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestKernelEmulationRegistered(t *testing.T) {
+	e := newSimEnv(t, sim.Config{})
+	newEngine(t, e, transfer.Options{})
+	found := false
+	for _, c := range e.sim.Calls() {
+		if c.Method == "ModuleGetFunction" && bytes.Contains([]byte(c.Args), []byte(kernels.CopyBlocksEntry)) && c.Result == cuda.Success {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("the embedded PTX's entry was not resolved")
+	}
+}
