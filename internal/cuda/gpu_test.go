@@ -29,10 +29,15 @@ const (
 
 func openGPU(t testing.TB) *realDriver {
 	t.Helper()
+	return openGPUWith(t, Options{})
+}
+
+func openGPUWith(t testing.TB, opts Options) *realDriver {
+	t.Helper()
 	if os.Getenv(gpuTestsEnv) != "1" {
 		t.Skipf("real-driver test: set %s=1 on a GPU machine", gpuTestsEnv)
 	}
-	d, err := Open(Options{})
+	d, err := Open(opts)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -168,6 +173,7 @@ func exportImportRoundTrip(t *testing.T, d *realDriver, loc Location) {
 		if !bytes.Equal(got, want) {
 			t.Fatalf("%s: staging copy differs after child on GPU %d", loc.Type, dev)
 		}
+		must(t, d.MemcpyHtoD(ctx, va, pattern(1, int(size)))) // for the next child
 	}
 
 	must(t, d.StreamDestroy(ctx, s))
@@ -290,7 +296,19 @@ func TestGPUManyGoroutines(t *testing.T) {
 // VMM range (or HBM if HOST_NUMA is unsupported) and back, once per
 // cuMemcpyAsync and once with cuMemcpyBatchAsync, and compares the bytes.
 func TestGPUMemcpyBatchVsAsync(t *testing.T) {
-	d := openGPU(t)
+	for _, abi := range []int{0, 12080, 12000} {
+		t.Run(fmt.Sprintf("batch_abi=%d", abi), func(t *testing.T) {
+			d := openGPUWith(t, Options{BatchABI: abi})
+			if abi == 12000 && d.Capabilities().MemcpyBatchAsync {
+				t.Fatal("BatchABI 12000 still resolved cuMemcpyBatchAsync")
+			}
+			t.Logf("driver %d, resolved batch ABI %d", int(d.tab.version), int(d.tab.batch_abi))
+			memcpyBatchVsAsync(t, d)
+		})
+	}
+}
+
+func memcpyBatchVsAsync(t *testing.T, d *realDriver) {
 	ctx, err := d.PrimaryCtxRetain(0)
 	must(t, err)
 	loc := Location{Type: LocationDevice, ID: 0}

@@ -18,4 +18,9 @@ type Options struct {
 	// Logger receives one line per Open (library, driver version,
 	// capabilities); nil discards.
 	Logger *slog.Logger
+	// BatchABI caps the cuMemcpyBatchAsync ABI Open requests: 0 means the
+	// newest the driver offers (CUDA 13.0's, without failIdx, on 13.x
+	// drivers); 12080 forces the CUDA 12.8 one (with failIdx), so tests can
+	// exercise both on one driver; below 12080 disables the capability.
+	BatchABI int
 }

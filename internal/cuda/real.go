@@ -90,7 +90,7 @@ func Open(opts Options) (Driver, error) {
 	}
 	d := &realDriver{tab: new(C.kvf_driver), path: path}
 	var ebuf [512]C.char
-	if C.kvf_resolve(d.tab, lib, &ebuf[0], C.size_t(len(ebuf))) != 0 {
+	if C.kvf_resolve(d.tab, lib, C.int(opts.BatchABI), &ebuf[0], C.size_t(len(ebuf))) != 0 {
 		return nil, fmt.Errorf("%w: %s: %s", ErrNoDriver, path, C.GoString(&ebuf[0]))
 	}
 	if r := C.kvf_init(d.tab); r != 0 {

@@ -55,7 +55,7 @@ static int kvf_lookup(kvf_gpa *g, const char *sym, int ver, void **out) {
 // of each symbol (e.g. cuMemAlloc_v2, cuStreamDestroy_v2).
 #define KVF_ABI 12000
 
-int kvf_resolve(kvf_driver *d, void *lib, char *err, size_t errlen) {
+int kvf_resolve(kvf_driver *d, void *lib, int batch_max, char *err, size_t errlen) {
 	memset(d, 0, sizeof *d);
 	d->lib = lib;
 	kvf_gpa g = {0};
@@ -140,10 +140,11 @@ int kvf_resolve(kvf_driver *d, void *lib, char *err, size_t errlen) {
 	// version we request decides which one we get, so request the newest
 	// this driver has and remember which ABI that is.
 	void *p = NULL;
-	if (d->version >= 13000 && kvf_lookup(&g, "cuMemcpyBatchAsync", 13000, &p) == 0) {
+	if (batch_max <= 0) batch_max = d->version;
+	if (d->version >= 13000 && batch_max >= 13000 && kvf_lookup(&g, "cuMemcpyBatchAsync", 13000, &p) == 0) {
 		d->cuMemcpyBatchAsync_13000 = p;
 		d->batch_abi = KVF_BATCH_13000;
-	} else if (d->version >= 12080 && kvf_lookup(&g, "cuMemcpyBatchAsync", 12080, &p) == 0) {
+	} else if (d->version >= 12080 && batch_max >= 12080 && kvf_lookup(&g, "cuMemcpyBatchAsync", 12080, &p) == 0) {
 		d->cuMemcpyBatchAsync_12080 = p;
 		d->batch_abi = KVF_BATCH_12080;
 	}

@@ -172,9 +172,11 @@ typedef struct kvf_driver {
 // handle, or NULL with the dlerror text in err. The handle is never closed.
 void *kvf_dlopen(const char *path, char *err, size_t errlen);
 
-// kvf_resolve fills d from the library handle lib. It returns 0, or -1 with
-// a message naming the missing symbol in err. cuInit is not called.
-int kvf_resolve(kvf_driver *d, void *lib, char *err, size_t errlen);
+// kvf_resolve fills d from the library handle lib. batch_max caps the
+// cuMemcpyBatchAsync ABI requested (0: the newest the driver has; 12080:
+// the CUDA 12.8 one). It returns 0, or -1 with a message naming the missing
+// symbol in err. cuInit is not called.
+int kvf_resolve(kvf_driver *d, void *lib, int batch_max, char *err, size_t errlen);
 
 // Calls without a context.
 kvf_CUresult kvf_init(kvf_driver *d);
