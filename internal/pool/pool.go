@@ -238,7 +238,10 @@ func (p *Pool) setupLocked(ctx context.Context, cfg config.Config) error {
 			}
 		}
 		if p.handle, err = p.resolveHandleLocked(cfg.HandleType, numa.Prop(ids[0], 0)); err != nil {
-			return err
+			if errors.Is(err, cuda.ErrorInvalidValue) { // the driver does not know the node
+				err = fmt.Errorf("%w: %w", numa.ErrNodeUnavailable, err)
+			}
+			return fmt.Errorf("pool: egm_numa_nodes=%s: node %d: %w", cfg.NUMANodesString(), ids[0], err)
 		}
 		nodes, err := numa.Check(drv, cctx, ids, p.handle, explicit, p.addStrayLocked)
 		if err != nil {
@@ -259,7 +262,7 @@ func (p *Pool) setupLocked(ctx context.Context, cfg config.Config) error {
 	} else {
 		prop := cuda.AllocProp{Location: cuda.Location{Type: cuda.LocationDevice, ID: int32(p.dev)}}
 		if p.handle, err = p.resolveHandleLocked(cfg.HandleType, prop); err != nil {
-			return err
+			return fmt.Errorf("pool: device %d: %w", p.dev, err)
 		}
 		prop.HandleTypes = p.handle
 		g, err := drv.MemGetAllocationGranularity(cctx, prop, cuda.GranularityRecommended)
@@ -393,7 +396,7 @@ func (p *Pool) resolveHandleLocked(mode string, prop cuda.AllocProp) (cuda.Handl
 				"probe", op, "location", fmt.Sprintf("%s %d", prop.Location.Type, prop.Location.ID), "err", err)
 			return cuda.HandlePosixFD, nil
 		}
-		return 0, fmt.Errorf("pool: handle_type=auto: FABRIC probe: %s: %w", op, err)
+		return 0, fmt.Errorf("handle_type=auto: FABRIC probe: %s: %w", op, err)
 	}
 	g, err := p.drv.MemGetAllocationGranularity(p.mu.ctx, prop, cuda.GranularityRecommended)
 	if err != nil {
@@ -405,7 +408,7 @@ func (p *Pool) resolveHandleLocked(mode string, prop cuda.AllocProp) (cuda.Handl
 	}
 	if err := p.drv.MemRelease(p.mu.ctx, h); err != nil {
 		p.addStrayLocked(h)
-		return 0, fmt.Errorf("pool: handle_type=auto: release FABRIC probe allocation: %w", err)
+		return 0, fmt.Errorf("handle_type=auto: release FABRIC probe allocation: %w", err)
 	}
 	p.log.Info("pool: handle_type=auto: using FABRIC handles")
 	return cuda.HandleFabric, nil
@@ -586,14 +589,15 @@ func (p *Pool) teardownLocked() error {
 		}
 		return nil
 	})
-	released := 0
+	released, bytes := 0, uint64(0)
 	each(stepCreate, func(c *chunk) error {
 		if err := p.drv.MemRelease(p.mu.ctx, c.h); err != nil {
 			return fmt.Errorf("pool: release %s: %w", c.desc.ID, err)
 		}
 		released++
+		bytes += c.desc.Size
 		if p.deps.Progress != nil {
-			p.deps.Progress(Progress{Phase: PhaseTeardown, Done: released, Total: len(chunks)})
+			p.deps.Progress(Progress{Phase: PhaseTeardown, Done: released, Total: len(chunks), Bytes: bytes})
 		}
 		return nil
 	})

@@ -663,6 +663,8 @@ func TestNodeSelectionErrors(t *testing.T) {
 	}{
 		{"explicit node that does not exist", sim.Config{GPUs: 2}, egmCfg(16*mib, 8*mib, []int{1}, "posix_fd"),
 			numa.ErrNodeUnavailable, "node 1"},
+		{"explicit node that does not exist, auto handle", sim.Config{GPUs: 2}, egmCfg(16*mib, 8*mib, []int{1}, "auto"),
+			numa.ErrNodeUnavailable, "node 1"},
 		{"explicit list with one bad node", sim.Config{GPUs: 2}, egmCfg(16*mib, 8*mib, []int{0, 3}, "auto"),
 			numa.ErrNodeUnavailable, "node 3"},
 		{"explicit node without capacity", sim.Config{GPUs: 2, NUMANodes: []int{0, 1}, NodeCapacity: map[int]uint64{1: mib}},
