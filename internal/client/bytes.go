@@ -1,0 +1,124 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/master"
+	"github.com/kvfabric/kvfabric/internal/segment"
+)
+
+// addr is the address of b's first byte (b is mmap'd memory, never moved).
+func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// PutBytes stores data under key (put-if-absent) by copying it through the
+// Store's page-locked staging buffer: for callers whose bytes live in
+// ordinary host memory (Python bytes objects, the Mooncake facade's put).
+func (s *Store) PutBytes(ctx context.Context, key string, data []byte, o PutOptions) error {
+	if len(data) == 0 {
+		return fmt.Errorf("%w: key %q: empty value", ErrInvalidArgument, key)
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.exit()
+	place := s.placement()
+	place.Segments = o.PreferredSegments
+	res, err := s.m.PutStart(ctx, []master.PutStartReq{{Key: key, Size: uint64(len(data)), Replicas: o.Replicas, Pin: o.Pin, Placement: place}})
+	if err != nil {
+		return mapErr(fmt.Errorf("put start: %w", err))
+	}
+	if res[0].Err != nil {
+		return mapErr(fmt.Errorf("put %q: %w", key, res[0].Err))
+	}
+	ref := master.PutRef{Key: key, Token: res[0].Token}
+	if err := s.stageIn(ctx, data, res[0].Replicas); err != nil {
+		s.revoke(ctx, []master.PutRef{ref})
+		return fmt.Errorf("put %q: %w", key, err)
+	}
+	if e := s.m.PutEnd(ctx, []master.PutRef{ref})[0]; e != nil {
+		return mapErr(fmt.Errorf("put end %q: %w", key, e))
+	}
+	return nil
+}
+
+// stageIn copies data to every replica through the staging buffer, one
+// window at a time.
+func (s *Store) stageIn(ctx context.Context, data []byte, reps []master.Replica) error {
+	cache := map[segment.Key]mapped{}
+	defer releaseAll(cache)
+	bases := make([]cuda.DevicePtr, len(reps))
+	for i, r := range reps {
+		b, err := s.resolve(ctx, r.Segment, cache)
+		if err != nil {
+			return err
+		}
+		bases[i] = b + cuda.DevicePtr(r.Offset)
+	}
+	s.stagingMu.Lock()
+	defer s.stagingMu.Unlock()
+	buf, err := s.staging.get(s.drv, s.cctx)
+	if err != nil {
+		return err
+	}
+	for off := 0; off < len(data); off += len(buf) {
+		n := copy(buf, data[off:])
+		cs := make([]cuda.Copy, len(bases))
+		for i, b := range bases {
+			cs[i] = cuda.Copy{Dst: b + cuda.DevicePtr(off), Src: cuda.DevicePtr(addr(buf)), Len: uint64(n)}
+		}
+		if err := s.xfer.Do(0, cs); err != nil {
+			return fmt.Errorf("%w: %w", ErrTransfer, err)
+		}
+	}
+	return nil
+}
+
+// GetBytes returns a copy of key's value, copied out through the staging
+// buffer.
+func (s *Store) GetBytes(ctx context.Context, key string) ([]byte, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	res, err := s.m.GetReplicas(ctx, []string{key})
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("get replicas: %w", err))
+	}
+	r := res[0]
+	if r.Err != nil {
+		return nil, mapErr(fmt.Errorf("get %q: %w", key, r.Err))
+	}
+	if len(r.Replicas) == 0 {
+		return nil, fmt.Errorf("%w: get %q: no complete replica", ErrNotFound, key)
+	}
+	cache := map[segment.Key]mapped{}
+	defer releaseAll(cache)
+	rep := s.pickReplica(r.Replicas)
+	base, err := s.resolve(ctx, rep.Segment, cache)
+	if err != nil {
+		return nil, fmt.Errorf("get %q: %w", key, err)
+	}
+	base += cuda.DevicePtr(rep.Offset)
+	out := make([]byte, r.Size)
+	s.stagingMu.Lock()
+	defer s.stagingMu.Unlock()
+	buf, err := s.staging.get(s.drv, s.cctx)
+	if err != nil {
+		return nil, err
+	}
+	for off := uint64(0); off < r.Size; off += uint64(len(buf)) {
+		n := min(uint64(len(buf)), r.Size-off)
+		c := []cuda.Copy{{Dst: cuda.DevicePtr(addr(buf)), Src: base + cuda.DevicePtr(off), Len: n}}
+		if err := s.xfer.Do(0, c); err != nil {
+			return nil, fmt.Errorf("%w: get %q: %w", ErrTransfer, key, err)
+		}
+		copy(out[off:], buf[:n])
+	}
+	if now := timeNow(); now.After(r.LeaseExpiry) {
+		return nil, fmt.Errorf("%w: get %q: lease ended %v before the copy finished", ErrLeaseExpired, key, now.Sub(r.LeaseExpiry))
+	}
+	return out, nil
+}

@@ -1,0 +1,427 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/master"
+	"github.com/kvfabric/kvfabric/internal/segment"
+)
+
+// isTransport reports a failure to reach the master (as opposed to an answer).
+func isTransport(err error) bool {
+	st, ok := status.FromError(errors.Unwrap(err))
+	if !ok {
+		st, ok = status.FromError(err)
+	}
+	if !ok {
+		return false
+	}
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Internal, codes.Unknown:
+		return true
+	}
+	return false
+}
+
+// Put stores key from src (the concatenation of its regions) if it does not
+// exist yet (put-if-absent: ErrAlreadyExists otherwise). The copies are
+// enqueued on stream after the caller's work and Put returns once they are
+// complete and the object is visible.
+func (s *Store) Put(ctx context.Context, key string, src []Region, stream cuda.Stream, o PutOptions) error {
+	return s.BatchPut(ctx, []string{key}, [][]Region{src}, stream, o)[0]
+}
+
+// Get copies key into dst (filled in order) and returns the object's size.
+// ErrBufferTooSmall when dst is smaller than the object; ErrLeaseExpired when
+// the read lease ran out before the copy finished (the bytes may be torn).
+func (s *Store) Get(ctx context.Context, key string, dst []Region, stream cuda.Stream) (uint64, error) {
+	n, errs := s.BatchGet(ctx, []string{key}, [][]Region{dst}, stream)
+	return n[0], errs[0]
+}
+
+func fill(errs []error, err error) []error {
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+func total(rs []Region) uint64 {
+	var n uint64
+	for _, r := range rs {
+		n += r.Len
+	}
+	return n
+}
+
+// checkRegions validates one object's buffers against the registered ranges:
+// a region is either inside a registered host buffer or assumed to be device
+// memory (the driver rejects a bad device pointer).
+func (s *Store) checkRegions(key string, rs []Region) error {
+	if len(rs) == 0 {
+		return fmt.Errorf("%w: key %q: no buffer", ErrInvalidArgument, key)
+	}
+	for i, r := range rs {
+		if r.Len == 0 {
+			return fmt.Errorf("%w: key %q: region %d has length 0", ErrInvalidArgument, key, i)
+		}
+		if r.Ptr == 0 {
+			return fmt.Errorf("%w: key %q: region %d has a null pointer", ErrInvalidArgument, key, i)
+		}
+		if uint64(r.Ptr)+r.Len < uint64(r.Ptr) {
+			return fmt.Errorf("%w: key %q: region %d [%#x, +%d) wraps", ErrInvalidArgument, key, i, r.Ptr, r.Len)
+		}
+	}
+	return nil
+}
+
+// mapped is a resolved segment: its base address in this process and how
+// to release the reference.
+type mapped struct {
+	base    cuda.DevicePtr
+	release func()
+}
+
+// resolve returns the base address of d in this process: the provider's
+// own mapping for its own segments, else the mapping cache (importing on
+// first use).
+func (s *Store) resolve(ctx context.Context, d *segment.Descriptor, cache map[segment.Key]mapped) (cuda.DevicePtr, error) {
+	k := d.Key()
+	if m, ok := cache[k]; ok {
+		return m.base, nil
+	}
+	if s.pool != nil {
+		if p, err := s.pool.DevicePtr(k); err == nil {
+			cache[k] = mapped{base: p, release: func() {}}
+			return p, nil
+		}
+	}
+	m, err := s.maps.Acquire(ctx, *d)
+	if err != nil {
+		return 0, fmt.Errorf("%w: map segment %s: %w", ErrTransfer, k, err)
+	}
+	cache[k] = mapped{base: m.Base, release: m.Release}
+	return m.Base, nil
+}
+
+func releaseAll(cache map[segment.Key]mapped) {
+	for _, m := range cache {
+		m.release()
+	}
+}
+
+// appendCopies appends the copies between the regions and the contiguous
+// range [base, base+total) in direction put (regions → range) or get.
+func appendCopies(cs []cuda.Copy, rs []Region, base cuda.DevicePtr, put bool) []cuda.Copy {
+	off := uint64(0)
+	for _, r := range rs {
+		c := cuda.Copy{Len: r.Len}
+		if put {
+			c.Src, c.Dst = cuda.DevicePtr(r.Ptr), base+cuda.DevicePtr(off)
+		} else {
+			c.Src, c.Dst = base+cuda.DevicePtr(off), cuda.DevicePtr(r.Ptr)
+		}
+		cs = append(cs, c)
+		off += r.Len
+	}
+	return cs
+}
+
+func (s *Store) placement() master.Placement {
+	p := master.NoPlacement
+	p.Client = s.clientID
+	p.Node = s.cfg.LocalHostname
+	p.NUMANode = s.numa
+	p.Device = int32(s.cfg.Device)
+	return p
+}
+
+// BatchPut puts N objects with one master round trip to start them, one
+// transfer batch for all their bytes, and one round trip to end them.
+// Results are positional.
+func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, stream cuda.Stream, o PutOptions) []error {
+	errs := make([]error, len(keys))
+	if len(srcs) != len(keys) {
+		return fill(errs, fmt.Errorf("%w: %d keys but %d buffers", ErrInvalidArgument, len(keys), len(srcs)))
+	}
+	if err := s.enter(); err != nil {
+		return fill(errs, err)
+	}
+	defer s.exit()
+	if o.Replicas < 0 || o.Replicas > master.MaxReplicas {
+		return fill(errs, fmt.Errorf("%w: replicas=%d (want 0..%d)", ErrInvalidArgument, o.Replicas, master.MaxReplicas))
+	}
+	place := s.placement()
+	place.Segments = o.PreferredSegments
+	reqs := make([]master.PutStartReq, 0, len(keys))
+	idx := make([]int, 0, len(keys))
+	for i, k := range keys {
+		if err := s.checkRegions(k, srcs[i]); err != nil {
+			errs[i] = err
+			continue
+		}
+		reqs = append(reqs, master.PutStartReq{Key: k, Size: total(srcs[i]), Replicas: o.Replicas, Pin: o.Pin, Placement: place})
+		idx = append(idx, i)
+	}
+	if len(reqs) == 0 {
+		return errs
+	}
+	res, err := s.m.PutStart(ctx, reqs)
+	if err != nil {
+		err = mapErr(fmt.Errorf("put start: %w", err))
+		for _, i := range idx {
+			errs[i] = err
+		}
+		return errs
+	}
+	cache := map[segment.Key]mapped{}
+	defer releaseAll(cache)
+	var copies []cuda.Copy
+	started := make([]master.PutRef, 0, len(res))
+	startedIdx := make([]int, 0, len(res))
+	for j, r := range res {
+		i := idx[j]
+		if r.Err != nil {
+			errs[i] = mapErr(fmt.Errorf("put %q: %w", keys[i], r.Err))
+			continue
+		}
+		ref := master.PutRef{Key: keys[i], Token: r.Token}
+		var rerr error
+		n0 := len(copies)
+		for _, rep := range r.Replicas {
+			base, err := s.resolve(ctx, rep.Segment, cache)
+			if err != nil {
+				rerr = err
+				break
+			}
+			copies = appendCopies(copies, srcs[i], base+cuda.DevicePtr(rep.Offset), true)
+		}
+		if rerr != nil {
+			copies = copies[:n0]
+			errs[i] = fmt.Errorf("put %q: %w", keys[i], rerr)
+			s.revoke(ctx, []master.PutRef{ref})
+			continue
+		}
+		started = append(started, ref)
+		startedIdx = append(startedIdx, i)
+	}
+	if len(started) == 0 {
+		return errs
+	}
+	if err := s.xfer.Do(stream, copies); err != nil {
+		err = fmt.Errorf("%w: put of %d objects: %w", ErrTransfer, len(started), err)
+		for _, i := range startedIdx {
+			errs[i] = err
+		}
+		s.revoke(ctx, started)
+		return errs
+	}
+	for j, e := range s.m.PutEnd(ctx, started) {
+		if e != nil {
+			errs[startedIdx[j]] = mapErr(fmt.Errorf("put end %q: %w", started[j].Key, e))
+		}
+	}
+	return errs
+}
+
+// revoke abandons puts; a failure is left to the master's put timeout.
+func (s *Store) revoke(ctx context.Context, refs []master.PutRef) {
+	for j, e := range s.m.PutRevoke(context.WithoutCancel(ctx), refs) {
+		if e != nil && !errors.Is(e, master.ErrNotFound) {
+			s.log.Warn("kvfabric put revoke failed; the master's put timeout reclaims it", "key", refs[j].Key, "err", e)
+		}
+	}
+}
+
+// pickReplica prefers a DRAM replica on this GPU's NUMA node, then any DRAM
+// replica on this host, then HBM on this device, then the first.
+func (s *Store) pickReplica(reps []master.Replica) master.Replica {
+	best, bestScore := reps[0], -1
+	for _, r := range reps {
+		d := r.Segment
+		score := 0
+		sameHost := d.Node == s.cfg.LocalHostname
+		switch {
+		case d.Tier == segment.TierDRAM && sameHost && s.numa >= 0 && d.Location == s.numa:
+			score = 4
+		case d.Tier == segment.TierDRAM && sameHost:
+			score = 3
+		case d.Tier == segment.TierHBM && sameHost && d.Location == int32(s.cfg.Device):
+			score = 2
+		case sameHost:
+			score = 1
+		}
+		if score > bestScore {
+			best, bestScore = r, score
+		}
+	}
+	return best
+}
+
+// BatchGet gets N objects with one master round trip and one transfer
+// batch. Results are positional: sizes[i] is the object's size when errs[i]
+// is nil.
+func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, stream cuda.Stream) ([]uint64, []error) {
+	sizes := make([]uint64, len(keys))
+	errs := make([]error, len(keys))
+	if len(dsts) != len(keys) {
+		return sizes, fill(errs, fmt.Errorf("%w: %d keys but %d buffers", ErrInvalidArgument, len(keys), len(dsts)))
+	}
+	if err := s.enter(); err != nil {
+		return sizes, fill(errs, err)
+	}
+	defer s.exit()
+	q := make([]string, 0, len(keys))
+	idx := make([]int, 0, len(keys))
+	for i, k := range keys {
+		if err := s.checkRegions(k, dsts[i]); err != nil {
+			errs[i] = err
+			continue
+		}
+		q = append(q, k)
+		idx = append(idx, i)
+	}
+	if len(q) == 0 {
+		return sizes, errs
+	}
+	res, err := s.m.GetReplicas(ctx, q)
+	if err != nil {
+		return sizes, fill(errs, mapErr(fmt.Errorf("get replicas: %w", err)))
+	}
+	cache := map[segment.Key]mapped{}
+	defer releaseAll(cache)
+	var copies []cuda.Copy
+	var lease time.Time
+	okIdx := make([]int, 0, len(res))
+	for j, r := range res {
+		i := idx[j]
+		if r.Err != nil {
+			errs[i] = mapErr(fmt.Errorf("get %q: %w", keys[i], r.Err))
+			continue
+		}
+		if len(r.Replicas) == 0 {
+			errs[i] = fmt.Errorf("%w: get %q: no complete replica", ErrNotFound, keys[i])
+			continue
+		}
+		if have := total(dsts[i]); have < r.Size {
+			errs[i] = fmt.Errorf("%w: get %q: object is %d bytes, buffer %d", ErrBufferTooSmall, keys[i], r.Size, have)
+			continue
+		}
+		rep := s.pickReplica(r.Replicas)
+		base, err := s.resolve(ctx, rep.Segment, cache)
+		if err != nil {
+			errs[i] = fmt.Errorf("get %q: %w", keys[i], err)
+			continue
+		}
+		copies = appendCopies(copies, clip(dsts[i], r.Size), base+cuda.DevicePtr(rep.Offset), false)
+		sizes[i] = r.Size
+		if lease.IsZero() || r.LeaseExpiry.Before(lease) {
+			lease = r.LeaseExpiry
+		}
+		okIdx = append(okIdx, i)
+	}
+	if len(okIdx) == 0 {
+		return sizes, errs
+	}
+	if err := s.xfer.Do(stream, copies); err != nil {
+		err = fmt.Errorf("%w: get of %d objects: %w", ErrTransfer, len(okIdx), err)
+		for _, i := range okIdx {
+			errs[i], sizes[i] = err, 0
+		}
+		return sizes, errs
+	}
+	if now := timeNow(); now.After(lease) {
+		err := fmt.Errorf("%w: lease ended %v before the copy finished", ErrLeaseExpired, now.Sub(lease))
+		for _, i := range okIdx {
+			errs[i] = err
+		}
+	}
+	return sizes, errs
+}
+
+// clip limits regions to n bytes in total.
+func clip(rs []Region, n uint64) []Region {
+	out := make([]Region, 0, len(rs))
+	for _, r := range rs {
+		if n == 0 {
+			break
+		}
+		l := min(r.Len, n)
+		out = append(out, Region{Ptr: r.Ptr, Len: l})
+		n -= l
+	}
+	return out
+}
+
+// Exists reports whether key is visible.
+func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
+	r, err := s.BatchExists(ctx, []string{key})
+	if err != nil {
+		return false, err
+	}
+	return r[0], nil
+}
+
+// BatchExists reports, positionally, whether keys are visible.
+func (s *Store) BatchExists(ctx context.Context, keys []string) ([]bool, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	r, err := s.m.Exists(ctx, keys)
+	return r, mapErr(err)
+}
+
+// Size returns the size of a visible object (granting a short read lease).
+func (s *Store) Size(ctx context.Context, key string) (uint64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.exit()
+	res, err := s.m.GetReplicas(ctx, []string{key})
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	if res[0].Err != nil {
+		return 0, mapErr(fmt.Errorf("size %q: %w", key, res[0].Err))
+	}
+	return res[0].Size, nil
+}
+
+// Remove deletes key; a leased object is ErrHasLease unless force.
+func (s *Store) Remove(ctx context.Context, key string, force bool) error {
+	return s.BatchRemove(ctx, []string{key}, force)[0]
+}
+
+// BatchRemove deletes keys; results are positional.
+func (s *Store) BatchRemove(ctx context.Context, keys []string, force bool) []error {
+	errs := make([]error, len(keys))
+	if err := s.enter(); err != nil {
+		return fill(errs, err)
+	}
+	defer s.exit()
+	for i, e := range s.m.Remove(ctx, keys, force) {
+		if e != nil {
+			errs[i] = mapErr(fmt.Errorf("remove %q: %w", keys[i], e))
+		}
+	}
+	return errs
+}
+
+// RemoveAll removes every visible object (leased ones only with force) and
+// returns how many.
+func (s *Store) RemoveAll(ctx context.Context, force bool) (int, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.exit()
+	n, err := s.m.RemoveAll(ctx, force)
+	return n, mapErr(err)
+}

@@ -1,0 +1,544 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvfabric/kvfabric/internal/config"
+	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/cuda/choose"
+	"github.com/kvfabric/kvfabric/internal/fdx"
+	"github.com/kvfabric/kvfabric/internal/mapping"
+	"github.com/kvfabric/kvfabric/internal/master"
+	"github.com/kvfabric/kvfabric/internal/pool"
+	"github.com/kvfabric/kvfabric/internal/segment"
+	"github.com/kvfabric/kvfabric/internal/transfer"
+)
+
+// Options are the Store's collaborators. The zero value builds everything
+// from the Config.
+type Options struct {
+	// Logger receives lifecycle events; nil discards. Nothing is logged per
+	// block.
+	Logger *slog.Logger
+	// Driver, when set, is used instead of choosing one per cfg.Driver. The
+	// Store does not close it.
+	Driver cuda.Driver
+	// Master, when set, is used instead of the one cfg.MasterServerAddr
+	// names (several Stores of one process sharing an embedded master). The
+	// Store does not close it.
+	Master master.Client
+	// MasterConfig configures the embedded master (master_server_addr
+	// "embedded" and Master unset).
+	MasterConfig master.Config
+	// ClientID is this process's id at the master and the owner part of its
+	// segment ids; empty means "<local_hostname>-<pid>-<n>". Reusing the id
+	// of a dead process replaces its registration (its segments are
+	// unmounted).
+	ClientID string
+	// ClientTTL is the liveness TTL asked of the master; 0 means its default.
+	ClientTTL time.Duration
+	// Progress receives the provider pool's setup progress (a CLI bar).
+	Progress func(pool.Progress)
+	// StagingSize is the pinned host buffer PutBytes/GetBytes copy through;
+	// 0 means 64 MiB, allocated on first use.
+	StagingSize uint64
+	// MaxMappings bounds the mapping cache (0: its default).
+	MaxMappings int
+}
+
+// Store is a kvfabric client. All methods are safe for concurrent use.
+// After Close starts, operations fail with ErrClosed; Close waits for the
+// operations in flight (bounded) before tearing down.
+type Store struct {
+	cfg      config.Config
+	log      *slog.Logger
+	clientID string
+	dev      cuda.Device
+	numa     int32 // host NUMA node of dev; -1 if unknown
+
+	drv       cuda.Driver
+	ownDriver bool
+	driverWhy string
+	cctx      cuda.Context
+	ctxHeld   bool
+
+	svc       *master.Service // embedded master owned by this Store, or nil
+	m         master.Client
+	ownMaster bool
+
+	hbStop chan struct{}
+	hbDone chan struct{}
+	hbErr  atomic.Pointer[error]
+
+	fds  *fdx.Server
+	pool *pool.Pool
+	maps *mapping.Cache
+	xfer *transfer.Engine
+
+	// stagingMu serializes use of the staging buffer.
+	stagingMu sync.Mutex
+	staging   *staging
+
+	ops sync.WaitGroup // operations in flight
+
+	// mu guards the lifecycle state and the registered buffers.
+	mu struct {
+		sync.Mutex
+		closing bool
+		regs    map[uintptr]*registration
+		done    closeSteps
+	}
+}
+
+type registration struct {
+	ptr, size uint64
+	host      bool // registered with the driver by us (else device memory)
+}
+
+// closeSteps records which teardown steps succeeded (retry does the rest).
+type closeSteps struct {
+	drained, heartbeat, pool, fds, maps, xfer, regs, staging, unregister, master, ctx, driver bool
+}
+
+var storeSeq atomic.Int64
+
+// Open builds a Store from cfg: the driver (cfg.Driver), the master
+// (embedded or remote), provider capacity when cfg.GlobalSegmentSize > 0
+// (the EGM DRAM pool, or HBM when it is off), the mapping cache and the
+// transfer engine.
+//
+// A failed Open unwinds what it built. If the unwinding fails too, the error
+// is an *OpenError whose Retry finishes it.
+func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Store{cfg: cfg, log: log, dev: cuda.Device(cfg.Device), numa: -1}
+	s.mu.regs = map[uintptr]*registration{}
+	defer func() {
+		if err == nil {
+			return
+		}
+		if cerr := s.teardown(); cerr != nil {
+			err = &OpenError{Err: err, Unwind: cerr, s: s}
+		}
+	}()
+
+	// Driver and context.
+	if opts.Driver != nil {
+		s.drv, s.driverWhy = opts.Driver, opts.Driver.Name()+" (given)"
+	} else {
+		d, why, err := choose.Driver(cfg.Driver, log)
+		if err != nil {
+			return nil, fmt.Errorf("open driver %q: %w", cfg.Driver, err)
+		}
+		s.drv, s.driverWhy, s.ownDriver = d, why, true
+	}
+	n, err := s.drv.DeviceCount()
+	if err != nil {
+		return nil, fmt.Errorf("device count: %w", err)
+	}
+	if cfg.Device >= n {
+		return nil, fmt.Errorf("%w: device=%d: only %d GPU(s) visible", config.ErrInvalid, cfg.Device, n)
+	}
+	if s.cctx, err = s.drv.PrimaryCtxRetain(s.dev); err != nil {
+		return nil, fmt.Errorf("retain context of device %d: %w", cfg.Device, err)
+	}
+	s.ctxHeld = true
+	if id, err := s.drv.DeviceAttribute(s.dev, cuda.AttrHostNUMAID); err == nil && id >= 0 {
+		s.numa = int32(id)
+	}
+
+	// Master and registration.
+	switch {
+	case opts.Master != nil:
+		s.m = opts.Master
+	case cfg.MasterServerAddr == config.MasterEmbedded:
+		mc := opts.MasterConfig
+		if mc.Logger == nil {
+			mc.Logger = log
+		}
+		if s.svc, err = master.New(mc); err != nil {
+			return nil, fmt.Errorf("embedded master: %w", err)
+		}
+		s.m, s.ownMaster = master.NewEmbedded(s.svc), true
+	default:
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		s.m, err = master.Dial(dctx, cfg.MasterServerAddr)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("%w: dial master %s: %v", ErrRPC, cfg.MasterServerAddr, err)
+		}
+		s.ownMaster = true
+	}
+	s.clientID = opts.ClientID
+	if s.clientID == "" {
+		s.clientID = fmt.Sprintf("%s-%d-%d", cfg.LocalHostname, os.Getpid(), storeSeq.Add(1))
+	}
+	reg, err := s.m.RegisterClient(ctx, master.ClientInfo{
+		ID: s.clientID, Node: cfg.LocalHostname, TTL: opts.ClientTTL,
+		NUMANode: s.numa, Device: int32(cfg.Device),
+	})
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("register client %q: %w", s.clientID, err))
+	}
+	s.hbStop, s.hbDone = make(chan struct{}), make(chan struct{})
+	go s.heartbeat(reg.TTL)
+
+	// Provider capacity.
+	if cfg.GlobalSegmentSize > 0 {
+		if cfg.HandleType != config.HandleFabric {
+			if s.fds, err = fdx.Listen(cfg.SocketDir, fmt.Sprintf("kvfabric-%s.sock", sanitize(s.clientID)), log); err != nil {
+				return nil, fmt.Errorf("fd exchange: %w", err)
+			}
+		}
+		deps := pool.Deps{Mounter: s.m, Logger: log, Progress: opts.Progress, Owner: sanitize(s.clientID)}
+		if s.fds != nil {
+			deps.FDs = s.fds
+		}
+		if s.pool, err = pool.Open(ctx, s.drv, cfg, deps); err != nil {
+			var ue *pool.UnwindError
+			if errors.As(err, &ue) {
+				// Keep the pool's leftovers owned: teardown retries them.
+				s.pool = nil
+				return nil, err
+			}
+			s.pool = nil
+			return nil, mapErr(fmt.Errorf("provider pool: %w", err))
+		}
+	}
+
+	// Consumer data path.
+	if s.maps, err = mapping.New(s.drv, s.cctx, s.accessDevices(n), mapping.Options{MaxEntries: opts.MaxMappings, Logger: log}); err != nil {
+		return nil, fmt.Errorf("mapping cache: %w", err)
+	}
+	if s.xfer, err = transfer.New(s.drv, s.cctx, s.dev, transfer.Options{CopyEngineMinBytes: cfg.CopyEngineMinBytes, Logger: log}); err != nil {
+		return nil, fmt.Errorf("transfer engine: %w", err)
+	}
+	s.staging = &staging{size: opts.StagingSize}
+	log.Info("kvfabric store open", "client", s.clientID, "driver", s.driverWhy, "device", cfg.Device,
+		"provides", cfg.GlobalSegmentSize, "egm", cfg.EnableEGMStorePool, "master", cfg.MasterServerAddr)
+	return s, nil
+}
+
+// accessDevices are the GPUs imported segments are mapped for: this
+// client's device only (the consumer copies with it).
+func (s *Store) accessDevices(n int) []cuda.Device {
+	_ = n
+	return []cuda.Device{s.dev}
+}
+
+// OpenError is a failed Open whose unwinding failed too: resources are
+// still held and Retry releases them.
+type OpenError struct {
+	Err    error // why Open failed
+	Unwind error // what unwinding could not undo
+	s      *Store
+}
+
+func (e *OpenError) Error() string {
+	return fmt.Sprintf("%v (cleanup pending: %v)", e.Err, e.Unwind)
+}
+
+// Unwrap returns the setup error, the unwind error and ErrCleanupPending.
+func (e *OpenError) Unwrap() []error { return []error{e.Err, e.Unwind, ErrCleanupPending} }
+
+// Retry retries the unwinding; nil once everything is released.
+func (e *OpenError) Retry() error { return e.s.teardown() }
+
+// ClientID is this Store's id at the master.
+func (s *Store) ClientID() string { return s.clientID }
+
+// Hostname is the configured local_hostname.
+func (s *Store) Hostname() string { return s.cfg.LocalHostname }
+
+// Driver is the CUDA driver in use and why it was chosen.
+func (s *Store) Driver() (cuda.Driver, string) { return s.drv, s.driverWhy }
+
+// Context is the primary context of the Store's device.
+func (s *Store) Context() cuda.Context { return s.cctx }
+
+// Pool is the provider capacity of this Store (nil for a pure consumer).
+func (s *Store) Pool() *pool.Pool { return s.pool }
+
+// Master is the master client in use.
+func (s *Store) Master() master.Client { return s.m }
+
+// TransferStats reports the transfer engine's counters.
+func (s *Store) TransferStats() transfer.Stats { return s.xfer.Stats() }
+
+// Health reports whether the Store is open and its registration alive.
+func (s *Store) Health(ctx context.Context) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.exit()
+	if p := s.hbErr.Load(); p != nil {
+		return *p
+	}
+	if _, err := s.m.Stats(ctx); err != nil {
+		return mapErr(err)
+	}
+	return nil
+}
+
+func (s *Store) heartbeat(ttl time.Duration) {
+	defer close(s.hbDone)
+	every := ttl / 3
+	if every <= 0 {
+		every = time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.hbStop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), every)
+			err := s.m.Heartbeat(ctx, s.clientID)
+			cancel()
+			if err != nil {
+				err = mapErr(fmt.Errorf("heartbeat: %w", err))
+				s.hbErr.Store(&err)
+				s.log.Warn("kvfabric heartbeat failed", "client", s.clientID, "err", err)
+				continue
+			}
+			s.hbErr.Store(nil)
+		}
+	}
+}
+
+// enter admits an operation unless Close has started.
+func (s *Store) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closing {
+		return ErrClosed
+	}
+	s.ops.Add(1)
+	return nil
+}
+
+func (s *Store) exit() { s.ops.Done() }
+
+// CloseTimeout bounds how long Close waits for operations in flight.
+const CloseTimeout = 30 * time.Second
+
+// Close tears the Store down. Teardown order:
+//  1. refuse new operations and wait (bounded) for those in flight;
+//  2. stop heartbeats;
+//  3. close the provider pool (unmount → unregister fds → unmap → free VA →
+//     release, per chunk; see pool.Pool.Close);
+//  4. close the fd-exchange server (after the pool: it serves the pool's fds);
+//  5. close the mapping cache (unmap imported segments);
+//  6. close the transfer engine;
+//  7. unregister host buffers and free the staging buffer;
+//  8. close the master client (and the embedded master this Store owns);
+//  9. release the primary context and close the driver it opened.
+//
+// A failed step keeps what it holds and every step that depends on it is
+// skipped; the error wraps ErrCleanupPending and a later Close retries
+// exactly the remaining steps. Close is idempotent: nil once all is done.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	s.mu.closing = true
+	s.mu.Unlock()
+	if !s.mu.done.drained {
+		done := make(chan struct{})
+		go func() { s.ops.Wait(); close(done) }()
+		select {
+		case <-done:
+			s.mu.done.drained = true
+		case <-time.After(CloseTimeout):
+			return fmt.Errorf("%w: %v waiting for operations in flight", ErrCleanupPending, CloseTimeout)
+		}
+	}
+	return s.teardown()
+}
+
+// CleanupPending reports whether a Close (or a failed Open) left resources
+// that a later Close will release.
+func (s *Store) CleanupPending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.mu.done
+	return s.mu.closing && !(d.pool && d.fds && d.maps && d.xfer && d.regs && d.staging && d.master && d.ctx && d.driver)
+}
+
+// teardown runs the remaining teardown steps (see Close).
+func (s *Store) teardown() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mu.closing = true
+	d := &s.mu.done
+	var errs []error
+	step := func(done *bool, ok bool, name string, fn func() error) bool {
+		if *done {
+			return true
+		}
+		if !ok {
+			return false
+		}
+		if err := fn(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			return false
+		}
+		*done = true
+		return true
+	}
+	step(&d.heartbeat, true, "stop heartbeats", func() error {
+		if s.hbStop != nil {
+			close(s.hbStop)
+			<-s.hbDone
+			s.hbStop = nil
+		}
+		return nil
+	})
+	poolOK := step(&d.pool, true, "close provider pool", s.closePoolLocked)
+	step(&d.fds, poolOK, "close fd exchange", func() error {
+		if s.fds != nil {
+			return s.fds.Close()
+		}
+		return nil
+	})
+	mapsOK := step(&d.maps, true, "close mapping cache", func() error {
+		if s.maps != nil {
+			return s.maps.Close()
+		}
+		return nil
+	})
+	xferOK := step(&d.xfer, true, "close transfer engine", func() error {
+		if s.xfer != nil {
+			return s.xfer.Close()
+		}
+		return nil
+	})
+	regsOK := step(&d.regs, true, "unregister buffers", s.unregisterAllLocked)
+	stagingOK := step(&d.staging, true, "free staging buffer", func() error {
+		if s.staging != nil {
+			return s.staging.free(s.drv, s.cctx)
+		}
+		return nil
+	})
+	masterOK := step(&d.master, poolOK, "close master", func() error {
+		if s.m == nil || !s.ownMaster {
+			return nil
+		}
+		var err error
+		if cerr := s.m.Close(); cerr != nil {
+			err = cerr
+		}
+		if s.svc != nil {
+			if cerr := s.svc.Close(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+		}
+		return err
+	})
+	_ = masterOK
+	ctxOK := step(&d.ctx, poolOK && mapsOK && xferOK && regsOK && stagingOK, "release context", func() error {
+		if s.ctxHeld {
+			if err := s.drv.PrimaryCtxRelease(s.dev); err != nil {
+				return err
+			}
+			s.ctxHeld = false
+		}
+		return nil
+	})
+	step(&d.driver, ctxOK, "close driver", func() error {
+		if s.drv != nil && s.ownDriver {
+			return s.drv.Close()
+		}
+		return nil
+	})
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrCleanupPending, errors.Join(errs...))
+	}
+	return nil
+}
+
+// closePoolLocked closes the provider pool. While readers hold leases on
+// objects in its segments the master refuses the unmount (and drains the
+// segment: no new leases or puts land there); the memory must not go away
+// under their copies, so Close retries until the leases have expired,
+// bounded by CloseTimeout.
+func (s *Store) closePoolLocked() error {
+	if s.pool == nil {
+		return nil
+	}
+	deadline := time.Now().Add(CloseTimeout)
+	wait := 50 * time.Millisecond
+	for {
+		err := s.pool.Close()
+		if err == nil || !errors.Is(err, master.ErrHasLease) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// sanitize makes an id usable in segment ids and socket names.
+func sanitize(id string) string {
+	b := []byte(id)
+	for i, c := range b {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.', c == ':':
+		default:
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// mapErr translates master errors into the client's sentinels, keeping the
+// original in the chain.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var sentinel error
+	switch {
+	case errors.Is(err, master.ErrNotFound):
+		sentinel = ErrNotFound
+	case errors.Is(err, master.ErrAlreadyExists):
+		sentinel = ErrAlreadyExists
+	case errors.Is(err, master.ErrNoSpace):
+		sentinel = ErrNoSpace
+	case errors.Is(err, master.ErrHasLease):
+		sentinel = ErrHasLease
+	case errors.Is(err, master.ErrInvalid):
+		sentinel = ErrInvalidArgument
+	case errors.Is(err, master.ErrClosed):
+		sentinel = ErrRPC
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return err
+	default:
+		if isTransport(err) {
+			sentinel = ErrRPC
+		}
+	}
+	if sentinel == nil || errors.Is(err, sentinel) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", sentinel, err)
+}
+
+// segmentOf identifies the segment a replica lives on.
+func segmentOf(r master.Replica) segment.Key { return r.Segment.Key() }
+
+// timeNow is the clock lease checks use.
+var timeNow = time.Now
