@@ -1,0 +1,366 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/cuda/choose"
+	"github.com/kvfabric/kvfabric/internal/transfer"
+)
+
+type benchFlags struct {
+	driver  string
+	devices string
+	sizes   string
+	bytes   string
+	iters   int
+	ceMin   string
+}
+
+func init() {
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the transfer engine: DRAM-tier (HOST_NUMA VMM) <-> HBM copies per path vs the copy-engine ceiling",
+		Long: `bench allocates, per GPU, a HOST_NUMA VMM pool (the DRAM tier) and HBM buffers,
+measures the copy-engine ceiling (one large cuMemcpyAsync each way), then batches
+of random pool blocks: put (HBM->DRAM) and get (DRAM->HBM) for each block size
+through each path — SM kernel, cuMemcpyBatchAsync, per-copy cuMemcpyAsync — and
+the auto-routed engine. Every batch is verified byte for byte. GB/s are GPU
+event times; ratios are to the ceiling measured in the same run. With several
+--devices the GPUs run concurrently.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBench(cmd.OutOrStdout(), f)
+		},
+	}
+	cmd.Flags().StringVar(&f.driver, "driver", choose.Auto, "driver to use: auto|cuda|sim")
+	cmd.Flags().StringVar(&f.devices, "devices", "0", "comma-separated GPU ordinals, run concurrently")
+	cmd.Flags().StringVar(&f.sizes, "sizes", "4KiB,64KiB,1MiB", "block sizes")
+	cmd.Flags().StringVar(&f.bytes, "bytes", "", "bytes per batch (default 256MiB on CUDA, 2MiB on the simulator); the DRAM pool is 4x")
+	cmd.Flags().IntVar(&f.iters, "iters", 0, "timed batches per measurement (default 5 on CUDA, 2 on the simulator)")
+	cmd.Flags().StringVar(&f.ceMin, "copy-engine-min", "1MiB", "auto route: blocks from this size go to the copy engine")
+	rootCmd.AddCommand(cmd)
+}
+
+// parseBytes reads "4KiB", "1MiB", "2GiB", "4096".
+func parseBytes(s string) (uint64, error) {
+	s = strings.TrimSpace(s)
+	mult := uint64(1)
+	for _, u := range []struct {
+		suf string
+		m   uint64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suf) {
+			s, mult = strings.TrimSuffix(s, u.suf), u.m
+			break
+		}
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	if err != nil || v == 0 {
+		return 0, fmt.Errorf("size %q: want a positive number with an optional KiB/MiB/GiB suffix", s)
+	}
+	return v * mult, nil
+}
+
+func sizeLabel(n uint64) string {
+	switch {
+	case n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+type benchRow struct {
+	dev        int
+	size       uint64
+	batch      int
+	route      string
+	dir        string
+	gbps       float64
+	ceil       float64
+	verified   bool
+	verifyNote string
+}
+
+func runBench(w io.Writer, f benchFlags) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	drv, why, err := choose.Driver(f.driver, log)
+	if err != nil {
+		return err
+	}
+	defer drv.Close()
+	isSim := drv.Name() == "sim"
+	if f.bytes == "" {
+		f.bytes = "256MiB"
+		if isSim {
+			f.bytes = "2MiB"
+		}
+	}
+	if f.iters <= 0 {
+		f.iters = 5
+		if isSim {
+			f.iters = 2
+		}
+	}
+	batchBytes, err := parseBytes(f.bytes)
+	if err != nil {
+		return fmt.Errorf("--bytes: %w", err)
+	}
+	ceMin, err := parseBytes(f.ceMin)
+	if err != nil {
+		return fmt.Errorf("--copy-engine-min: %w", err)
+	}
+	var sizes []uint64
+	for _, s := range strings.Split(f.sizes, ",") {
+		v, err := parseBytes(s)
+		if err != nil {
+			return fmt.Errorf("--sizes: %w", err)
+		}
+		if v > batchBytes {
+			return fmt.Errorf("--sizes: block %s is larger than --bytes %s", sizeLabel(v), sizeLabel(batchBytes))
+		}
+		sizes = append(sizes, v)
+	}
+	n, err := drv.DeviceCount()
+	if err != nil {
+		return err
+	}
+	var devs []cuda.Device
+	for _, s := range strings.Split(f.devices, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || v < 0 || v >= n {
+			return fmt.Errorf("--devices: %q: want ordinals in 0..%d", s, n-1)
+		}
+		devs = append(devs, cuda.Device(v))
+	}
+	ver, _ := drv.DriverVersion()
+	fmt.Fprintf(w, "driver: %s (version %d, cuMemcpyBatchAsync %v); devices %v run concurrently; %s per batch, %d timed batches\n",
+		why, ver, drv.Capabilities().MemcpyBatchAsync, devs, sizeLabel(batchBytes), f.iters)
+
+	rows := make([][]benchRow, len(devs))
+	errs := make([]error, len(devs))
+	var wg sync.WaitGroup
+	for i, dev := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rows[i], errs[i] = benchDevice(drv, dev, sizes, batchBytes, f.iters, ceMin)
+		}()
+	}
+	wg.Wait()
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "dev\tblock\tbatch\tpath\tdir\tGB/s\tceiling GB/s\tratio\tbytes ok\t")
+	for _, rs := range rows {
+		for _, r := range rs {
+			ok := "yes"
+			if !r.verified {
+				ok = "NO " + r.verifyNote
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%.1f\t%.1f\t%.2f\t%s\t\n", r.dev, sizeLabel(r.size), r.batch, r.route, r.dir, r.gbps, r.ceil, r.gbps/r.ceil, ok)
+		}
+	}
+	tw.Flush()
+	var bad []error
+	for i, err := range errs {
+		if err != nil {
+			bad = append(bad, fmt.Errorf("device %d: %w", devs[i], err))
+		}
+	}
+	for _, rs := range rows {
+		for _, r := range rs {
+			if !r.verified {
+				bad = append(bad, fmt.Errorf("device %d %s %s %s: bytes differ (%s)", r.dev, sizeLabel(r.size), r.route, r.dir, r.verifyNote))
+			}
+		}
+	}
+	if oc, ok := drv.(cuda.ObjectCounter); ok {
+		live := oc.LiveObjects()
+		fmt.Fprintf(w, "live driver objects after teardown: %d\n", live.Total())
+		if live.Total() != 0 {
+			bad = append(bad, fmt.Errorf("leaked driver objects: %v", live))
+		}
+	}
+	return errors.Join(bad...)
+}
+
+// benchDevice runs every measurement on one GPU and releases everything it
+// created, in reverse order, whatever happened.
+func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes uint64, iters int, ceMin uint64) (rows []benchRow, err error) {
+	var undo []func() error
+	defer func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			if uerr := undo[i](); uerr != nil {
+				err = errors.Join(err, uerr)
+			}
+		}
+	}()
+	ctx, err := drv.PrimaryCtxRetain(dev)
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() error { return drv.PrimaryCtxRelease(dev) })
+	s, err := drv.StreamCreate(ctx, cuda.StreamNonBlocking)
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() error { return drv.StreamDestroy(ctx, s) })
+	var evs [2]cuda.Event
+	for i := range evs {
+		if evs[i], err = drv.EventCreate(ctx, cuda.EventDefault); err != nil {
+			return nil, err
+		}
+		ev := evs[i]
+		undo = append(undo, func() error { return drv.EventDestroy(ctx, ev) })
+	}
+
+	// The DRAM tier: one HOST_NUMA VMM allocation near the GPU.
+	numa, aerr := drv.DeviceAttribute(dev, cuda.AttrHostNUMAID)
+	if aerr != nil || numa < 0 {
+		numa = 0
+	}
+	prop := cuda.AllocProp{Location: cuda.Location{Type: cuda.LocationHostNUMA, ID: int32(numa)}}
+	gran, err := drv.MemGetAllocationGranularity(ctx, prop, cuda.GranularityMinimum)
+	if err != nil {
+		return nil, err
+	}
+	poolSize := (4*batchBytes + gran - 1) / gran * gran
+	h, err := drv.MemCreate(ctx, poolSize, prop)
+	if err != nil {
+		return nil, fmt.Errorf("HOST_NUMA pool of %s on node %d: %w", sizeLabel(poolSize), numa, err)
+	}
+	undo = append(undo, func() error { return drv.MemRelease(ctx, h) })
+	pool, err := drv.MemAddressReserve(ctx, poolSize, gran)
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() error { return drv.MemAddressFree(ctx, pool, poolSize) })
+	if err := drv.MemMap(ctx, pool, poolSize, 0, h); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() error { return drv.MemUnmap(ctx, pool, poolSize) })
+	acc := []cuda.AccessDesc{{Location: cuda.Location{Type: cuda.LocationDevice, ID: int32(dev)}, Flags: cuda.AccessReadWrite}}
+	if err := drv.MemSetAccess(ctx, pool, poolSize, acc); err != nil {
+		return nil, err
+	}
+	var hbm [2]cuda.DevicePtr // source of puts, destination of gets
+	for i := range hbm {
+		if hbm[i], err = drv.MemAlloc(ctx, batchBytes); err != nil {
+			return nil, err
+		}
+		p := hbm[i]
+		undo = append(undo, func() error { return drv.MemFree(ctx, p) })
+	}
+
+	routes := []transfer.Route{transfer.RouteKernel, transfer.RouteCopyEach, transfer.RouteAuto}
+	if drv.Capabilities().MemcpyBatchAsync {
+		routes = []transfer.Route{transfer.RouteKernel, transfer.RouteCopyBatch, transfer.RouteCopyEach, transfer.RouteAuto}
+	}
+	engines := make(map[transfer.Route]*transfer.Engine)
+	for _, r := range routes {
+		eng, err := transfer.New(drv, ctx, dev, transfer.Options{Route: r, CopyEngineMinBytes: ceMin})
+		if err != nil {
+			return nil, err
+		}
+		engines[r] = eng
+		undo = append(undo, eng.Close)
+	}
+
+	// timed runs fn iters times between two events after one warm-up and
+	// returns GB/s for bytes per run.
+	timed := func(bytes uint64, fn func() error) (float64, error) {
+		if err := fn(); err != nil {
+			return 0, err
+		}
+		if err := drv.EventRecord(ctx, evs[0], s); err != nil {
+			return 0, err
+		}
+		for range iters {
+			if err := fn(); err != nil {
+				return 0, err
+			}
+		}
+		if err := drv.EventRecord(ctx, evs[1], s); err != nil {
+			return 0, err
+		}
+		if err := drv.EventSynchronize(ctx, evs[1]); err != nil {
+			return 0, err
+		}
+		ms, err := drv.EventElapsedTime(ctx, evs[0], evs[1])
+		if err != nil {
+			return 0, err
+		}
+		return float64(bytes) * float64(iters) / (float64(max(ms, 1e-6)) * 1e6), nil
+	}
+
+	// Copy-engine ceiling: one large copy each way.
+	ceil := map[string]float64{}
+	for dir, c := range map[string]cuda.Copy{
+		"put": {Dst: pool, Src: hbm[0], Len: batchBytes},
+		"get": {Dst: hbm[1], Src: pool, Len: batchBytes},
+	} {
+		if ceil[dir], err = timed(batchBytes, func() error { return drv.MemcpyAsync(ctx, []cuda.Copy{c}, s) }); err != nil {
+			return nil, fmt.Errorf("ceiling %s: %w", dir, err)
+		}
+	}
+
+	rng := rand.New(rand.NewPCG(uint64(dev), 42))
+	src := make([]byte, batchBytes)
+	got := make([]byte, batchBytes)
+	for _, size := range sizes {
+		batch := int(batchBytes / size)
+		slots := rng.Perm(int(poolSize / size))[:batch]
+		put := make([]cuda.Copy, batch)
+		get := make([]cuda.Copy, batch)
+		for i, sl := range slots {
+			d := pool + cuda.DevicePtr(uint64(sl)*size)
+			put[i] = cuda.Copy{Dst: d, Src: hbm[0] + cuda.DevicePtr(uint64(i)*size), Len: size}
+			get[i] = cuda.Copy{Dst: hbm[1] + cuda.DevicePtr(uint64(i)*size), Src: d, Len: size}
+		}
+		for _, r := range routes {
+			eng := engines[r]
+			// Fresh bytes per measurement, so a path that copies nothing fails.
+			for i := range src {
+				src[i] = byte(rng.Uint32())
+			}
+			if err := drv.MemcpyHtoD(ctx, hbm[0], src); err != nil {
+				return rows, err
+			}
+			var gb [2]float64
+			for i, cs := range [][]cuda.Copy{put, get} {
+				if gb[i], err = timed(uint64(batch)*size, func() error { return eng.Submit(s, cs) }); err != nil {
+					return rows, fmt.Errorf("%s %s: %w", sizeLabel(size), r, err)
+				}
+			}
+			if err := drv.MemcpyDtoH(ctx, got, hbm[1]); err != nil {
+				return rows, err
+			}
+			ok, note := true, ""
+			for i := range got {
+				if got[i] != src[i] {
+					ok, note = false, fmt.Sprintf("first difference at byte %d of block %d", i%int(size), i/int(size))
+					break
+				}
+			}
+			rows = append(rows,
+				benchRow{dev: int(dev), size: size, batch: batch, route: r.String(), dir: "put HBM->DRAM", gbps: gb[0], ceil: ceil["put"], verified: ok, verifyNote: note},
+				benchRow{dev: int(dev), size: size, batch: batch, route: r.String(), dir: "get DRAM->HBM", gbps: gb[1], ceil: ceil["get"], verified: ok, verifyNote: note})
+		}
+	}
+	return rows, nil
+}
