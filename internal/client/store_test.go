@@ -1,0 +1,383 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/kvfabric/kvfabric/internal/client"
+	"github.com/kvfabric/kvfabric/internal/config"
+	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim/simtest"
+	"github.com/kvfabric/kvfabric/internal/master"
+)
+
+// env is one process's store setup on the simulator: a driver, an embedded
+// master, a provider Store and a consumer Store.
+type env struct {
+	t    *testing.T
+	drv  *sim.Driver
+	svc  *master.Service
+	mc   master.Client
+	prov *client.Store
+	cons *client.Store
+	bufs []cuda.DevicePtr // consumer device buffers, freed by close
+}
+
+func cfgFor(t *testing.T, m map[string]any) config.Config {
+	t.Helper()
+	m["driver"] = "sim"
+	if _, ok := m["socket_dir"]; !ok {
+		m["socket_dir"] = t.TempDir()
+	}
+	c, err := config.FromMap(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func newEnv(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg master.Config) *env {
+	t.Helper()
+	drv, err := sim.New(simCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, drv: drv}
+	if e.svc, err = master.New(mcfg); err != nil {
+		t.Fatal(err)
+	}
+	e.mc = master.NewEmbedded(e.svc)
+	ctx := context.Background()
+	if provCfg != nil {
+		e.prov, err = client.Open(ctx, cfgFor(t, provCfg), client.Options{Driver: drv, Master: e.mc, ClientID: "prov"})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.cons, err = client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: drv, Master: e.mc, ClientID: "cons"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// close tears everything down and asserts that nothing leaked.
+func (e *env) close() {
+	t := e.t
+	t.Helper()
+	for _, p := range e.bufs {
+		if err := e.drv.MemFree(e.cons.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.bufs = nil
+	if e.cons != nil {
+		if err := e.cons.Close(); err != nil {
+			t.Fatalf("consumer close: %v", err)
+		}
+	}
+	if e.prov != nil {
+		if err := e.prov.Close(); err != nil {
+			t.Fatalf("provider close: %v", err)
+		}
+	}
+	segs, err := e.mc.ListSegments(context.Background())
+	if err != nil || len(segs) != 0 {
+		t.Fatalf("segments after close: %d (%v)", len(segs), err)
+	}
+	if err := e.mc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	simtest.AssertNoLeaks(t, e.drv)
+}
+
+// devBuf is a consumer "GPU" buffer (sim device memory: a real address).
+func devBuf(t *testing.T, e *env, n uint64) cuda.DevicePtr {
+	t.Helper()
+	p, err := e.drv.MemAlloc(e.cons.Context(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.bufs = append(e.bufs, p)
+	return p
+}
+
+func fillRandom(t *testing.T, e *env, p cuda.DevicePtr, n uint64, rng *rand.Rand) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	if err := e.drv.MemcpyHtoD(e.cons.Context(), p, b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func readBack(t *testing.T, e *env, p cuda.DevicePtr, n uint64) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if err := e.drv.MemcpyDtoH(e.cons.Context(), b, p); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func egmProvider(size string) map[string]any {
+	return map[string]any{"global_segment_size": size, "enable_egm_store_pool": true, "max_mr_size": "8MiB"}
+}
+
+func TestRoundTripRandomSizes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		prov map[string]any
+	}{
+		{"egm-dram", egmProvider("32MiB")},
+		{"hbm", map[string]any{"global_segment_size": "32MiB", "max_mr_size": "8MiB"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, sim.Config{}, tc.prov, master.Config{LeaseTTL: 300 * time.Millisecond})
+			ctx := context.Background()
+			rng := rand.New(rand.NewPCG(1, 2))
+			const n = 64
+			sizes := make([]uint64, n)
+			var sum uint64
+			for i := range sizes {
+				sizes[i] = 1 + rng.Uint64N(96<<10)
+				sum += sizes[i]
+			}
+			src, dst := devBuf(t, e, sum), devBuf(t, e, sum)
+			want := fillRandom(t, e, src, sum, rng)
+			keys := make([]string, n)
+			srcs := make([][]client.Region, n)
+			dsts := make([][]client.Region, n)
+			off := uint64(0)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("k%d", i)
+				// Two parts per object: scatter/gather.
+				h := sizes[i] / 2
+				srcs[i] = []client.Region{{Ptr: uintptr(src) + uintptr(off), Len: h}, {Ptr: uintptr(src) + uintptr(off+h), Len: sizes[i] - h}}
+				dsts[i] = client.Bytes(uintptr(dst)+uintptr(off), sizes[i])
+				off += sizes[i]
+			}
+			for i, err := range e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
+				if err != nil {
+					t.Fatalf("put %d: %v", i, err)
+				}
+			}
+			got, errs := e.cons.BatchGet(ctx, keys, dsts, 0)
+			for i, err := range errs {
+				if err != nil || got[i] != sizes[i] {
+					t.Fatalf("get %d: %d bytes, %v", i, got[i], err)
+				}
+			}
+			if !bytes.Equal(readBack(t, e, dst, sum), want) {
+				t.Fatal("bytes differ after round trip")
+			}
+			// The provider reads the consumer's objects too (its own segments,
+			// without importing them).
+			pb, err := e.prov.GetBytes(ctx, keys[3])
+			if err != nil || !bytes.Equal(pb, want[sizes[0]+sizes[1]+sizes[2]:][:sizes[3]]) {
+				t.Fatalf("provider GetBytes: %v", err)
+			}
+			if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+				t.Fatal(err)
+			}
+			e.close()
+		})
+	}
+}
+
+func TestSemantics(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{LeaseTTL: 200 * time.Millisecond})
+	ctx := context.Background()
+	src := devBuf(t, e, 1<<20)
+	fillRandom(t, e, src, 1<<20, rand.New(rand.NewPCG(3, 4)))
+	put := func(key string, n uint64) error {
+		return e.cons.Put(ctx, key, client.Bytes(uintptr(src), n), 0, client.PutOptions{})
+	}
+	if err := put("a", 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := put("a", 4096); !errors.Is(err, client.ErrAlreadyExists) {
+		t.Fatalf("second put: %v, want ErrAlreadyExists", err)
+	}
+	small := devBuf(t, e, 100)
+	if _, err := e.cons.Get(ctx, "a", client.Bytes(uintptr(small), 100), 0); !errors.Is(err, client.ErrBufferTooSmall) {
+		t.Fatalf("small get: %v", err)
+	}
+	if _, err := e.cons.Get(ctx, "missing", client.Bytes(uintptr(small), 100), 0); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("missing get: %v", err)
+	}
+	if ok, err := e.cons.Exists(ctx, "a"); !ok || err != nil {
+		t.Fatalf("exists: %v %v", ok, err)
+	}
+	if n, err := e.cons.Size(ctx, "a"); n != 4096 || err != nil {
+		t.Fatalf("size: %d %v", n, err)
+	}
+	if err := e.cons.Put(ctx, "bad", nil, 0, client.PutOptions{}); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("put without buffer: %v", err)
+	}
+	// An object larger than any segment is invalid; pinned objects that
+	// fill the store make the next put ErrNoSpace (nothing is evictable).
+	big := devBuf(t, e, 32<<20)
+	if err := e.cons.Put(ctx, "huge", client.Bytes(uintptr(big), 32<<20), 0, client.PutOptions{}); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("huge put: %v, want ErrInvalidArgument", err)
+	}
+	var full error
+	for i := 0; i < 8 && full == nil; i++ {
+		full = e.cons.Put(ctx, fmt.Sprintf("pinned%d", i), client.Bytes(uintptr(big), 4<<20), 0, client.PutOptions{Pin: true})
+	}
+	if !errors.Is(full, client.ErrNoSpace) {
+		t.Fatalf("filling the store: %v, want ErrNoSpace", full)
+	}
+	// Bytes API.
+	if err := e.cons.PutBytes(ctx, "b", []byte("hello kv"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := e.cons.GetBytes(ctx, "b"); err != nil || string(b) != "hello kv" {
+		t.Fatalf("GetBytes: %q %v", b, err)
+	}
+	if err := e.cons.Remove(ctx, "b", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cons.GetBytes(ctx, "b"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("after remove: %v", err)
+	}
+	// Registered host memory as a source.
+	host := make([]byte, 1<<16)
+	for i := range host {
+		host[i] = byte(i * 7)
+	}
+	hp := uintptr(addrOf(host))
+	if err := e.cons.RegisterBuffer(hp, uint64(len(host))); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cons.RegisterBuffer(hp+8, 16); !errors.Is(err, client.ErrAlreadyRegistered) {
+		t.Fatalf("overlapping register: %v", err)
+	}
+	if err := e.cons.Put(ctx, "host", client.Bytes(hp, uint64(len(host))), 0, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := e.cons.GetBytes(ctx, "host"); err != nil || !bytes.Equal(b, host) {
+		t.Fatalf("host round trip: %v", err)
+	}
+	if err := e.cons.UnregisterBuffer(hp); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cons.UnregisterBuffer(hp); !errors.Is(err, client.ErrNotRegistered) {
+		t.Fatalf("double unregister: %v", err)
+	}
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	cons := e.cons
+	e.close()
+	if err := cons.Put(ctx, "late", client.Bytes(uintptr(src), 1), 0, client.PutOptions{}); !errors.Is(err, client.ErrClosed) {
+		t.Fatalf("put after close: %v", err)
+	}
+	if err := cons.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+}
+
+// TestCloseRetry fails one teardown step of the provider pool and checks
+// that Close reports cleanup pending, keeps what it holds, and that a second
+// Close finishes without leaks.
+func TestCloseRetry(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
+	e.drv.Fail("MemUnmap", 1, cuda.ErrorUnknown)
+	err := e.prov.Close()
+	if !errors.Is(err, client.ErrCleanupPending) || !e.prov.CleanupPending() {
+		t.Fatalf("close with failed unmap: %v (pending %v)", err, e.prov.CleanupPending())
+	}
+	if err := e.prov.Close(); err != nil {
+		t.Fatalf("retried close: %v", err)
+	}
+	if e.prov.CleanupPending() {
+		t.Fatal("cleanup still pending after a successful close")
+	}
+	e.close()
+}
+
+// TestImportFaults fails every driver call of the consumer's first import
+// and map of a segment in turn: the get fails cleanly, nothing leaks, and
+// the next get succeeds.
+func TestImportFaults(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{LeaseTTL: 300 * time.Millisecond})
+	ctx := context.Background()
+	if err := e.prov.PutBytes(ctx, "x", bytes.Repeat([]byte{0xab}, 8192), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dst := devBuf(t, e, 8192)
+	// Count the calls of one cold get on a fresh consumer.
+	probe, err := client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: e.drv, Master: e.mc, ClientID: "probe"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := e.drv.CallCount("")
+	if _, err := probe.Get(ctx, "x", client.Bytes(uintptr(dst), 8192), 0); err != nil {
+		t.Fatal(err)
+	}
+	calls := e.drv.CallCount("") - before
+	if err := probe.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for k := 1; k <= calls; k++ {
+		c, err := client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: e.drv, Master: e.mc, ClientID: fmt.Sprintf("c%d", k)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.drv.FailAny(k, cuda.ErrorOutOfMemory)
+		_, gerr := c.Get(ctx, "x", client.Bytes(uintptr(dst), 8192), 0)
+		e.drv.ClearFaults()
+		if gerr != nil && !errors.Is(gerr, client.ErrTransfer) {
+			t.Fatalf("call %d: get error %v is not ErrTransfer", k, gerr)
+		}
+		if _, err := c.Get(ctx, "x", client.Bytes(uintptr(dst), 8192), 0); err != nil {
+			t.Fatalf("call %d: get after fault: %v", k, err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatalf("call %d: close: %v", k, err)
+		}
+	}
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
+
+// TestEGMConfigRules: the store refuses bad EGM combinations before touching
+// anything.
+func TestEGMConfigRules(t *testing.T) {
+	for _, m := range []map[string]any{
+		{"enable_egm_store_pool": true, "global_segment_size": 0},
+		{"enable_egm_store_pool": true, "global_segment_size": "1GiB", "protocol": "rdma"},
+		{"enable_egm_store_pool": true, "global_segment_size": "1GiB", "local_buffer_size": "1MiB"},
+	} {
+		m["driver"] = "sim"
+		if _, err := config.FromMap(m); !errors.Is(err, config.ErrInvalid) {
+			t.Errorf("%v: %v, want config.ErrInvalid", m, err)
+		}
+	}
+	drv, err := sim.New(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := config.Defaults()
+	c.Driver = "sim"
+	c.Device = 3
+	if _, err := client.Open(context.Background(), c, client.Options{Driver: drv}); !errors.Is(err, config.ErrInvalid) {
+		t.Fatalf("device 3 of 1: %v", err)
+	}
+	simtest.AssertNoLeaks(t, drv)
+}
