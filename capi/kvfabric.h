@@ -88,7 +88,9 @@ int32_t kvfabric_abi_version(void);
  * unknown keys and invalid combinations are KVFABRIC_ERR_CONFIG.
  * On success *handle > 0. On failure the message is copied into errbuf
  * (NUL-terminated, truncated to errbuf_cap-1 bytes; errbuf may be NULL) and
- * is also kvfabric_last_error(0, …). */
+ * is also kvfabric_last_error(0, …). If open failed and could not release
+ * what it had built, it returns KVFABRIC_ERR_CLEANUP_PENDING with *handle set
+ * to a handle whose only use is kvfabric_close (retry until it returns 0). */
 int32_t kvfabric_open(const char *config_json, size_t config_len, int64_t *handle,
                       char *errbuf, size_t errbuf_cap);
 

@@ -55,7 +55,9 @@ var bg = context.Background()
 
 // Open parses cfgJSON with config.FromJSON (the one schema and validation),
 // opens a Store and returns its handle. On failure the message is recorded
-// as the global last error (handle 0) and returned.
+// as the global last error (handle 0) and returned. When Open failed and
+// could not release what it built, the status is StatusCleanupPending and h
+// is a handle whose only use is Close (which retries the release).
 func Open(cfgJSON []byte) (h int64, st int32, msg string) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -70,6 +72,17 @@ func Open(cfgJSON []byte) (h int64, st int32, msg string) {
 		s, err = openStore(bg, cfg, logger())
 		if err == nil {
 			return register(s), StatusOK, ""
+		}
+		if s != nil {
+			// Open failed and still holds resources: the handle's only
+			// use is Close, which retries their release.
+			h = register(s)
+			msg = err.Error()
+			if e, lerr := lookup(h); lerr == nil {
+				e.setErr(err)
+			}
+			setGlobalErr(err)
+			return h, StatusCleanupPending, msg
 		}
 	}
 	setGlobalErr(err)

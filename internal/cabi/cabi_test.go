@@ -356,3 +356,31 @@ func TestCopyLastError(t *testing.T) {
 		t.Errorf("CopyLastError(nil) = %d", n)
 	}
 }
+
+func TestFaultDriver(t *testing.T) {
+	cfg := config.Defaults()
+	cfg.Driver = config.DriverSim
+	t.Setenv(EnvTestFaults, "")
+	if d, err := faultDriver(cfg); d != nil || err != nil {
+		t.Fatalf("unset: %v %v", d, err)
+	}
+	t.Setenv(EnvTestFaults, `[{"method":"MemUnmap","nth":1,"code":999}]`)
+	d, err := faultDriver(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.MemUnmap(0, 0, 0); err == nil || !strings.Contains(err.Error(), "UNKNOWN") {
+		t.Errorf("MemUnmap = %v, want the injected CUDA_ERROR_UNKNOWN", err)
+	}
+	for _, bad := range []string{`[{"method":"MemUnmap","nth":0,"code":999}]`, `[{"nth":1}]`, `{`, `[{"when":1}]`} {
+		t.Setenv(EnvTestFaults, bad)
+		if _, err := faultDriver(cfg); !errors.Is(err, config.ErrInvalid) {
+			t.Errorf("%s: err = %v, want config.ErrInvalid", bad, err)
+		}
+	}
+	cfg.Driver = config.DriverCUDA
+	if _, err := faultDriver(cfg); !errors.Is(err, config.ErrInvalid) {
+		t.Errorf("driver=cuda: err = %v", err)
+	}
+}

@@ -1,0 +1,57 @@
+"""kvfabric: a KV-cache store for LLM serving, from Python.
+
+    import kvfabric
+    with kvfabric.Store({"driver": "sim", "global_segment_size": "64MiB"}) as s:
+        s.put("k", tensor)
+        s.get("k", out)
+
+One kvfabric library per process. The native library is loaded on first use
+(not at import) and starts the Go runtime in this process; after that, start
+worker processes with multiprocessing's ``spawn`` (or ``forkserver``) start
+method, never ``fork``.
+"""
+
+from .errors import (
+    AlreadyExistsError,
+    AlreadyRegisteredError,
+    BufferTooSmallError,
+    CleanupPendingError,
+    ClosedError,
+    ConfigError,
+    HasLeaseError,
+    InternalError,
+    InvalidArgumentError,
+    InvalidHandleError,
+    KvfabricError,
+    LeaseExpiredError,
+    NotFoundError,
+    NotRegisteredError,
+    PanicError,
+    RPCError,
+    StoreFullError,
+    TransferError,
+)
+from .store import Store, status_name
+
+__all__ = [
+    "Store",
+    "status_name",
+    "KvfabricError",
+    "AlreadyExistsError",
+    "AlreadyRegisteredError",
+    "BufferTooSmallError",
+    "CleanupPendingError",
+    "ClosedError",
+    "ConfigError",
+    "HasLeaseError",
+    "InternalError",
+    "InvalidArgumentError",
+    "InvalidHandleError",
+    "LeaseExpiredError",
+    "NotFoundError",
+    "NotRegisteredError",
+    "PanicError",
+    "RPCError",
+    "StoreFullError",
+    "TransferError",
+]

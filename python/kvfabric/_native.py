@@ -1,0 +1,131 @@
+"""Loading libkvfabric.so and declaring its C ABI (capi/kvfabric.h) for ctypes.
+
+The library is loaded lazily, on first use, never at import. Loading starts
+the Go runtime inside this process; it does not fork. ctypes releases the GIL
+around every call into a CDLL, so long copies do not block other threads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from ctypes import (
+    POINTER,
+    c_char_p,
+    c_int32,
+    c_int64,
+    c_size_t,
+    c_uint32,
+    c_uint64,
+    c_void_p,
+)
+
+#: Environment variable naming a prebuilt libkvfabric.so (takes precedence
+#: over the copy built into the package).
+ENV_LIB = "KVFABRIC_LIB"
+
+ABI_VERSION = 1
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+
+c_uintptr = ctypes.c_size_t  # uintptr_t on every Linux ABI we build for
+_p_u64 = POINTER(c_uint64)
+_p_i32 = POINTER(c_int32)
+_p_u32 = POINTER(c_uint32)
+_p_size = POINTER(c_size_t)
+
+# name: (restype, argtypes)
+_PROTOS = {
+    "kvfabric_abi_version": (c_int32, []),
+    "kvfabric_open": (c_int32, [c_char_p, c_size_t, POINTER(c_int64), c_void_p, c_size_t]),
+    "kvfabric_close": (c_int32, [c_int64]),
+    "kvfabric_cleanup_pending": (c_int32, [c_int64]),
+    "kvfabric_last_error": (c_size_t, [c_int64, c_void_p, c_size_t]),
+    "kvfabric_put": (
+        c_int32,
+        [c_int64, c_char_p, c_size_t, _p_u64, _p_u64, c_uint32, c_uintptr, c_int32, c_uint32, c_char_p, c_size_t],
+    ),
+    "kvfabric_get": (c_int32, [c_int64, c_char_p, c_size_t, _p_u64, _p_u64, c_uint32, c_uintptr, _p_u64]),
+    "kvfabric_batch_put": (
+        c_int32,
+        [
+            c_int64, c_size_t, POINTER(c_char_p), _p_size, _p_u64, _p_u64, _p_u32,
+            c_uintptr, c_int32, c_uint32, c_char_p, c_size_t, _p_i32,
+        ],
+    ),
+    "kvfabric_batch_get": (
+        c_int32,
+        [c_int64, c_size_t, POINTER(c_char_p), _p_size, _p_u64, _p_u64, _p_u32, c_uintptr, _p_u64, _p_i32],
+    ),
+    "kvfabric_put_bytes": (
+        c_int32,
+        [c_int64, c_char_p, c_size_t, c_void_p, c_uint64, c_int32, c_uint32, c_char_p, c_size_t],
+    ),
+    "kvfabric_get_bytes": (c_int32, [c_int64, c_char_p, c_size_t, c_void_p, c_uint64, _p_u64]),
+    "kvfabric_exists": (c_int32, [c_int64, c_char_p, c_size_t]),
+    "kvfabric_batch_exists": (c_int32, [c_int64, c_size_t, POINTER(c_char_p), _p_size, _p_i32]),
+    "kvfabric_size": (c_int32, [c_int64, c_char_p, c_size_t, _p_u64]),
+    "kvfabric_remove": (c_int32, [c_int64, c_char_p, c_size_t, c_int32]),
+    "kvfabric_remove_all": (c_int32, [c_int64, c_int32, _p_u64]),
+    "kvfabric_register_buffer": (c_int32, [c_int64, c_uintptr, c_uint64]),
+    "kvfabric_unregister_buffer": (c_int32, [c_int64, c_uintptr]),
+    "kvfabric_hostname": (c_int32, [c_int64, c_void_p, c_size_t, _p_size]),
+    "kvfabric_health": (c_int32, [c_int64]),
+}
+
+
+def library_path() -> str:
+    """The path of the libkvfabric.so that lib() loads."""
+    env = os.environ.get(ENV_LIB)
+    if env:
+        return env
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib", "libkvfabric.so")
+
+
+def lib() -> ctypes.CDLL:
+    """Loads libkvfabric.so once per process and returns it."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            path = library_path()
+            if not os.path.exists(path):
+                raise ImportError(
+                    f"kvfabric: native library not found at {path!r}; install with "
+                    f"`pip install ./python` (needs the Go toolchain) or set {ENV_LIB} "
+                    "to a prebuilt libkvfabric.so"
+                )
+            dll = ctypes.CDLL(path)
+            for name, (res, args) in _PROTOS.items():
+                fn = getattr(dll, name)
+                fn.restype = res
+                fn.argtypes = args
+            v = dll.kvfabric_abi_version()
+            if v != ABI_VERSION:
+                raise ImportError(f"kvfabric: {path} has C ABI version {v}, this package needs {ABI_VERSION}")
+            _lib = dll
+    return _lib
+
+
+def last_error(handle: int) -> str:
+    """The last error message recorded on handle (0: process-wide)."""
+    dll = lib()
+    buf = ctypes.create_string_buffer(512)
+    n = dll.kvfabric_last_error(handle, buf, len(buf))
+    if n >= len(buf):
+        buf = ctypes.create_string_buffer(n + 1)
+        n = dll.kvfabric_last_error(handle, buf, len(buf))
+    return buf.raw[: min(n, len(buf) - 1)].decode("utf-8", "replace")
+
+
+def u64_array(values) -> ctypes.Array:
+    return (c_uint64 * len(values))(*values)
+
+
+def key_arrays(keys: list[bytes]):
+    """A char* array and a size_t array for keys (bytes objects kept alive by the caller)."""
+    n = len(keys)
+    return (c_char_p * n)(*keys), (c_size_t * n)(*[len(k) for k in keys])

@@ -1,0 +1,1 @@
+"""Compatibility facades for engines written against other KV stores."""

@@ -1,0 +1,463 @@
+"""kvfabric.Store: a KV-cache store for torch/CUDA arrays over the C ABI."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import threading
+from ctypes import byref, c_int32, c_int64, c_size_t, c_uint32, c_uint64
+from typing import Any, Iterable, Sequence
+
+from . import _native
+from . import errors as _errors
+from ._buffers import Buf, resolve
+from .errors import (
+    OK,
+    BUFFER_TOO_SMALL,
+    ClosedError,
+    CleanupPendingError,
+    ConfigError,
+    InvalidArgumentError,
+    KvfabricError,
+    error_for,
+)
+
+PUT_PIN = 0x1
+
+_STATUS_NAMES = {
+    getattr(_errors, n): n
+    for n in (
+        "INTERNAL NO_SPACE INVALID_ARGUMENT NOT_FOUND ALREADY_EXISTS HAS_LEASE TRANSFER RPC CONFIG "
+        "CLOSED CLEANUP_PENDING BUFFER_TOO_SMALL NOT_REGISTERED ALREADY_REGISTERED LEASE_EXPIRED "
+        "INVALID_HANDLE PANIC"
+    ).split()
+}
+
+
+def status_name(code: int) -> str:
+    """The kvfabric.h name of a status code."""
+    if code == OK:
+        return "OK"
+    return _STATUS_NAMES.get(code, f"status {code}")
+
+
+def _config_json(config) -> bytes:
+    if isinstance(config, dict):
+        try:
+            return json.dumps(config).encode()
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"kvfabric: config is not JSON-serializable: {e}") from None
+    if isinstance(config, (str, os.PathLike)):
+        s = os.fspath(config)
+        if s.lstrip().startswith("{"):
+            return s.encode()
+        try:
+            with open(s, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise ConfigError(f"kvfabric: read config {s!r}: {e}") from None
+    raise ConfigError(f"kvfabric: config must be a dict or the path of a JSON file, not {type(config).__name__}")
+
+
+def _key(k) -> bytes:
+    if isinstance(k, bytes):
+        return k
+    if isinstance(k, str):
+        return k.encode()
+    raise InvalidArgumentError(f"kvfabric: key must be str or bytes, not {type(k).__name__}")
+
+
+def _stream_handle(s) -> int | None:
+    if s is None:
+        return None
+    if isinstance(s, int):
+        return s
+    for attr in ("cuda_stream", "ptr", "handle"):  # torch, cupy, others
+        v = getattr(s, attr, None)
+        if isinstance(v, int):
+            return v
+    raise InvalidArgumentError(f"kvfabric: cannot use {type(s).__name__} as a CUDA stream")
+
+
+def _parts(obj, writable: bool) -> list[Buf]:
+    """obj as a list of regions: a list of buffers is a scatter/gather list."""
+    if isinstance(obj, list):
+        if not obj:
+            raise InvalidArgumentError("kvfabric: empty list of buffers")
+        return [resolve(o, writable) for o in obj]
+    return [resolve(obj, writable)]
+
+
+class Store:
+    """One kvfabric client (a consumer and, when configured, a provider).
+
+    ``config`` is a dict with the keys of kvfabric's one configuration schema
+    (the same as the Go side and ``kvfabric`` CLI flags; validated by the Go
+    side), or the path of a JSON file holding one.
+
+    Buffers (``data``/``out``) are torch tensors (CUDA or CPU), objects with
+    ``__cuda_array_interface__``, DLPack producers, numpy arrays, bytes-like
+    objects or ``(ptr, nbytes)`` tuples; a list of them is a scatter/gather
+    list (the object is their concatenation). Device memory, and host memory
+    inside a range given to :meth:`register_buffer`, is copied directly by
+    the GPU; other host memory is staged through the store's pinned buffer.
+    ``(ptr, nbytes)`` is used as given (device memory or registered host
+    memory).
+
+    CUDA copies are enqueued on ``stream`` (an int CUstream, a
+    ``torch.cuda.Stream`` or anything with ``cuda_stream``/``ptr``); by
+    default on the tensor's current torch stream, so a put right after the
+    kernel that wrote the tensor needs no synchronization. Calls return when
+    their copies are complete and release the GIL while they run.
+
+    Thread-safe. Errors raise :class:`kvfabric.KvfabricError` subclasses
+    carrying the native message. One kvfabric library per process; after
+    creating a Store use ``multiprocessing`` with ``spawn``, not ``fork``.
+    """
+
+    def __init__(self, config: dict | str | os.PathLike):
+        self._lib = _native.lib()
+        js = _config_json(config)
+        h = c_int64(0)
+        err = ctypes.create_string_buffer(2048)
+        rc = self._lib.kvfabric_open(js, len(js), byref(h), err, len(err))
+        if rc != OK:
+            raise error_for(rc, err.value.decode("utf-8", "replace"))
+        self._lock = threading.Lock()  # guards _h and _regs
+        self._h: int | None = h.value
+        self._regs: dict[int, int] = {}  # registered ptr -> size
+
+    # ---- lifecycle ---------------------------------------------------------
+
+    def close(self) -> None:
+        """Tears the store down. Idempotent. When teardown fails part-way,
+        raises CleanupPendingError and the store stays closable: call close()
+        again to retry what is left. The native client is destroyed only once
+        teardown completed. Any other use of a closing or closed store raises
+        ClosedError."""
+        with self._lock:
+            h = self._h
+            if h is None:
+                return
+            rc = self._lib.kvfabric_close(h)
+            if rc == OK:
+                self._h = None
+                self._regs.clear()
+                return
+        raise error_for(rc, _native.last_error(h))
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    @property
+    def cleanup_pending(self) -> bool:
+        """True after a close() that failed part-way and must be retried."""
+        h = self._h
+        if h is None:
+            return False
+        rc = self._lib.kvfabric_cleanup_pending(h)
+        if rc < 0:
+            raise error_for(rc, _native.last_error(h))
+        return rc == 1
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<kvfabric.Store {'closed' if self._h is None else f'handle={self._h}'}>"
+
+    def _handle(self) -> int:
+        h = self._h
+        if h is None:
+            raise ClosedError("kvfabric: store is closed")
+        return h
+
+    def _raise(self, rc: int, h: int) -> None:
+        if rc < 0:
+            raise error_for(rc, _native.last_error(h))
+
+    # ---- registration --------------------------------------------------------
+
+    def register_buffer(self, buf, size: int | None = None) -> None:
+        """Registers host memory (pinned for GPU copies) or device memory that
+        later puts/gets point into. ``buf`` is a buffer object or a pointer
+        (then ``size`` is required)."""
+        ptr, n = self._ptr_size(buf, size)
+        h = self._handle()
+        self._raise(self._lib.kvfabric_register_buffer(h, ptr, n), h)
+        with self._lock:
+            self._regs[ptr] = n
+
+    def unregister_buffer(self, buf) -> None:
+        ptr = buf if isinstance(buf, int) else resolve(buf).ptr
+        h = self._handle()
+        self._raise(self._lib.kvfabric_unregister_buffer(h, ptr), h)
+        with self._lock:
+            self._regs.pop(ptr, None)
+
+    @staticmethod
+    def _ptr_size(buf, size) -> tuple[int, int]:
+        if isinstance(buf, int):
+            if size is None:
+                raise InvalidArgumentError("kvfabric: register_buffer(ptr) needs size")
+            return buf, int(size)
+        b = resolve(buf)
+        return b.ptr, b.nbytes if size is None else int(size)
+
+    def _registered(self, ptr: int, n: int) -> bool:
+        with self._lock:
+            for p, s in self._regs.items():
+                if p <= ptr and ptr + n <= p + s:
+                    return True
+        return False
+
+    def _direct(self, b: Buf) -> bool:
+        """Whether the GPU can copy b directly (else it is staged)."""
+        return b.device is not False or self._registered(b.ptr, b.nbytes)
+
+    # ---- single-key operations -------------------------------------------------
+
+    def put(self, key, data, stream=None, *, replicas: int = 0, pin: bool = False,
+            preferred_segments: Sequence[str] | None = None) -> None:
+        """Stores data under key. Raises AlreadyExistsError if key exists,
+        StoreFullError when there is no space."""
+        rc, h = self._put(_key(key), _parts(data, False), _stream_handle(stream), replicas, pin, preferred_segments)
+        self._raise(rc, h)
+
+    def _put(self, k: bytes, bufs: list[Buf], stream, replicas=0, pin=False, preferred=None) -> tuple[int, int]:
+        h = self._handle()
+        flags = PUT_PIN if pin else 0
+        pref = ",".join(preferred or ()).encode()
+        if all(self._direct(b) for b in bufs):
+            s = stream if stream is not None else next((b.stream for b in bufs if b.stream is not None), 0)
+            rc = self._lib.kvfabric_put(
+                h, k, len(k), _native.u64_array([b.ptr for b in bufs]), _native.u64_array([b.nbytes for b in bufs]),
+                len(bufs), s, replicas, flags, pref, len(pref),
+            )
+            return rc, h
+        if len(bufs) == 1:
+            b = bufs[0]
+            return self._lib.kvfabric_put_bytes(h, k, len(k), b.ptr, b.nbytes, replicas, flags, pref, len(pref)), h
+        data = b"".join(ctypes.string_at(b.ptr, b.nbytes) for b in bufs)
+        return self._lib.kvfabric_put_bytes(h, k, len(k), data, len(data), replicas, flags, pref, len(pref)), h
+
+    def get(self, key, out, stream=None) -> int:
+        """Reads key into out and returns the object's size in bytes. Raises
+        NotFoundError (a KeyError) on a miss, BufferTooSmallError when out is
+        smaller than the object."""
+        rc, n, h = self._get(_key(key), _parts(out, True), _stream_handle(stream))
+        self._raise(rc, h)
+        return n
+
+    def _get(self, k: bytes, bufs: list[Buf], stream) -> tuple[int, int, int]:
+        h = self._handle()
+        n = c_uint64(0)
+        if all(self._direct(b) for b in bufs):
+            s = stream if stream is not None else next((b.stream for b in bufs if b.stream is not None), 0)
+            rc = self._lib.kvfabric_get(
+                h, k, len(k), _native.u64_array([b.ptr for b in bufs]), _native.u64_array([b.nbytes for b in bufs]),
+                len(bufs), s, byref(n),
+            )
+            return rc, n.value, h
+        if len(bufs) == 1:
+            b = bufs[0]
+            rc = self._lib.kvfabric_get_bytes(h, k, len(k), b.ptr, b.nbytes, byref(n))
+            return rc, n.value, h
+        total = sum(b.nbytes for b in bufs)
+        tmp = ctypes.create_string_buffer(max(total, 1))
+        rc = self._lib.kvfabric_get_bytes(h, k, len(k), tmp, total, byref(n))
+        if rc == OK:
+            off = 0
+            for b in bufs:
+                c = min(b.nbytes, n.value - off)
+                if c <= 0:
+                    break
+                ctypes.memmove(b.ptr, ctypes.addressof(tmp) + off, c)
+                off += c
+        return rc, n.value, h
+
+    def put_bytes(self, key, data, *, replicas: int = 0, pin: bool = False,
+                  preferred_segments: Sequence[str] | None = None) -> None:
+        """Stores host bytes (any bytes-like object), staged."""
+        b = resolve(data)
+        k = _key(key)
+        h = self._handle()
+        pref = ",".join(preferred_segments or ()).encode()
+        rc = self._lib.kvfabric_put_bytes(h, k, len(k), b.ptr, b.nbytes, replicas, PUT_PIN if pin else 0, pref, len(pref))
+        self._raise(rc, h)
+
+    def get_bytes(self, key) -> bytes:
+        """Returns key's bytes (host memory)."""
+        rc, data, h = self._get_bytes(_key(key))
+        self._raise(rc, h)
+        return data
+
+    def _get_bytes(self, k: bytes) -> tuple[int, bytes, int]:
+        h = self._handle()
+        size = c_uint64(0)
+        cap = 4096
+        for _ in range(8):  # the object may be replaced between attempts
+            buf = ctypes.create_string_buffer(max(cap, 1))
+            rc = self._lib.kvfabric_get_bytes(h, k, len(k), buf, cap, byref(size))
+            if rc == OK:
+                return rc, buf.raw[: size.value], h
+            if rc != BUFFER_TOO_SMALL:
+                return rc, b"", h
+            cap = size.value
+        return rc, b"", h
+
+    def exists(self, key) -> bool:
+        k = _key(key)
+        h = self._handle()
+        rc = self._lib.kvfabric_exists(h, k, len(k))
+        self._raise(rc, h)
+        return rc == 1
+
+    def size(self, key) -> int:
+        k = _key(key)
+        h = self._handle()
+        n = c_uint64(0)
+        self._raise(self._lib.kvfabric_size(h, k, len(k), byref(n)), h)
+        return n.value
+
+    def remove(self, key, force: bool = False) -> None:
+        """Removes key. Raises NotFoundError on a miss, HasLeaseError while a
+        reader holds a lease (unless force)."""
+        k = _key(key)
+        h = self._handle()
+        self._raise(self._lib.kvfabric_remove(h, k, len(k), 1 if force else 0), h)
+
+    def remove_all(self, force: bool = False) -> int:
+        """Removes every object; returns how many."""
+        h = self._handle()
+        n = c_uint64(0)
+        self._raise(self._lib.kvfabric_remove_all(h, 1 if force else 0, byref(n)), h)
+        return n.value
+
+    @property
+    def hostname(self) -> str:
+        h = self._handle()
+        buf = ctypes.create_string_buffer(256)
+        n = c_size_t(0)
+        self._raise(self._lib.kvfabric_hostname(h, buf, len(buf), byref(n)), h)
+        if n.value >= len(buf):
+            buf = ctypes.create_string_buffer(n.value + 1)
+            self._raise(self._lib.kvfabric_hostname(h, buf, len(buf), byref(n)), h)
+        return buf.value.decode("utf-8", "replace")
+
+    def health(self) -> None:
+        """Raises when the store is unhealthy (master unreachable, …)."""
+        h = self._handle()
+        self._raise(self._lib.kvfabric_health(h), h)
+
+    # ---- batches ----------------------------------------------------------------
+
+    def batch_exists(self, keys: Iterable) -> list[bool]:
+        rc, out = self._batch_exists([_key(k) for k in keys])
+        if rc < 0:
+            self._raise(rc, self._handle())
+        return [v == 1 for v in out]
+
+    def _batch_exists(self, ks: list[bytes]) -> tuple[int, list[int]]:
+        h = self._handle()
+        if not ks:
+            return OK, []
+        kp, kl = _native.key_arrays(ks)
+        out = (c_int32 * len(ks))()
+        rc = self._lib.kvfabric_batch_exists(h, len(ks), kp, kl, out)
+        return rc, list(out)
+
+    def batch_put(self, keys: Sequence, datas: Sequence, stream=None, *, replicas: int = 0, pin: bool = False,
+                  preferred_segments: Sequence[str] | None = None) -> list[KvfabricError | None]:
+        """Puts many keys with one native call for the directly copyable
+        ones. Returns one entry per key: None on success, else the exception
+        (not raised). Raises only when the batch as a whole is rejected."""
+        ks = [_key(k) for k in keys]
+        if len(ks) != len(datas):
+            raise InvalidArgumentError(f"kvfabric: {len(ks)} keys but {len(datas)} buffers")
+        codes, h = self._batch_put(ks, [_parts(d, False) for d in datas], _stream_handle(stream), replicas, pin,
+                                   preferred_segments)
+        return self._results(ks, codes, h)
+
+    def _batch_put(self, ks, parts: list[list[Buf]], stream, replicas=0, pin=False, preferred=None):
+        h = self._handle()
+        codes = [0] * len(ks)
+        direct = [i for i, bufs in enumerate(parts) if all(self._direct(b) for b in bufs)]
+        dset = set(direct)
+        staged = [i for i in range(len(ks)) if i not in dset]
+        if direct:
+            flags = PUT_PIN if pin else 0
+            pref = ",".join(preferred or ()).encode()
+            s = stream if stream is not None else next(
+                (b.stream for i in direct for b in parts[i] if b.stream is not None), 0)
+            dk = [ks[i] for i in direct]
+            kp, kl = _native.key_arrays(dk)
+            flat = [b for i in direct for b in parts[i]]
+            st = (c_int32 * len(dk))()
+            rc = self._lib.kvfabric_batch_put(
+                h, len(dk), kp, kl, _native.u64_array([b.ptr for b in flat]), _native.u64_array([b.nbytes for b in flat]),
+                (c_uint32 * len(dk))(*[len(parts[i]) for i in direct]), s, replicas, flags, pref, len(pref), st,
+            )
+            if rc < 0:
+                self._raise(rc, h)
+            for j, i in enumerate(direct):
+                codes[i] = st[j]
+        for i in staged:
+            codes[i], _ = self._put(ks[i], parts[i], stream, replicas, pin, preferred)
+        return codes, h
+
+    def batch_get(self, keys: Sequence, outs: Sequence, stream=None) -> list[int | KvfabricError]:
+        """Gets many keys. Returns one entry per key: the object's size in
+        bytes, or the exception (not raised; NotFoundError on a miss)."""
+        ks = [_key(k) for k in keys]
+        if len(ks) != len(outs):
+            raise InvalidArgumentError(f"kvfabric: {len(ks)} keys but {len(outs)} buffers")
+        codes, sizes, h = self._batch_get(ks, [_parts(o, True) for o in outs], _stream_handle(stream))
+        res = self._results(ks, codes, h)
+        return [sizes[i] if r is None else r for i, r in enumerate(res)]
+
+    def _batch_get(self, ks, parts: list[list[Buf]], stream):
+        h = self._handle()
+        codes = [0] * len(ks)
+        sizes = [0] * len(ks)
+        direct = [i for i, bufs in enumerate(parts) if all(self._direct(b) for b in bufs)]
+        dset = set(direct)
+        if direct:
+            s = stream if stream is not None else next(
+                (b.stream for i in direct for b in parts[i] if b.stream is not None), 0)
+            dk = [ks[i] for i in direct]
+            kp, kl = _native.key_arrays(dk)
+            flat = [b for i in direct for b in parts[i]]
+            st = (c_int32 * len(dk))()
+            nread = (c_uint64 * len(dk))()
+            rc = self._lib.kvfabric_batch_get(
+                h, len(dk), kp, kl, _native.u64_array([b.ptr for b in flat]), _native.u64_array([b.nbytes for b in flat]),
+                (c_uint32 * len(dk))(*[len(parts[i]) for i in direct]), s, nread, st,
+            )
+            if rc < 0:
+                self._raise(rc, h)
+            for j, i in enumerate(direct):
+                codes[i], sizes[i] = st[j], nread[j]
+        for i in range(len(ks)):
+            if i not in dset:
+                codes[i], sizes[i], _ = self._get(ks[i], parts[i], stream)
+        return codes, sizes, h
+
+    def _results(self, ks: list[bytes], codes: list[int], h: int) -> list[KvfabricError | None]:
+        msg = None
+        out: list[KvfabricError | None] = []
+        for k, c in zip(ks, codes):
+            if c == OK:
+                out.append(None)
+                continue
+            if msg is None:
+                msg = _native.last_error(h)  # the first failing key's message
+                out.append(error_for(c, msg))
+                continue
+            out.append(error_for(c, f"key {k.decode('utf-8', 'replace')!r}: {status_name(c)}"))
+        return out

@@ -1,0 +1,83 @@
+"""pytest on CPU: driver "sim" (device pointers are process addresses).
+
+The library comes from KVFABRIC_LIB (the Makefile's python-test target builds
+it) or from an installed package.
+"""
+
+import os
+import sys
+
+import pytest
+
+PYDIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(PYDIR)
+if PYDIR not in sys.path:
+    sys.path.insert(0, PYDIR)
+
+np = pytest.importorskip("numpy")
+
+import kvfabric  # noqa: E402
+from kvfabric import _native  # noqa: E402
+
+MIB = 1 << 20
+
+
+def sim_config(tmp_path, **kw):
+    """An EGM-pool provider on the simulator with an embedded master."""
+    cfg = {
+        "driver": "sim",
+        "protocol": "nvlink",
+        "master_server_addr": "embedded",
+        "enable_egm_store_pool": True,
+        "global_segment_size": "64MiB",
+        "local_buffer_size": 0,
+        "local_hostname": "pytest-host",
+        "socket_dir": str(tmp_path),
+    }
+    cfg.update(kw)
+    return cfg
+
+
+def pytest_configure(config):
+    path = _native.library_path()
+    if not os.path.exists(path):
+        raise pytest.UsageError(
+            f"libkvfabric.so not found at {path}: run `make python-test`, or set KVFABRIC_LIB"
+        )
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    return sim_config(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def shared_store(tmp_path_factory):
+    # One store for the tests that do not test its lifecycle: a Store that
+    # has served gets closes only after the read leases' TTL (seconds).
+    s = kvfabric.Store(sim_config(tmp_path_factory.mktemp("shared")))
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def store(shared_store):
+    shared_store.remove_all(force=True)
+    return shared_store
+
+
+@pytest.fixture
+def host(store):
+    """A registered host pool: fn(nbytes) -> a uint8 numpy array inside it."""
+    pool = np.zeros(16 * MIB, dtype=np.uint8)
+    store.register_buffer(pool)
+    off = [0]
+
+    def take(n):
+        a = pool[off[0]: off[0] + n]
+        off[0] += (n + 4095) // 4096 * 4096
+        return a
+
+    yield take
+    if not store.closed:
+        store.unregister_buffer(pool)
