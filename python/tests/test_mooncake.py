@@ -1,0 +1,260 @@
+"""The Mooncake facade, driven the way SGLang HiCache, vLLM's Mooncake store
+connector and LMCache's Mooncake backend drive mooncake.store."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from kvfabric.compat.mooncake import BufferHandle, MooncakeDistributedStore, ReplicateConfig
+
+from conftest import MIB, PYDIR
+
+PAGE = 64 * 1024
+
+
+def setup_args(tmp_path, gss=64 * MIB, **kw):
+    # Mooncake's positional signature; kvfabric keys as keyword arguments.
+    kw.setdefault("driver", "sim")
+    kw.setdefault("socket_dir", str(tmp_path))
+    return ("engine-host", "P2PHANDSHAKE", gss, 16 * MIB, "tcp", "", "embedded"), kw
+
+
+@pytest.fixture(scope="module")
+def mc(tmp_path_factory):
+    args, kw = setup_args(tmp_path_factory.mktemp("mc"))
+    s = MooncakeDistributedStore()
+    assert s.setup(*args, **kw) == 0
+    yield s
+    assert s.close() == 0
+
+
+@pytest.fixture
+def ms(mc):
+    assert mc.remove_all(force=True) >= 0
+    return mc
+
+
+@pytest.fixture
+def pool(ms):
+    """A large registered host pool, as the engines register their KV pool."""
+    p = np.zeros(32 * MIB, np.uint8)
+    assert ms.register_buffer(p.ctypes.data, p.nbytes) == 0
+    yield p
+    assert ms.unregister_buffer(p.ctypes.data) == 0
+
+
+def fill(pool, n, seed):
+    pool[: n * PAGE] = np.random.default_rng(seed).integers(0, 256, n * PAGE, dtype=np.uint8)
+
+
+def test_sglang_hicache_sequence(ms, pool):
+    # setup -> register_buffer(host pool) -> batch_is_exist -> batch_put_from
+    # -> batch_get_into (positive counts) -> remove_all -> close
+    n = 64
+    fill(pool, n, 1)
+    base = pool.ctypes.data
+    keys = [f"sglang-{i:04d}" for i in range(n)]
+    assert ms.batch_is_exist(keys) == [0] * n
+    ptrs = [base + i * PAGE for i in range(n)]
+    assert ms.batch_put_from(keys, ptrs, [PAGE] * n) == [0] * n
+    exist = ms.batch_is_exist(keys + ["absent"])
+    assert exist == [1] * n + [0] and all(type(v) is int for v in exist)
+    dst = base + n * PAGE
+    got = ms.batch_get_into(keys, [dst + i * PAGE for i in range(n)], [PAGE] * n)
+    assert got == [PAGE] * n
+    assert np.array_equal(pool[: n * PAGE], pool[n * PAGE: 2 * n * PAGE])
+    # Put-if-absent on a second write of the same pages.
+    assert ms.batch_put_from(keys[:4], ptrs[4:8], [PAGE] * 4) == [0] * 4
+    assert ms.get_into(keys[0], dst, PAGE) == PAGE
+    assert np.array_equal(pool[:PAGE], pool[n * PAGE: n * PAGE + PAGE])
+    # The gets above hold read leases (as in Mooncake): only force removes them.
+    assert ms.remove_all() == 0
+    assert ms.remove_all(force=True) == n
+    assert ms.batch_is_exist(keys[:3]) == [0, 0, 0]
+
+
+def test_vllm_multi_buffer_sequence(ms, pool):
+    # vLLM: per key a K and a V block from different places of the pool.
+    n, half = 16, PAGE // 2
+    fill(pool, 2 * n, 2)
+    base = pool.ctypes.data
+    keys = [f"vllm-{i}" for i in range(n)]
+    kptrs = [[base + i * PAGE, base + (n + i) * PAGE] for i in range(n)]
+    sizes = [[half, half]] * n
+    cfg = ReplicateConfig()
+    cfg.replica_num = 1
+    assert ms.batch_is_exist(keys) == [0] * n
+    assert ms.batch_put_from_multi_buffers(keys, kptrs, sizes, cfg) == [0] * n
+    assert ms.get_size(keys[0]) == PAGE
+    out = base + 2 * n * PAGE
+    optrs = [[out + i * PAGE, out + i * PAGE + half] for i in range(n)]
+    assert ms.batch_get_into_multi_buffers(keys, optrs, sizes) == [PAGE] * n
+    for i in range(n):
+        o = pool[2 * n * PAGE + i * PAGE:][:PAGE]
+        assert np.array_equal(o[:half], pool[i * PAGE:][:half])
+        assert np.array_equal(o[half:], pool[(n + i) * PAGE:][:half])
+    # The object is the concatenation: a single-buffer get sees it too.
+    assert ms.get(keys[1]) == pool[PAGE:][:half].tobytes() + pool[(n + 1) * PAGE:][:half].tobytes()
+    # Mismatched lists: -600 for every key, positional.
+    assert ms.batch_put_from_multi_buffers(keys[:2], kptrs[:1], sizes[:1]) == [-600, -600]
+    assert ms.batch_get_into_multi_buffers(keys[:2], [[out], [out, out]], [[half, half], [half, half]]) == [-600, -600]
+    assert ms.batch_get_into(["vllm-0", "missing"], [out, out + PAGE], [PAGE, PAGE]) == [PAGE, -704]
+
+
+def test_lmcache_sequence(ms, pool):
+    # LMCache: put(bytes)/get(bytes), is_exist, get_into a registered buffer, remove.
+    payload = os.urandom(3000)
+    assert ms.is_exist("lm/0") == 0
+    assert ms.put("lm/0", payload) == 0
+    assert ms.put("lm/0", b"other") == 0  # put-if-absent keeps the value
+    assert ms.get("lm/0") == payload
+    assert ms.is_exist("lm/0") == 1
+    assert ms.get_size("lm/0") == 3000
+    assert ms.get_into("lm/0", pool.ctypes.data, 4096) == 3000
+    assert pool[:3000].tobytes() == payload
+    assert ms.get_into("lm/0", pool.ctypes.data, 100) == -600  # too small
+    assert ms.put_parts("lm/1", b"ab", bytearray(b"cd"), memoryview(b"ef")) == 0
+    assert ms.get("lm/1") == b"abcdef"
+    assert ms.get_batch(["lm/0", "lm/1", "nope"]) == [payload, b"abcdef", b""]
+    assert ms.put_batch(["lm/2", "lm/3"], [b"2", b"3"]) == 0
+    assert ms.remove("lm/0") == -706  # leased by the gets above
+    assert ms.remove("lm/0", force=True) == 0
+    assert ms.remove("lm/0") == -704
+    assert ms.get("lm/0") == b""
+    assert ms.get_into("lm/0", pool.ctypes.data, 4096) == -704
+    assert ms.get_size("lm/0") == -704
+
+
+def test_buffers_and_misc(ms, pool):
+    assert ms.put("bh", b"buffer-handle") == 0
+    (h, miss) = ms.batch_get_buffer(["bh", "nope"])
+    assert miss is None and isinstance(h, BufferHandle)
+    assert h.size() == len(h) == 13 and bytes(h) == b"buffer-handle"
+    assert bytes(memoryview(h)) == b"buffer-handle" and h.ptr() != 0
+    assert np.frombuffer(h, np.uint8).size == 13
+    assert ms.get_buffer("nope") is None
+    assert ms.get_hostname() == "engine-host"
+    assert ms.health_check() == 0
+    assert ms.put("", b"x") == -600
+    assert ms.put("empty", b"") == -600
+    assert ms.put_from("k", pool.ctypes.data, -1) == -600
+    assert ms.register_buffer(pool.ctypes.data, pool.nbytes) == -600  # already registered
+    assert ms.unregister_buffer(12345) == -600
+    # Unregistered host memory cannot be a put_from source (the simulator
+    # reports it as a failed copy). The Store fails every key of a batch
+    # whose batched copy failed, so the good key may fail too.
+    loose = np.ones(PAGE, np.uint8)
+    assert ms.put_from("loose", loose.ctypes.data, PAGE) < 0
+    r = ms.batch_put_from(["l1", "l2"], [loose.ctypes.data, pool.ctypes.data], [PAGE, PAGE])
+    assert len(r) == 2 and r[0] < 0 and r[1] in (0, -800)
+
+
+def test_replicate_config(ms, pool):
+    c = ReplicateConfig()
+    c.replica_num, c.with_hard_pin, c.with_soft_pin = 1, True, False
+    c.preferred_segment, c.preferred_segments, c.group_ids = "", [], ["g"]
+    c.prefer_alloc_in_same_node = True
+    assert "replica_num=1" in str(c)
+    assert ms.put_from("rc", pool.ctypes.data, PAGE, c) == 0
+    assert ms.remove("rc") == 0
+    c.replica_num = 0
+    assert ms.put_from("rc0", pool.ctypes.data, PAGE, c) == -600
+    assert ms.batch_put_from(["a", "b"], [pool.ctypes.data] * 2, [PAGE] * 2, c) == [-600, -600]
+
+
+def test_threads(ms, pool):
+    errs = []
+
+    def work(t):
+        try:
+            base = pool.ctypes.data + t * 8 * PAGE
+            keys = [f"thr{t}-{i}" for i in range(8)]
+            assert ms.batch_put_from(keys, [base + i * PAGE for i in range(8)], [PAGE] * 8) == [0] * 8
+            assert ms.batch_is_exist(keys) == [1] * 8
+            assert ms.batch_get_into(keys, [base + i * PAGE for i in range(8)], [PAGE] * 8) == [PAGE] * 8
+        except Exception as e:  # noqa: BLE001
+            errs.append(e)
+
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errs
+
+
+def test_full_returns_minus_200(tmp_path):
+    args, kw = setup_args(tmp_path, gss=4 * MIB)
+    s = MooncakeDistributedStore()
+    assert s.setup(*args, **kw) == 0
+    p = np.zeros(8 * MIB, np.uint8)
+    assert s.register_buffer(p.ctypes.data, p.nbytes) == 0
+    pin = ReplicateConfig()
+    pin.with_hard_pin = True
+    assert s.put_from("a", p.ctypes.data, 3 * MIB, pin) == 0
+    assert s.batch_put_from(["b", "c"], [p.ctypes.data, p.ctypes.data], [3 * MIB, 64]) == [-200, 0]
+    assert s.put_from("d", p.ctypes.data, 3 * MIB) == -200
+    assert s.close() == 0
+
+
+def test_setup_variants_and_close(tmp_path, monkeypatch):
+    s = MooncakeDistributedStore()
+    # Before setup: codes, not exceptions.
+    assert s.is_exist("k") == -600 and s.get("k") == b"" and s.batch_is_exist(["a", "b"]) == [-600, -600]
+    assert s.close() == 0
+    # setup(dict) with Mooncake's key names.
+    assert s.setup({
+        "local_hostname": "dict-host", "metadata_server": "http://meta:8080/metadata",
+        "global_segment_size": 16 * MIB, "local_buffer_size": 0, "protocol": "nvlink",
+        "device_name": "mlx5_0", "master_server_address": "embedded", "driver": "sim",
+        "enable_egm_store_pool": True, "socket_dir": str(tmp_path),
+    }) == 0
+    assert s.get_hostname() == "dict-host"
+    assert s.setup({"driver": "sim"}) == -600  # twice
+    assert s.close() == 0 and s.close() == 0
+    assert s.put("k", b"v") == -600 and s.get_hostname() == ""
+    # Config errors are codes; the EGM rules apply.
+    args, kw = setup_args(tmp_path)
+    assert s.setup(*args, enable_egm_store_pool=True, **kw) == -600  # protocol=tcp
+    assert s.setup(*args, bogus_key=1, **kw) == -600
+    # KVFABRIC_CONFIG redirects unmodified engine code.
+    monkeypatch.setenv("KVFABRIC_CONFIG", json.dumps({"master_server_addr": "embedded", "driver": "sim",
+                                                      "socket_dir": str(tmp_path)}))
+    assert s.setup("env-host", "P2PHANDSHAKE", 16 * MIB, 16 * MIB, "rdma", "mlx5_0", "10.0.0.1:50051") == 0
+    assert s.get_hostname() == "env-host"
+    assert s.close() == 0
+
+
+def test_shim_provides_mooncake_store():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([PYDIR, os.path.join(PYDIR, "mooncake-shim")]))
+    code = ("from mooncake.store import MooncakeDistributedStore, ReplicateConfig\n"
+            "import kvfabric.compat.mooncake as m\n"
+            "assert MooncakeDistributedStore is m.MooncakeDistributedStore and ReplicateConfig is m.ReplicateConfig\n"
+            "print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+CLOSE_RETRY = r"""
+import tempfile
+from kvfabric.compat.mooncake import MooncakeDistributedStore
+s = MooncakeDistributedStore()
+assert s.setup("h", "P2PHANDSHAKE", 16 << 20, 0, "nvlink", "", "embedded", driver="sim",
+               enable_egm_store_pool=True, socket_dir=tempfile.mkdtemp()) == 0
+assert s.put("k", b"v") == 0
+print(s.close(), s.put("k2", b"v"), s.close(), s.close())
+"""
+
+
+def test_close_retry_with_injected_fault():
+    env = dict(os.environ, PYTHONPATH=PYDIR,
+               KVFABRIC_TEST_FAULTS=json.dumps([{"method": "MemUnmap", "nth": 1, "code": 999}]))
+    r = subprocess.run([sys.executable, "-c", CLOSE_RETRY], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    # First close fails (-1, still closable; ops refused), retry succeeds, then idempotent.
+    assert r.stdout.split() == ["-1", "-600", "0", "0"]
