@@ -39,6 +39,7 @@ type demoOpts struct {
 	seed      uint64
 	rounds    int
 	socketDir string
+	master    string
 }
 
 func init() {
@@ -75,6 +76,7 @@ and says which.`,
 	f.Uint64Var(&o.seed, "seed", 0, "random seed (0: time-based)")
 	f.StringVar(&o.socketDir, "socket-dir", "", "directory of the fd-exchange socket (default $TMPDIR)")
 	f.BoolVar(&o.verbose, "verbose", false, "log lifecycle events to stderr")
+	f.StringVar(&o.master, "master-server-addr", "embedded", "embedded (master + provider + consumer here), or host:port of a `kvfabric master` (consumer only: the capacity comes from `kvfabric provider` processes)")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -106,14 +108,26 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 	fmt.Fprintf(out, "kvfabric demo: driver %s — %s\n", kind, why)
 	before := liveObjects(drv)
 
-	// The embedded master both stores share.
-	// A short lease: the provider's Close waits for the readers' leases.
-	svc, err := master.New(master.Config{Logger: log, LeaseTTL: 2 * time.Second})
-	if err != nil {
-		return err
+	remote := o.master != config.MasterEmbedded
+	var mc master.Client
+	if remote {
+		// Consumer only: capacity comes from `kvfabric provider` processes.
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		mc, err = master.Dial(dctx, o.master)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("--master-server-addr=%s: %w", o.master, err)
+		}
+	} else {
+		// The embedded master both stores share. A short lease: the
+		// provider's Close waits for the readers' leases to end.
+		svc, err := master.New(master.Config{Logger: log, LeaseTTL: 2 * time.Second})
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, svc.Close()) }()
+		mc = master.NewEmbedded(svc)
 	}
-	defer func() { err = errors.Join(err, svc.Close()) }()
-	mc := master.NewEmbedded(svc)
 	defer func() { err = errors.Join(err, mc.Close()) }()
 
 	base := map[string]any{
@@ -137,18 +151,25 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 		return err
 	}
 
-	bar := newProgressBar(out, false)
-	prov, err := client.Open(ctx, pc, client.Options{Logger: log, Driver: drv, Master: mc, ClientID: "demo-provider", Progress: bar.update})
-	bar.done()
-	if err != nil {
-		return fmt.Errorf("provider: %w", err)
-	}
-	defer func() {
-		if prov != nil {
-			err = errors.Join(err, prov.Close())
+	var prov *client.Store
+	if !remote {
+		bar := newProgressBar(out, false)
+		prov, err = client.Open(ctx, pc, client.Options{Logger: log, Driver: drv, Master: mc, ClientID: "demo-provider", Progress: bar.update})
+		bar.done()
+		if err != nil {
+			return fmt.Errorf("provider: %w", err)
 		}
-	}()
-	cons, err := client.Open(ctx, cc, client.Options{Logger: log, Driver: drv, Master: mc, ClientID: "demo-consumer"})
+		defer func() {
+			if prov != nil {
+				err = errors.Join(err, prov.Close())
+			}
+		}()
+	}
+	consID := "demo-consumer"
+	if remote {
+		consID = fmt.Sprintf("demo-consumer-%s-gpu%d-%d", pc.LocalHostname, o.consumer, os.Getpid())
+	}
+	cons, err := client.Open(ctx, cc, client.Options{Logger: log, Driver: drv, Master: mc, ClientID: consID})
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
@@ -162,7 +183,9 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "provider: %s of %s over %s\n", config.FormatSize(pc.GlobalSegmentSize), tierName(o.egm), prov.Pool().Plan().String())
+	if prov != nil {
+		fmt.Fprintf(out, "provider: %s of %s over %s\n", config.FormatSize(pc.GlobalSegmentSize), tierName(o.egm), prov.Pool().Plan().String())
+	}
 
 	// Consumer buffers on its GPU: src (random bytes) and dst.
 	cctx := cons.Context()
@@ -206,7 +229,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 	for round := 0; round < o.rounds; round++ {
 		keys := make([]string, o.count)
 		for i := range keys {
-			keys[i] = fmt.Sprintf("demo/r%d/block-%06d", round, i)
+			keys[i] = fmt.Sprintf("%s/r%d/block-%06d", consID, round, i)
 		}
 		order := rng.Perm(o.count) // random block order: random segments and offsets
 		t0 := time.Now()
@@ -266,11 +289,14 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 				}
 			}
 		}
-		if _, err := cons.RemoveAll(ctx, true); err != nil {
-			return fmt.Errorf("remove all: %w", err)
+		for i, e := range cons.BatchRemove(ctx, keys, true) {
+			if e != nil {
+				return fmt.Errorf("remove %s: %w", keys[i], e)
+			}
 		}
 	}
 	st := cons.TransferStats()
+	ms := cons.MappingStats()
 
 	// Teardown, then check nothing is left.
 	if err := errors.Join(drv.MemFree(cctx, src), drv.MemFree(cctx, dst)); err != nil {
@@ -281,18 +307,25 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 		return fmt.Errorf("consumer close: %w", err)
 	}
 	cons = nil
-	if err := prov.Close(); err != nil {
-		return fmt.Errorf("provider close: %w", err)
-	}
-	prov = nil
-	left, err := mc.ListSegments(ctx)
-	if err != nil {
-		return err
+	var left []segment.Descriptor
+	if prov != nil {
+		if err := prov.Close(); err != nil {
+			return fmt.Errorf("provider close: %w", err)
+		}
+		prov = nil
+		if left, err = mc.ListSegments(ctx); err != nil {
+			return err
+		}
 	}
 
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "driver\t%s (%s)\n", kind, why)
-	fmt.Fprintf(tw, "provider tier\t%s, %d segments\n", tierName(o.egm), len(segs))
+	if remote {
+		fmt.Fprintf(tw, "master\t%s (consumer on GPU %d)\n", o.master, o.consumer)
+		fmt.Fprintf(tw, "store\t%d segments\n", len(segs))
+	} else {
+		fmt.Fprintf(tw, "provider tier\t%s, %d segments\n", tierName(o.egm), len(segs))
+	}
 	for _, l := range perLocation(segs) {
 		fmt.Fprintf(tw, "  %s\t%d segments, %s\n", l.name, l.n, config.FormatSize(l.bytes))
 	}
@@ -302,7 +335,15 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 	fmt.Fprintf(tw, "put (GPU -> store)\t%.2f GB/s\n", gbps(size*uint64(o.rounds), putDur))
 	fmt.Fprintf(tw, "get (store -> GPU)\t%.2f GB/s\n", gbps(size*uint64(o.rounds), getDur))
 	fmt.Fprintf(tw, "copies\tSM kernel %d blocks in %d launches, copy engine %d blocks in %d batches, per-copy %d\n", st.KernelBlocks, st.KernelLaunches, st.BatchBlocks, st.BatchCalls, st.EachBlocks)
-	fmt.Fprintf(tw, "after teardown\t%d segments mounted\n", len(left))
+	if ms.Imports > 0 {
+		fmt.Fprintf(tw, "segment imports\t%d, mean %.2f ms (fetch handle + import + map + access); cached lookups %d\n",
+			ms.Imports, float64(ms.ImportTime.Microseconds())/1000/float64(ms.Imports), ms.Hits)
+	} else {
+		fmt.Fprintf(tw, "segment imports\t0 (every segment is the provider's own mapping)\n")
+	}
+	if !remote {
+		fmt.Fprintf(tw, "after teardown\t%d segments mounted\n", len(left))
+	}
 	tw.Flush()
 	if len(left) != 0 {
 		return fmt.Errorf("teardown left %d segments mounted", len(left))

@@ -542,3 +542,7 @@ func segmentOf(r master.Replica) segment.Key { return r.Segment.Key() }
 
 // timeNow is the clock lease checks use.
 var timeNow = time.Now
+
+// MappingStats reports the consumer mapping cache's counters (imports, the
+// time they took, hits).
+func (s *Store) MappingStats() mapping.Stats { return s.maps.Stats() }

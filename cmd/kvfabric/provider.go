@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvfabric/kvfabric/internal/client"
+	"github.com/kvfabric/kvfabric/internal/config"
+	"github.com/kvfabric/kvfabric/internal/cuda/choose"
+	"github.com/kvfabric/kvfabric/internal/master"
+)
+
+func init() {
+	var configFile, clientID, readyFile string
+	provider := &cobra.Command{
+		Use:   "provider",
+		Short: "Provide capacity (EGM DRAM pool or HBM) to a kvfabric master until SIGINT/SIGTERM",
+		Long: `provider opens a Store that provides the configured capacity (the EGM
+HOST_NUMA pool with --enable-egm-store-pool, HBM segments otherwise), mounts
+it into the master at --master-server-addr, heartbeats, and serves its POSIX
+fds to same-host consumers. On SIGINT or SIGTERM it tears everything down in
+order (unmount → unregister → unmap → free VA → release, waiting for readers'
+leases) and reports the live driver objects left (zero on success).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := configFromFlags(cmd, configFile)
+			if err != nil {
+				return err
+			}
+			if cfg.MasterServerAddr == config.MasterEmbedded {
+				return fmt.Errorf("--master-server-addr: a provider needs a `kvfabric master` address (host:port)")
+			}
+			if cfg.GlobalSegmentSize == 0 {
+				return fmt.Errorf("--global-segment-size: a provider needs capacity > 0")
+			}
+			return runProvider(cmd.Context(), cmd.OutOrStdout(), cfg, clientID, readyFile)
+		},
+	}
+	provider.Flags().StringVar(&configFile, "config", "", "JSON configuration file (flags override its keys)")
+	provider.Flags().StringVar(&clientID, "client-id", "", "client id at the master (default <hostname>-<pid>-1); a restarted provider reusing it replaces the old one")
+	provider.Flags().StringVar(&readyFile, "ready-file", "", "write this file once every segment is mounted (for scripts)")
+	addConfigFlags(provider)
+	provider.Flags().String("master-server-addr", "", "host:port of `kvfabric master`")
+	rootCmd.AddCommand(provider)
+
+	var addr string
+	var asJSON bool
+	stat := &cobra.Command{
+		Use:   "stat",
+		Short: "Print a kvfabric master's segments and usage",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			mc, err := master.Dial(ctx, addr)
+			if err != nil {
+				return fmt.Errorf("--master-server-addr=%s: %w", addr, err)
+			}
+			defer mc.Close()
+			segs, err := mc.ListSegments(ctx)
+			if err != nil {
+				return err
+			}
+			st, err := mc.Stats(ctx)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]any{"segments": segs, "stats": st})
+			}
+			fmt.Fprintf(out, "master %s: %d segments, %d objects, %d puts in progress, %d clients, %d evictions\n",
+				addr, st.Segments, st.Objects, st.PendingPuts, st.Clients, st.Evictions)
+			for _, l := range perLocation(segs) {
+				fmt.Fprintf(out, "  %s: %d segments, %s\n", l.name, l.n, config.FormatSize(l.bytes))
+			}
+			return nil
+		},
+	}
+	stat.Flags().StringVar(&addr, "master-server-addr", "127.0.0.1:50051", "host:port of `kvfabric master`")
+	stat.Flags().BoolVar(&asJSON, "json", false, "JSON output")
+	rootCmd.AddCommand(stat)
+}
+
+// addConfigFlags adds one flag per configuration key (see poolFlags).
+func addConfigFlags(cmd *cobra.Command) {
+	for _, f := range poolFlags {
+		if f.key == "enable_egm_store_pool" {
+			cmd.Flags().Bool(f.flag, false, f.usage)
+			continue
+		}
+		cmd.Flags().String(f.flag, "", f.usage)
+	}
+}
+
+// configFromFlags builds a Config from an optional JSON file and the flags
+// that were set, each naming its key in errors.
+func configFromFlags(cmd *cobra.Command, file string) (config.Config, error) {
+	cfg := config.Defaults()
+	if file != "" {
+		var err error
+		if cfg, err = config.FromFile(file); err != nil {
+			return cfg, err
+		}
+	}
+	keys := append([]struct{ flag, key, usage string }{{"master-server-addr", "master_server_addr", ""}}, poolFlags...)
+	for _, f := range keys {
+		if fl := cmd.Flags().Lookup(f.flag); fl != nil && fl.Changed {
+			if err := cfg.Set(f.key, fl.Value.String()); err != nil {
+				return cfg, fmt.Errorf("--%s: %w", f.flag, err)
+			}
+		}
+	}
+	return cfg, cfg.Validate()
+}
+
+func runProvider(ctx context.Context, out io.Writer, cfg config.Config, clientID, readyFile string) (err error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	// The driver is opened here, not by the Store, so that its live objects
+	// can be counted after the Store's teardown.
+	drv, why, err := choose.Driver(cfg.Driver, log)
+	if err != nil {
+		return fmt.Errorf("driver %q: %w", cfg.Driver, err)
+	}
+	defer func() { err = errors.Join(err, drv.Close()) }()
+	bar := newProgressBar(out, false)
+	t0 := time.Now()
+	s, err := client.Open(ctx, cfg, client.Options{Logger: log, ClientID: clientID, Progress: bar.update, Driver: drv})
+	bar.done()
+	if err != nil {
+		var oe *client.OpenError
+		if errors.As(err, &oe) {
+			err = errors.Join(err, oe.Retry())
+		}
+		return err
+	}
+	p := s.Pool()
+	fmt.Fprintf(out, "provider %s: driver %s; %s mounted into %s in %v (handle %s)\n",
+		s.ClientID(), why, config.FormatSize(p.Plan().Total), cfg.MasterServerAddr, time.Since(t0).Round(time.Millisecond), p.HandleType())
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIER\tLOCATION\tCHUNKS\tMOUNTED\tBYTES")
+	for _, n := range p.Nodes() {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", n.Tier, n.Location, n.Chunks, n.Mounted, config.FormatSize(n.Bytes))
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "live driver objects: %s\n", fmtObjects(liveObjects(drv)))
+	if readyFile != "" {
+		if err := os.WriteFile(readyFile, []byte(s.ClientID()+"\n"), 0o644); err != nil {
+			return errors.Join(fmt.Errorf("--ready-file: %w", err), s.Close())
+		}
+	}
+	sig := <-sigs
+	fmt.Fprintf(out, "provider: %v: tearing down\n", sig)
+	t1 := time.Now()
+	if err := s.Close(); err != nil {
+		return fmt.Errorf("provider close (cleanup pending, retry): %w", err)
+	}
+	left := liveObjects(drv)
+	fmt.Fprintf(out, "provider: closed in %v; live driver objects after teardown: %s\n", time.Since(t1).Round(time.Millisecond), fmtObjects(left))
+	if left.Total() != 0 {
+		return fmt.Errorf("provider: teardown left driver objects: %s", fmtObjects(left))
+	}
+	return nil
+}
