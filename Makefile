@@ -60,3 +60,12 @@ ptx:
 
 clean:
 	rm -rf $(BUILD) $(DEVICE_DIR)
+
+# Python package (issue 6) on CPU with the simulator: builds libkvfabric.so
+# and runs pytest. Needs python3 with pytest and numpy (pip install pytest numpy).
+PYTHON ?= python3
+.PHONY: python-test
+python-test:
+	mkdir -p $(BUILD)
+	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o $(BUILD)/libkvfabric.so ./capi
+	cd python && KVFABRIC_LIB=$(CURDIR)/$(BUILD)/libkvfabric.so $(PYTHON) -m pytest -q tests
