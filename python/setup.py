@@ -39,7 +39,7 @@ class BuildWithGo(build_py):
         super().run()
         out_dir = os.path.join(self.build_lib, "kvfabric", "_lib")
         os.makedirs(out_dir, exist_ok=True)
-        out = os.path.join(out_dir, "libkvfabric.so")
+        out = os.path.abspath(os.path.join(out_dir, "libkvfabric.so"))  # go runs in the repo root
         prebuilt = os.environ.get("KVFABRIC_LIB")
         if prebuilt:
             shutil.copyfile(prebuilt, out)
@@ -54,7 +54,7 @@ class BuildWithGo(build_py):
         hdr = os.path.splitext(out)[0] + ".h"  # cgo's generated header; kvfabric.h is the contract
         if os.path.exists(hdr):
             os.remove(hdr)
-        shutil.copyfile(os.path.join(repo_root(), "capi", "kvfabric.h"), os.path.join(out_dir, "kvfabric.h"))
+        shutil.copyfile(os.path.join(repo_root(), "capi", "kvfabric.h"), os.path.join(os.path.dirname(out), "kvfabric.h"))
 
 
 class BinaryDistribution(Distribution):
