@@ -21,6 +21,7 @@ test: vet
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
 	$(MAKE) test-nocgo
+	$(MAKE) python-test
 	$(MAKE) fuzz
 
 vet:
@@ -37,26 +38,39 @@ fuzz:
 	    echo "fuzz $$t $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) ./$$t || exit 1; \
 	  done; done
 
-# Everything the GPU machine needs, in one git-ignored folder (see docs/device.md).
+# Everything the GPU machine needs, in one git-ignored folder (see
+# docs/device.md): the binary, the C ABI library for the Python package, and
+# the test binaries of DEVICE_TESTS (their real-driver tests are gated by
+# KVFABRIC_GPU_TESTS=1). Kept small: a device call carries at most 64 MiB.
+DEVICE_TESTS ?= internal/cuda internal/transfer internal/mapping
 device:
 	rm -rf $(DEVICE_DIR) && mkdir -p $(DEVICE_DIR)/cuda/testdata
 	$(GO) build -ldflags='-s -w' -o $(DEVICE_DIR)/kvfabric ./cmd/kvfabric
+	CGO_ENABLED=1 $(GO) build -ldflags='-s -w' -buildmode=c-shared -o $(DEVICE_DIR)/libkvfabric.so ./capi
 	@: > $(DEVICE_DIR)/tests.txt; \
-	for p in $$($(GO) list ./... ); do \
-	  if $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}yes{{end}}' $$p | grep -q yes; then \
-	    rel=$$(echo $$p | sed 's|^github.com/kvfabric/kvfabric/*||'); rel=$${rel:-.}; \
+	for rel in $(DEVICE_TESTS); do \
 	    n=$$(echo $$rel | sed 's|/|_|g'); \
-	    echo "test -c $$p"; \
-	    $(GO) test -c -ldflags='-s -w' -o $(DEVICE_DIR)/$$n.test $$p || exit 1; \
-	    echo "$$n.test $$rel" >> $(DEVICE_DIR)/tests.txt; fi; done
+	    echo "test -c ./$$rel"; \
+	    $(GO) test -c -ldflags='-s -w' -o $(DEVICE_DIR)/$$n.test ./$$rel || exit 1; \
+	    echo "$$n.test $$rel" >> $(DEVICE_DIR)/tests.txt; done
 	cp internal/cuda/shim.h $(DEVICE_DIR)/cuda/
 	cp internal/cuda/testdata/layoutcheck.c $(DEVICE_DIR)/cuda/testdata/
-	cp scripts/device-batch.sh $(DEVICE_DIR)/
+	@du -sh $(DEVICE_DIR)
 
 # Regenerate kernels/*.ptx (checked in, embedded by package kernels) with
 # nvcc 13.0 from PyPI, or NVCC=/path/to/nvcc. See kernels/README.md.
 ptx:
 	./kernels/gen-ptx.sh
+
+# Regenerates the committed API code (CI does not need protoc). Needs protoc
+# (apt-get install protobuf-compiler) and, in GOPATH/bin:
+#   go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+#   go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+proto:
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I api \
+	  --go_out=api --go_opt=paths=source_relative \
+	  --go-grpc_out=api --go-grpc_opt=paths=source_relative \
+	  api/kvfabric/v1/kvfabric.proto
 
 clean:
 	rm -rf $(BUILD) $(DEVICE_DIR)
@@ -66,6 +80,7 @@ clean:
 PYTHON ?= python3
 .PHONY: python-test
 python-test:
+	@$(PYTHON) -c 'import numpy, pytest' 2>/dev/null || $(PYTHON) -m pip install -q pytest numpy
 	mkdir -p $(BUILD)
 	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o $(BUILD)/libkvfabric.so ./capi
 	cd python && KVFABRIC_LIB=$(CURDIR)/$(BUILD)/libkvfabric.so $(PYTHON) -m pytest -q tests

@@ -530,9 +530,13 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 	return out, nil
 }
 
+// errBatchTooLarge marks the ErrInvalid of an oversized batch: it fails the
+// whole call, not its items.
+var errBatchTooLarge = errors.New("batch too large")
+
 func (s *Service) checkBatch(n int) error {
 	if n > s.cfg.MaxBatch {
-		return fmt.Errorf("%w: batch of %d items, limit %d", ErrInvalid, n, s.cfg.MaxBatch)
+		return fmt.Errorf("%w: %w: %d items, limit %d", ErrInvalid, errBatchTooLarge, n, s.cfg.MaxBatch)
 	}
 	return nil
 }

@@ -1,0 +1,277 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+
+	pb "github.com/kvfabric/kvfabric/api/kvfabric/v1"
+	"github.com/kvfabric/kvfabric/internal/segment"
+)
+
+// Server serves a Service over gRPC and, optionally, Prometheus metrics
+// over HTTP (/metrics). It does not own the Service: close the Service
+// after Shutdown.
+type Server struct {
+	svc  *Service
+	grpc *grpc.Server
+	http *http.Server // nil without a metrics registry
+
+	mu       sync.Mutex // guards shutdown
+	shutdown bool
+}
+
+// NewServer returns a Server for svc. reg, when not nil, is served on the
+// metrics listener (pass the registry given to the Service's Config).
+func NewServer(svc *Service, reg *prometheus.Registry, opts ...grpc.ServerOption) *Server {
+	s := &Server{svc: svc, grpc: grpc.NewServer(opts...)}
+	pb.RegisterMasterServer(s.grpc, &grpcService{svc: svc})
+	if reg != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
+	return s
+}
+
+// Serve serves gRPC on lis and metrics on metricsLis (may be nil) until
+// Shutdown. It returns nil after Shutdown, or the first serving error.
+func (s *Server) Serve(lis, metricsLis net.Listener) error {
+	errc := make(chan error, 2)
+	n := 1
+	go func() { errc <- s.grpc.Serve(lis) }()
+	if metricsLis != nil && s.http != nil {
+		n++
+		go func() {
+			if err := s.http.Serve(metricsLis); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("master: metrics server: %w", err)
+				return
+			}
+			errc <- nil
+		}()
+	}
+	var errs []error
+	for range n {
+		if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			errs = append(errs, err)
+			// One server failed: take the other down too.
+			go func() { _ = s.Shutdown(context.Background()) }()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Shutdown stops the servers: gRPC gracefully (in-flight calls finish, new
+// ones are refused), then forcibly when ctx is done; the metrics server
+// likewise. It is idempotent.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		return nil
+	}
+	s.shutdown = true
+	s.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+		err = fmt.Errorf("master: shutdown: %w (in-flight calls were cut)", ctx.Err())
+	}
+	if s.http != nil {
+		if herr := s.http.Shutdown(ctx); herr != nil {
+			_ = s.http.Close()
+			err = errors.Join(err, herr)
+		}
+	}
+	return err
+}
+
+// grpcService adapts a Service to the generated server interface. All
+// validation happens in the Service, so both transports reject the same
+// requests with the same errors.
+type grpcService struct {
+	pb.UnimplementedMasterServer
+	svc *Service
+}
+
+func (g *grpcService) RegisterClient(ctx context.Context, r *pb.RegisterClientRequest) (*pb.RegisterClientResponse, error) {
+	reg, err := g.svc.RegisterClient(ctx, ClientInfo{ID: r.Id, Node: r.Node, TTL: time.Duration(r.TtlNs), NUMANode: r.NumaNode, Device: r.Device})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.RegisterClientResponse{Id: reg.ID, TtlNs: int64(reg.TTL)}, nil
+}
+
+func (g *grpcService) Heartbeat(ctx context.Context, r *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
+	if err := g.svc.Heartbeat(ctx, r.ClientId); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.HeartbeatResponse{}, nil
+}
+
+func (g *grpcService) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (*pb.MountSegmentResponse, error) {
+	if err := g.svc.MountSegment(ctx, descFromPB(r.Segment)); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.MountSegmentResponse{}, nil
+}
+
+func (g *grpcService) UnmountSegment(ctx context.Context, r *pb.UnmountSegmentRequest) (*pb.UnmountSegmentResponse, error) {
+	if err := g.svc.UnmountSegment(ctx, segment.Key{ID: r.Id, Generation: r.Generation}); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.UnmountSegmentResponse{}, nil
+}
+
+func (g *grpcService) PutStart(ctx context.Context, r *pb.PutStartRequest) (*pb.PutStartResponse, error) {
+	reqs := make([]PutStartReq, len(r.Items))
+	for i, it := range r.Items {
+		reqs[i] = PutStartReq{Key: it.Key, Size: it.Size, Replicas: int(it.Replicas), Pin: it.Pin, Placement: placementFromPB(it.Placement)}
+	}
+	res, err := g.svc.PutStart(ctx, reqs)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	var tab segTable
+	backing := make([]pb.PutStartResult, len(res))
+	out := &pb.PutStartResponse{Results: make([]*pb.PutStartResult, len(res))}
+	for i, x := range res {
+		backing[i] = pb.PutStartResult{Error: toItemError(x.Err), Token: x.Token, Replicas: tab.replicas(x.Replicas)}
+		out.Results[i] = &backing[i]
+	}
+	out.Segments = tab.list
+	return out, nil
+}
+
+func refsFromPB(ps []*pb.PutRef) []PutRef {
+	refs := make([]PutRef, len(ps))
+	for i, p := range ps {
+		refs[i] = PutRef{Key: p.Key, Token: p.Token}
+	}
+	return refs
+}
+
+// itemErrors encodes positional errors. A whole-call failure (the same
+// error in every slot from a check before the items) becomes a status.
+func itemErrors(errs []error) ([]*pb.ItemError, error) {
+	if len(errs) > 0 && errs[0] != nil && allSame(errs) && wholeCall(errs[0]) {
+		return nil, toStatus(errs[0])
+	}
+	out := make([]*pb.ItemError, len(errs))
+	for i, e := range errs {
+		out[i] = toItemError(e)
+	}
+	return out, nil
+}
+
+func allSame(errs []error) bool {
+	for _, e := range errs[1:] {
+		if e != errs[0] {
+			return false
+		}
+	}
+	return true
+}
+
+// wholeCall reports whether err fails a call rather than an item.
+func wholeCall(err error) bool {
+	return errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errBatchTooLarge)
+}
+
+func (g *grpcService) PutEnd(ctx context.Context, r *pb.PutEndRequest) (*pb.PutEndResponse, error) {
+	errs, err := itemErrors(g.svc.PutEnd(ctx, refsFromPB(r.Puts)))
+	if err != nil {
+		return nil, err
+	}
+	return &pb.PutEndResponse{Errors: errs}, nil
+}
+
+func (g *grpcService) PutRevoke(ctx context.Context, r *pb.PutRevokeRequest) (*pb.PutRevokeResponse, error) {
+	errs, err := itemErrors(g.svc.PutRevoke(ctx, refsFromPB(r.Puts)))
+	if err != nil {
+		return nil, err
+	}
+	return &pb.PutRevokeResponse{Errors: errs}, nil
+}
+
+func (g *grpcService) GetReplicas(ctx context.Context, r *pb.GetReplicasRequest) (*pb.GetReplicasResponse, error) {
+	res, err := g.svc.GetReplicas(ctx, r.Keys)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	var tab segTable
+	backing := make([]pb.GetResult, len(res))
+	out := &pb.GetReplicasResponse{Results: make([]*pb.GetResult, len(res))}
+	for i, x := range res {
+		b := &backing[i]
+		b.Error = toItemError(x.Err)
+		if x.Err == nil {
+			b.Size, b.Replicas, b.LeaseExpiryUnixNs = x.Size, tab.replicas(x.Replicas), x.LeaseExpiry.UnixNano()
+		}
+		out.Results[i] = b
+	}
+	out.Segments = tab.list
+	return out, nil
+}
+
+func (g *grpcService) Exists(ctx context.Context, r *pb.ExistsRequest) (*pb.ExistsResponse, error) {
+	ex, err := g.svc.Exists(ctx, r.Keys)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ExistsResponse{Exists: ex}, nil
+}
+
+func (g *grpcService) Remove(ctx context.Context, r *pb.RemoveRequest) (*pb.RemoveResponse, error) {
+	errs, err := itemErrors(g.svc.Remove(ctx, r.Keys, r.Force))
+	if err != nil {
+		return nil, err
+	}
+	return &pb.RemoveResponse{Errors: errs}, nil
+}
+
+func (g *grpcService) RemoveAll(ctx context.Context, r *pb.RemoveAllRequest) (*pb.RemoveAllResponse, error) {
+	n, err := g.svc.RemoveAll(ctx, r.Force)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.RemoveAllResponse{Removed: uint64(n)}, nil
+}
+
+func (g *grpcService) ListSegments(ctx context.Context, _ *pb.ListSegmentsRequest) (*pb.ListSegmentsResponse, error) {
+	segs, err := g.svc.ListSegments(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.ListSegmentsResponse{Segments: make([]*pb.SegmentDescriptor, len(segs))}
+	for i := range segs {
+		out.Segments[i] = descToPB(&segs[i])
+	}
+	return out, nil
+}
+
+func (g *grpcService) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsResponse, error) {
+	st, err := g.svc.Stats(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return statsToPB(&st), nil
+}
