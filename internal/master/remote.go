@@ -2,8 +2,8 @@ package master
 
 import (
 	"context"
-	"math"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
