@@ -7,9 +7,11 @@ import (
 	"errors"
 )
 
-// Region is one contiguous buffer: a device pointer, or host memory inside a
-// region registered with Store.RegisterBuffer. An object is the
-// concatenation of the regions it is put from (scatter/gather).
+// Region is one contiguous buffer: device (or unified) memory, page-locked
+// host memory, or host memory inside a buffer registered with
+// Store.RegisterBuffer. Pageable host memory that is not registered is
+// refused with ErrNotRegistered before any copy is enqueued. An object is
+// the concatenation of the regions it is put from (scatter/gather).
 type Region struct {
 	Ptr uintptr
 	Len uint64

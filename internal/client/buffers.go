@@ -10,11 +10,19 @@ import (
 )
 
 // RegisterBuffer makes [ptr, ptr+size) usable as a Put source or Get
-// destination. Host memory is registered with the driver (page-locked and
-// mapped for the GPU, so copies and the SM kernel can reach it); host memory
-// that is page-locked already (e.g. torch pinned tensors) is recorded as is;
-// device memory, which the driver refuses to register, is recorded as
-// device memory. Overlapping an earlier registration is ErrAlreadyRegistered.
+// destination. The driver classifies the range (its first and last byte,
+// one PointerMemoryTypes call): device and unified memory is recorded as
+// device memory; host memory that is page-locked already (torch pinned
+// tensors, cudaHostAlloc) is recorded as is; pageable host memory the driver
+// does not know is registered with it (page-locked and mapped for the GPU,
+// so the copy engines and the SM kernel can reach it) and unregistered by
+// UnregisterBuffer. A range whose two ends are memory of different kinds is
+// ErrInvalidArgument; overlapping an earlier registration is
+// ErrAlreadyRegistered. A failure changes nothing.
+//
+// Registering device buffers is optional, but Put and Get classify every
+// region outside registered buffers (one driver crossing per batch), so
+// registering the long-lived ones (a KV cache pool) makes that free.
 func (s *Store) RegisterBuffer(ptr uintptr, size uint64) error {
 	if ptr == 0 || size == 0 || uint64(ptr)+size < uint64(ptr) {
 		return fmt.Errorf("%w: register buffer ptr=%#x size=%d", ErrInvalidArgument, ptr, size)
@@ -30,20 +38,40 @@ func (s *Store) RegisterBuffer(ptr uintptr, size uint64) error {
 			return fmt.Errorf("%w: [%#x, +%d) overlaps [%#x, +%d)", ErrAlreadyRegistered, ptr, size, p, r.size)
 		}
 	}
+	ends := []cuda.DevicePtr{cuda.DevicePtr(ptr), cuda.DevicePtr(uint64(ptr) + size - 1)}
+	var mt [2]cuda.MemoryType
+	if err := s.drv.PointerMemoryTypes(s.cctx, ends, mt[:]); err != nil {
+		return fmt.Errorf("register buffer [%#x, +%d): classify: %w", ptr, size, err)
+	}
+	if mt[0] != mt[1] {
+		return fmt.Errorf("%w: register buffer [%#x, +%d): first byte is %v memory, last byte %v", ErrInvalidArgument, ptr, size, mt[0], mt[1])
+	}
 	reg := &registration{ptr: uint64(ptr), size: size}
-	err := s.drv.MemHostRegister(s.cctx, ptr, size, cuda.HostRegisterPortable|cuda.HostRegisterDevMap)
-	switch {
-	case err == nil:
-		reg.host = true
-	case errors.Is(err, cuda.ErrorHostMemoryAlready):
-		// Page-locked by someone else: usable, not ours to unregister.
-	case errors.Is(err, cuda.ErrorInvalidValue):
-		// Not host memory the driver can lock: device memory.
+	switch mt[0] {
+	case cuda.MemoryTypeDevice, cuda.MemoryTypeUnified, cuda.MemoryTypeHost:
+		// Reachable by the GPU already; not ours to unregister.
+	case cuda.MemoryTypeUnregistered:
+		if err := s.drv.MemHostRegister(s.cctx, ptr, size, cuda.HostRegisterPortable|cuda.HostRegisterDevMap); err != nil {
+			return fmt.Errorf("register buffer [%#x, +%d): %w", ptr, size, err)
+		}
+		reg.ours = true
 	default:
-		return fmt.Errorf("register buffer [%#x, +%d): %w", ptr, size, err)
+		return fmt.Errorf("%w: register buffer [%#x, +%d): %v memory cannot be copied to or from", ErrInvalidArgument, ptr, size, mt[0])
 	}
 	s.mu.regs[ptr] = reg
 	return nil
+}
+
+// registeredLocked reports whether [p, p+n) lies inside one registered
+// buffer. Registrations are few (a handful of pools per process), so a scan
+// is cheaper than keeping an index.
+func (s *Store) registeredLocked(p uintptr, n uint64) bool {
+	for _, r := range s.mu.regs {
+		if uint64(p) >= r.ptr && n <= r.size && uint64(p)-r.ptr <= r.size-n {
+			return true
+		}
+	}
+	return false
 }
 
 // UnregisterBuffer undoes RegisterBuffer for the region starting at ptr.
@@ -58,7 +86,7 @@ func (s *Store) UnregisterBuffer(ptr uintptr) error {
 	if !ok {
 		return fmt.Errorf("%w: no buffer registered at %#x", ErrNotRegistered, ptr)
 	}
-	if r.host {
+	if r.ours {
 		if err := s.drv.MemHostUnregister(s.cctx, ptr); err != nil {
 			return fmt.Errorf("unregister buffer %#x: %w", ptr, err)
 		}
@@ -72,7 +100,7 @@ func (s *Store) UnregisterBuffer(ptr uintptr) error {
 func (s *Store) unregisterAllLocked() error {
 	var errs []error
 	for p, r := range s.mu.regs {
-		if r.host {
+		if r.ours {
 			if err := s.drv.MemHostUnregister(s.cctx, p); err != nil {
 				errs = append(errs, fmt.Errorf("unregister %#x: %w", p, err))
 				continue

@@ -33,14 +33,16 @@ func isTransport(err error) bool {
 // Put stores key from src (the concatenation of its regions) if it does not
 // exist yet (put-if-absent: ErrAlreadyExists otherwise). The copies are
 // enqueued on stream after the caller's work and Put returns once they are
-// complete and the object is visible.
+// complete and the object is visible. A region the GPU cannot reach
+// (unregistered pageable host memory) is ErrNotRegistered.
 func (s *Store) Put(ctx context.Context, key string, src []Region, stream cuda.Stream, o PutOptions) error {
 	return s.BatchPut(ctx, []string{key}, [][]Region{src}, stream, o)[0]
 }
 
 // Get copies key into dst (filled in order) and returns the object's size.
 // ErrBufferTooSmall when dst is smaller than the object; ErrLeaseExpired when
-// the read lease ran out before the copy finished (the bytes may be torn).
+// the read lease ran out before the copy finished (the bytes may be torn);
+// ErrNotRegistered when a region of dst is unregistered pageable host memory.
 func (s *Store) Get(ctx context.Context, key string, dst []Region, stream cuda.Stream) (uint64, error) {
 	n, errs := s.BatchGet(ctx, []string{key}, [][]Region{dst}, stream)
 	return n[0], errs[0]
@@ -61,9 +63,9 @@ func total(rs []Region) uint64 {
 	return n
 }
 
-// checkRegions validates one object's buffers against the registered ranges:
-// a region is either inside a registered host buffer or assumed to be device
-// memory (the driver rejects a bad device pointer).
+// checkRegions validates one object's regions as arguments: present,
+// non-empty, non-null, not wrapping. Whether the memory is reachable by the
+// GPU is checkBuffers' job.
 func (s *Store) checkRegions(key string, rs []Region) error {
 	if len(rs) == 0 {
 		return fmt.Errorf("%w: key %q: no buffer", ErrInvalidArgument, key)
@@ -80,6 +82,62 @@ func (s *Store) checkRegions(key string, rs []Region) error {
 		}
 	}
 	return nil
+}
+
+// checkBuffers sets errs[i] for every key whose regions are invalid
+// (checkRegions) or not memory the GPU can reach, and leaves the others
+// nil. A region inside one registered buffer is fine as is. Any other region
+// is asked about — its first and last byte, all regions of the batch in one
+// PointerMemoryTypes call, none at all when every region is registered —
+// and fails its key with ErrNotRegistered when the driver does not know
+// either end: that is pageable host memory (or no memory), which the copy
+// engines refuse and the SM copy kernel would fault on, poisoning the CUDA
+// context for the whole process. Device, unified and page-locked host
+// memory pass. Nothing is enqueued for a failed key.
+func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) {
+	type probe struct{ key, region int }
+	var (
+		ptrs []cuda.DevicePtr // two per probe: first and last byte
+		who  []probe
+	)
+	s.mu.Lock()
+	for i, k := range keys {
+		if errs[i] = s.checkRegions(k, bufs[i]); errs[i] != nil {
+			continue
+		}
+		for j, r := range bufs[i] {
+			if s.registeredLocked(r.Ptr, r.Len) {
+				continue
+			}
+			ptrs = append(ptrs, cuda.DevicePtr(r.Ptr), cuda.DevicePtr(uint64(r.Ptr)+r.Len-1))
+			who = append(who, probe{i, j})
+		}
+	}
+	s.mu.Unlock()
+	if len(ptrs) == 0 {
+		return
+	}
+	types := make([]cuda.MemoryType, len(ptrs))
+	if err := s.drv.PointerMemoryTypes(s.cctx, ptrs, types); err != nil {
+		err = fmt.Errorf("%w: classify %d buffer addresses: %w", ErrTransfer, len(ptrs), err)
+		for _, w := range who {
+			errs[w.key] = err
+		}
+		return
+	}
+	for n, w := range who {
+		if errs[w.key] != nil {
+			continue // an earlier region of the key failed already
+		}
+		for e := 2 * n; e < 2*n+2; e++ {
+			if types[e] == cuda.MemoryTypeUnregistered {
+				r := bufs[w.key][w.region]
+				errs[w.key] = fmt.Errorf("%w: key %q: region %d [%#x, +%d): address %#x is not device, page-locked host or registered memory (pageable host memory must be registered with RegisterBuffer)",
+					ErrNotRegistered, keys[w.key], w.region, r.Ptr, r.Len, uint64(ptrs[e]))
+				break
+			}
+		}
+	}
 }
 
 // mapped is a resolved segment: its base address in this process and how
@@ -162,9 +220,9 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 	place.Segments = o.PreferredSegments
 	reqs := make([]master.PutStartReq, 0, len(keys))
 	idx := make([]int, 0, len(keys))
+	s.checkBuffers(keys, srcs, errs)
 	for i, k := range keys {
-		if err := s.checkRegions(k, srcs[i]); err != nil {
-			errs[i] = err
+		if errs[i] != nil {
 			continue
 		}
 		reqs = append(reqs, master.PutStartReq{Key: k, Size: total(srcs[i]), Replicas: o.Replicas, Pin: o.Pin, Placement: place})
@@ -280,9 +338,9 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	defer s.exit()
 	q := make([]string, 0, len(keys))
 	idx := make([]int, 0, len(keys))
+	s.checkBuffers(keys, dsts, errs)
 	for i, k := range keys {
-		if err := s.checkRegions(k, dsts[i]); err != nil {
-			errs[i] = err
+		if errs[i] != nil {
 			continue
 		}
 		q = append(q, k)

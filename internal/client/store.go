@@ -100,7 +100,7 @@ type Store struct {
 
 type registration struct {
 	ptr, size uint64
-	host      bool // registered with the driver by us (else device memory)
+	ours      bool // registered with the driver by us (else device or already page-locked memory)
 }
 
 // closeSteps records which teardown steps succeeded (retry does the rest).

@@ -8,8 +8,8 @@ package cuda
 // call (for the real driver: inside the same C call), because goroutines
 // migrate between OS threads and CUDA's current context is per thread.
 //
-// Batch rule: methods that take slices ([]Copy, []AccessDesc) cross into the
-// driver once per call, never once per element.
+// Batch rule: methods that take slices ([]Copy, []AccessDesc, []DevicePtr)
+// cross into the driver once per call, never once per element.
 //
 // Errors are *Error values (errors.Is(err, cuda.ErrorNotPermitted) works).
 // All methods are safe for concurrent use.
@@ -79,6 +79,14 @@ type Driver interface {
 	MemHostRegister(ctx Context, p uintptr, size uint64, flags uint32) error
 	// MemHostUnregister is cuMemHostUnregister.
 	MemHostUnregister(ctx Context, p uintptr) error
+	// PointerMemoryTypes sets out[i] to the memory type of ptrs[i]:
+	// cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_MEMORY_TYPE) for every
+	// pointer, in one crossing into the driver, with ctx current (the query
+	// fails with CUDA_ERROR_INVALID_CONTEXT when no context is current). A
+	// pointer the driver does not know (CUDA_ERROR_INVALID_VALUE) yields
+	// MemoryTypeUnregistered, not an error; any other failure is an error
+	// naming the pointer's index. len(out) must equal len(ptrs).
+	PointerMemoryTypes(ctx Context, ptrs []DevicePtr, out []MemoryType) error
 	// MemcpyHtoD is a synchronous cuMemcpyHtoD (setup and verification only,
 	// never on the data path).
 	MemcpyHtoD(ctx Context, dst DevicePtr, src []byte) error

@@ -15,6 +15,9 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 const gpuTestsEnv = "KVFABRIC_GPU_TESTS"
@@ -527,4 +530,122 @@ func TestGPUCloseIsFinal(t *testing.T) {
 	if _, err := d.DeviceCount(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("DeviceCount after Close: %v", err)
 	}
+}
+
+// TestGPUPointerMemoryTypes records what cuPointerGetAttribute
+// (CU_POINTER_ATTRIBUTE_MEMORY_TYPE) reports for every kind of memory
+// kvfabric meets, in one PointerMemoryTypes batch. Asserted: cuMemAlloc
+// memory is Device, cuMemHostRegister'd memory is Host, Go heap and plain
+// mmap memory are Unregistered, and VMM mappings are not Unregistered.
+// Logged: the HOST_NUMA VMM value (the simulator assumes Host) and what the
+// query does with no current context (the reason the method takes one).
+func TestGPUPointerMemoryTypes(t *testing.T) {
+	d := openGPU(t)
+	ctx, err := d.PrimaryCtxRetain(0)
+	must(t, err)
+
+	dm, err := d.MemAlloc(ctx, 1<<20)
+	must(t, err)
+	const page = 4096
+	reg, err := unix.Mmap(-1, 0, 2*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	must(t, err)
+	defer unix.Munmap(reg)
+	regPtr := uintptr(unsafe.Pointer(&reg[0]))
+	must(t, d.MemHostRegister(ctx, regPtr, page, HostRegisterPortable|HostRegisterDevMap)) // first page only
+	goHeap := make([]byte, 1<<16)
+	plain, err := unix.Mmap(-1, 0, page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	must(t, err)
+	defer unix.Munmap(plain)
+
+	type vmmRange struct {
+		h    AllocHandle
+		va   DevicePtr
+		size uint64
+	}
+	var ranges []vmmRange
+	mapAt := func(loc Location) (DevicePtr, bool) {
+		prop := AllocProp{Location: loc}
+		gran, err := d.MemGetAllocationGranularity(ctx, prop, GranularityMinimum)
+		must(t, err)
+		h, err := d.MemCreate(ctx, gran, prop)
+		if err != nil {
+			t.Logf("MemCreate at %s: %v (skipped)", loc.Type, err)
+			return 0, false
+		}
+		va, err := d.MemAddressReserve(ctx, gran, gran)
+		must(t, err)
+		must(t, d.MemMap(ctx, va, gran, 0, h))
+		must(t, d.MemSetAccess(ctx, va, gran, accessAll(t, d)))
+		ranges = append(ranges, vmmRange{h, va, gran})
+		return va, true
+	}
+
+	type probe struct {
+		name string
+		p    DevicePtr
+		want MemoryType // 255: log only; 254: anything but Unregistered
+	}
+	const logOnly, notUnregistered = MemoryType(255), MemoryType(254)
+	probes := []probe{
+		{"cuMemAlloc base", dm, MemoryTypeDevice},
+		{"cuMemAlloc interior", dm + 12345, MemoryTypeDevice},
+		{"cuMemHostRegister'd page", DevicePtr(regPtr + 100), MemoryTypeHost},
+		{"page after the registration", DevicePtr(regPtr + page), MemoryTypeUnregistered},
+		{"Go heap", DevicePtr(uintptr(unsafe.Pointer(&goHeap[0]))), MemoryTypeUnregistered},
+		{"plain mmap", DevicePtr(uintptr(unsafe.Pointer(&plain[0]))), MemoryTypeUnregistered},
+		{"null", 0, logOnly},
+	}
+	if va, ok := mapAt(Location{Type: LocationDevice, ID: 0}); ok {
+		probes = append(probes, probe{"DEVICE VMM mapping", va + 64, notUnregistered})
+	}
+	if id, err := d.DeviceAttribute(0, AttrHostNUMAID); err == nil && id >= 0 {
+		if va, ok := mapAt(Location{Type: LocationHostNUMA, ID: int32(id)}); ok {
+			probes = append(probes, probe{"HOST_NUMA VMM mapping", va + 64, notUnregistered})
+		}
+	} else {
+		t.Logf("GPU 0 has no host NUMA node (%d, %v): no HOST_NUMA probe", id, err)
+	}
+	res, err := d.MemAddressReserve(ctx, 2<<20, 0)
+	must(t, err)
+	probes = append(probes, probe{"reserved, unmapped VA", res, logOnly})
+
+	ptrs := make([]DevicePtr, len(probes))
+	for i, p := range probes {
+		ptrs[i] = p.p
+	}
+	got := make([]MemoryType, len(ptrs))
+	must(t, d.PointerMemoryTypes(ctx, ptrs, got))
+	for i, p := range probes {
+		t.Logf("PointerMemoryTypes: %-28s %#014x -> %v (%d)", p.name, uint64(p.p), got[i], uint32(got[i]))
+		switch {
+		case p.want == logOnly:
+		case p.want == notUnregistered && got[i] == MemoryTypeUnregistered:
+			t.Errorf("%s: Unregistered; kvfabric would refuse device-accessible memory", p.name)
+		case p.want != notUnregistered && got[i] != p.want:
+			t.Errorf("%s: %v, want %v", p.name, got[i], p.want)
+		}
+	}
+
+	// The same query with no context current on this thread: recorded,
+	// since it decides whether the method could do without one.
+	runtime.LockOSThread()
+	noCtx := make([]MemoryType, len(ptrs))
+	err = d.PointerMemoryTypes(0, ptrs, noCtx)
+	runtime.UnlockOSThread()
+	t.Logf("PointerMemoryTypes with no current context: err=%v types=%v", err, noCtx)
+
+	if err := d.PointerMemoryTypes(ctx, ptrs, got[:1]); !errors.Is(err, ErrorInvalidValue) {
+		t.Errorf("short out slice: %v, want CUDA_ERROR_INVALID_VALUE", err)
+	}
+
+	must(t, d.MemAddressFree(ctx, res, 2<<20))
+	for _, r := range ranges {
+		must(t, d.MemUnmap(ctx, r.va, r.size))
+		must(t, d.MemAddressFree(ctx, r.va, r.size))
+		must(t, d.MemRelease(ctx, r.h))
+	}
+	must(t, d.MemHostUnregister(ctx, regPtr))
+	must(t, d.MemFree(ctx, dm))
+	must(t, d.PrimaryCtxRelease(0))
+	assertNoLeaks(t, d)
 }

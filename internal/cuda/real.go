@@ -33,6 +33,7 @@ var (
 	_ [unsafe.Sizeof(DevicePtr(0))]byte               = [C.sizeof_kvf_CUdeviceptr]byte{}
 	_ [unsafe.Offsetof(Copy{}.Len)]byte               = [unsafe.Offsetof(C.kvf_copy{}.len)]byte{}
 	_ [unsafe.Sizeof(C.kvf_CUmemcpyAttributes{})]byte = [24]byte{}
+	_ [unsafe.Sizeof(MemoryType(0))]byte              = [C.sizeof_uint]byte{}
 )
 
 // libs holds the dlopen handle of every library path opened in this process.
@@ -409,6 +410,28 @@ func (d *realDriver) MemHostUnregister(ctx Context, p uintptr) error {
 		return err
 	}
 	d.live.remove(kRegistration, uint64(p))
+	return nil
+}
+
+func (d *realDriver) PointerMemoryTypes(ctx Context, ptrs []DevicePtr, out []MemoryType) error {
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	if len(out) != len(ptrs) {
+		return fmt.Errorf("%d pointers, %d results: %w", len(ptrs), len(out), &Error{Op: "cuPointerGetAttribute", Result: ErrorInvalidValue})
+	}
+	if len(ptrs) == 0 {
+		return nil
+	}
+	var failed C.size_t
+	// ptrs has the layout of CUdeviceptr[] and out of unsigned int[]
+	// (checked at compile time); both are pointer-free and used during the
+	// call only.
+	r := C.kvf_pointer_memory_types(d.tab, C.uintptr_t(ctx), (*C.kvf_CUdeviceptr)(unsafe.Pointer(&ptrs[0])),
+		(*C.uint)(unsafe.Pointer(&out[0])), C.size_t(len(ptrs)), &failed)
+	if err := cr("cuPointerGetAttribute", r); err != nil {
+		return fmt.Errorf("pointer %d (%#x) of %d: %w", int(failed), uint64(ptrs[failed]), len(ptrs), err)
+	}
 	return nil
 }
 

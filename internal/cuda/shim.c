@@ -105,6 +105,7 @@ int kvf_resolve(kvf_driver *d, void *lib, int batch_max, char *err, size_t errle
 		KVF_REQ(cuMemHostUnregister),
 		KVF_REQ(cuMemcpyHtoD),
 		KVF_REQ(cuMemcpyDtoH),
+		KVF_REQ(cuPointerGetAttribute),
 		KVF_REQ(cuStreamCreate),
 		KVF_REQ(cuStreamDestroy),
 		KVF_REQ(cuStreamSynchronize),
@@ -332,6 +333,30 @@ kvf_CUresult kvf_memcpy_htod(kvf_driver *d, uintptr_t ctx, kvf_CUdeviceptr dst, 
 
 kvf_CUresult kvf_memcpy_dtoh(kvf_driver *d, uintptr_t ctx, void *dst, kvf_CUdeviceptr src, size_t n) {
 	KVF_CTX(d, ctx, d->cuMemcpyDtoH(dst, src, n));
+}
+
+static kvf_CUresult kvf_memtypes(kvf_driver *d, const kvf_CUdeviceptr *ptrs, unsigned int *types, size_t n,
+                                 size_t *failed) {
+	for (size_t i = 0; i < n; i++) {
+		// CUmemorytype is an enum: read it into an int, never straight into
+		// the caller's array (whose element size is the Go side's choice).
+		int t = 0;
+		kvf_CUresult r = d->cuPointerGetAttribute(&t, KVF_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptrs[i]);
+		if (r == KVF_CUDA_ERROR_INVALID_VALUE) {
+			t = 0; // not allocated, mapped or registered through CUDA
+		} else if (r != KVF_CUDA_SUCCESS) {
+			*failed = i;
+			return r;
+		}
+		types[i] = (unsigned int)t;
+	}
+	return KVF_CUDA_SUCCESS;
+}
+
+kvf_CUresult kvf_pointer_memory_types(kvf_driver *d, uintptr_t ctx, const kvf_CUdeviceptr *ptrs, unsigned int *types,
+                                      size_t n, size_t *failed) {
+	*failed = 0;
+	KVF_CTX(d, ctx, kvf_memtypes(d, ptrs, types, n, failed));
 }
 
 // ---- streams and events ------------------------------------------------------

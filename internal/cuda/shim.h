@@ -47,6 +47,7 @@ typedef uint64_t kvf_cuuint64_t;
 #define KVF_CU_GET_PROC_ADDRESS_SUCCESS 0
 #define KVF_CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND 1
 #define KVF_CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT 2
+#define KVF_CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
 
 // ---- Driver ABI: structs -------------------------------------------------
 
@@ -141,6 +142,7 @@ typedef struct kvf_driver {
 	kvf_CUresult (*cuMemHostUnregister)(void *);
 	kvf_CUresult (*cuMemcpyHtoD)(kvf_CUdeviceptr, const void *, size_t);
 	kvf_CUresult (*cuMemcpyDtoH)(void *, kvf_CUdeviceptr, size_t);
+	kvf_CUresult (*cuPointerGetAttribute)(void *, int, kvf_CUdeviceptr);
 
 	kvf_CUresult (*cuStreamCreate)(kvf_CUstream *, unsigned int);
 	kvf_CUresult (*cuStreamDestroy)(kvf_CUstream);
@@ -213,6 +215,12 @@ kvf_CUresult kvf_mem_host_register(kvf_driver *d, uintptr_t ctx, uintptr_t p, si
 kvf_CUresult kvf_mem_host_unregister(kvf_driver *d, uintptr_t ctx, uintptr_t p);
 kvf_CUresult kvf_memcpy_htod(kvf_driver *d, uintptr_t ctx, kvf_CUdeviceptr dst, const void *src, size_t n);
 kvf_CUresult kvf_memcpy_dtoh(kvf_driver *d, uintptr_t ctx, void *dst, kvf_CUdeviceptr src, size_t n);
+// kvf_pointer_memory_types sets types[i] to the CUmemorytype of ptrs[i]
+// (cuPointerGetAttribute, CU_POINTER_ATTRIBUTE_MEMORY_TYPE), or 0 where the
+// driver answers CUDA_ERROR_INVALID_VALUE (an address it does not know). On
+// any other failure *failed is the index of the failing pointer.
+kvf_CUresult kvf_pointer_memory_types(kvf_driver *d, uintptr_t ctx, const kvf_CUdeviceptr *ptrs, unsigned int *types,
+                                      size_t n, size_t *failed);
 
 kvf_CUresult kvf_stream_create(kvf_driver *d, uintptr_t ctx, unsigned int flags, uintptr_t *s);
 kvf_CUresult kvf_stream_destroy(kvf_driver *d, uintptr_t ctx, uintptr_t s);

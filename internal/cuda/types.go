@@ -153,6 +153,41 @@ const (
 	HostRegisterDevMap   uint32 = 0x2
 )
 
+// MemoryType is what the driver says about an address: the CUmemorytype
+// that cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_MEMORY_TYPE) reports
+// (values 1..4 are that enum's ABI), or MemoryTypeUnregistered, kvfabric's
+// own 0, for an address the driver does not know (it answered
+// CUDA_ERROR_INVALID_VALUE: pageable host memory never registered, or no
+// memory at all). Only Unregistered memory is unsafe to hand to a copy.
+type MemoryType uint32
+
+// MemoryType values.
+const (
+	// MemoryTypeUnregistered is no CUmemorytype value (cuda.h has no 0):
+	// the driver does not know the address.
+	MemoryTypeUnregistered MemoryType = 0
+	MemoryTypeHost         MemoryType = 1 // page-locked host memory (cuMemHostRegister, cuMemHostAlloc)
+	MemoryTypeDevice       MemoryType = 2 // device memory (cuMemAlloc, VMM mappings of DEVICE allocations)
+	MemoryTypeArray        MemoryType = 3
+	MemoryTypeUnified      MemoryType = 4
+)
+
+func (m MemoryType) String() string {
+	switch m {
+	case MemoryTypeUnregistered:
+		return "unregistered"
+	case MemoryTypeHost:
+		return "host"
+	case MemoryTypeDevice:
+		return "device"
+	case MemoryTypeArray:
+		return "array"
+	case MemoryTypeUnified:
+		return "unified"
+	}
+	return "memory_type(" + itoa(int64(m)) + ")"
+}
+
 // Copy is one element of a copy batch: Len bytes from Src to Dst. Both are
 // addresses in the unified address space (device memory, mapped VMM ranges,
 // or registered host memory).

@@ -102,8 +102,9 @@ class Store:
     list (the object is their concatenation). Device memory, and host memory
     inside a range given to :meth:`register_buffer`, is copied directly by
     the GPU; other host memory is staged through the store's pinned buffer.
-    ``(ptr, nbytes)`` is used as given (device memory or registered host
-    memory).
+    ``(ptr, nbytes)`` is used as given: device memory, page-locked host
+    memory or registered host memory; other host memory raises
+    :class:`kvfabric.NotRegisteredError` (for that key only in a batch).
 
     CUDA copies are enqueued on ``stream`` (an int CUstream, a
     ``torch.cuda.Stream`` or anything with ``cuda_stream``/``ptr``); by

@@ -387,9 +387,10 @@ int main(int argc, char **argv) {
     if (kvfabric_get_bytes(h, "a", 1, dst, 8, &n) != 0 || memcmp(src, dst, 8)) return 16;
     int32_t ex[2];
     if (kvfabric_batch_exists(h, 2, keys, klen, ex) != 0 || ex[0] != 1 || ex[1] != 0) return 17;
-    /* unregistered host pointers in a batch: per-key statuses */
+    /* unregistered (pageable) host pointers in a batch: per-key statuses,
+       refused before the master is asked (so "a" is not ALREADY_EXISTS) */
     if (kvfabric_batch_put(h, 2, keys, klen, ptrs, lens, NULL, 0, 0, 0, NULL, 0, st) != 0) return 18;
-    if (st[0] != KVFABRIC_ERR_ALREADY_EXISTS) return 19;
+    if (st[0] != KVFABRIC_ERR_NOT_REGISTERED || st[1] != KVFABRIC_ERR_NOT_REGISTERED) return 19;
     char msg[8];
     size_t full = kvfabric_last_error(h, msg, sizeof msg);
     if (full == 0 || strlen(msg) != (full < 7 ? full : 7)) return 20;

@@ -158,6 +158,7 @@ var opNames = map[string]string{
 	"MemFree":                     "cuMemFree",
 	"MemHostRegister":             "cuMemHostRegister",
 	"MemHostUnregister":           "cuMemHostUnregister",
+	"PointerMemoryTypes":          "cuPointerGetAttribute",
 	"MemcpyHtoD":                  "cuMemcpyHtoD",
 	"MemcpyDtoH":                  "cuMemcpyDtoH",
 	"StreamCreate":                "cuStreamCreate",

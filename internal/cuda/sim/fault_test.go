@@ -139,6 +139,10 @@ var argsFor = map[string]func(f *fixture) []any{
 	"LaunchKernel": func(f *fixture) []any {
 		return []any{f.ctx, f.fn, cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 64, Y: 1, Z: 1}, 0, f.s, f.paramsPtr}
 	},
+	"PointerMemoryTypes": func(f *fixture) []any {
+		ptrs := []cuda.DevicePtr{f.dm, f.v.ptr, cuda.DevicePtr(addrOf(f.host)), cuda.DevicePtr(addrOf(f.host2))}
+		return []any{f.ctx, ptrs, make([]cuda.MemoryType, len(ptrs))}
+	},
 }
 
 // invoke calls method on d through reflection, converting args to the

@@ -593,3 +593,49 @@ func (d *Driver) MemHostUnregister(ctx cuda.Context, p uintptr) error {
 		return cuda.Success
 	})
 }
+
+// PointerMemoryTypes classifies each pointer by the region that holds it:
+// cuMemAlloc buffers and mappings of DEVICE allocations are Device;
+// registered host ranges are Host; mappings of HOST_NUMA allocations are
+// Host too, which is what the real driver's pointer query reports for
+// cuMemCreate memory at a host location (Open MPI #12751, by NVIDIA, relies
+// on it; the gated real-driver test records it); anything else, reserved
+// but unmapped address space included, is Unregistered (the real driver's
+// CUDA_ERROR_INVALID_VALUE). A mapping's type does not depend on the access
+// granted to it. The context must be live, as everywhere.
+func (d *Driver) PointerMemoryTypes(ctx cuda.Context, ptrs []cuda.DevicePtr, out []cuda.MemoryType) error {
+	return d.call("PointerMemoryTypes", func() string {
+		return fmt.Sprintf("ctx=%#x n=%d", ctx, len(ptrs))
+	}, func() cuda.Result {
+		d.mu.RLock()
+		defer d.mu.RUnlock()
+		if _, r := d.ctxDeviceLocked(ctx); r != cuda.Success {
+			return r
+		}
+		if len(out) != len(ptrs) {
+			return cuda.ErrorInvalidValue
+		}
+		for i, p := range ptrs {
+			out[i] = d.memoryTypeLocked(uint64(p))
+		}
+		return cuda.Success
+	})
+}
+
+func (d *Driver) memoryTypeLocked(p uint64) cuda.MemoryType {
+	i := d.regionIndexLocked(p)
+	if i == len(d.mu.regions) || d.mu.regions[i].start > p {
+		return cuda.MemoryTypeUnregistered
+	}
+	switch r := d.mu.regions[i]; {
+	case r.dm != nil:
+		return cuda.MemoryTypeDevice
+	case r.hr != nil:
+		return cuda.MemoryTypeHost
+	case r.m != nil && r.m.a.loc.Type == cuda.LocationDevice:
+		return cuda.MemoryTypeDevice
+	case r.m != nil:
+		return cuda.MemoryTypeHost
+	}
+	return cuda.MemoryTypeUnregistered
+}

@@ -99,6 +99,8 @@ int main(void) {
 	CCONST(KVF_CU_GET_PROC_ADDRESS_SUCCESS, CU_GET_PROC_ADDRESS_SUCCESS);
 	CCONST(KVF_CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
 	CCONST(KVF_CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+	CCONST(KVF_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_MEMORY_TYPE);
+	SIZE(unsigned int, CUmemorytype); // Go's MemoryType is a uint32
 
 	// Go constants (types.go).
 	GOCONST(LocationInvalid, 0, CU_MEM_LOCATION_TYPE_INVALID);
@@ -131,6 +133,14 @@ int main(void) {
 	GOCONST(EventDisableTiming, 0x2, CU_EVENT_DISABLE_TIMING);
 	GOCONST(HostRegisterPortable, 0x1, CU_MEMHOSTREGISTER_PORTABLE);
 	GOCONST(HostRegisterDevMap, 0x2, CU_MEMHOSTREGISTER_DEVICEMAP);
+	// MemoryTypeUnregistered is kvfabric's own 0 (cuda.h has no CUmemorytype
+	// 0; the driver answers CUDA_ERROR_INVALID_VALUE instead): compared
+	// with itself so the completeness test still sees it listed.
+	GOCONST(MemoryTypeUnregistered, 0, 0);
+	GOCONST(MemoryTypeHost, 1, CU_MEMORYTYPE_HOST);
+	GOCONST(MemoryTypeDevice, 2, CU_MEMORYTYPE_DEVICE);
+	GOCONST(MemoryTypeArray, 3, CU_MEMORYTYPE_ARRAY);
+	GOCONST(MemoryTypeUnified, 4, CU_MEMORYTYPE_UNIFIED);
 
 	// Go constants (errors.go).
 	GOCONST(Success, 0, CUDA_SUCCESS);

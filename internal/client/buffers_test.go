@@ -1,0 +1,241 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvfabric/kvfabric/internal/client"
+	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim"
+	"github.com/kvfabric/kvfabric/internal/master"
+)
+
+// mmapHost is n bytes of page-aligned host memory outside the Go heap.
+func mmapHost(t *testing.T, n int) []byte {
+	t.Helper()
+	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Munmap(b) })
+	return b
+}
+
+func ptrOf(b []byte) uintptr { return uintptr(addrOf(b)) }
+
+// TestUnregisteredHostMemory: a region in pageable host memory the driver
+// does not know fails its key with ErrNotRegistered (naming key, region and
+// address) before anything is enqueued; the other keys of the batch —
+// device memory, a Store-registered buffer, host memory page-locked by
+// someone else — succeed. One PointerMemoryTypes call per batch, none when
+// every region is in a registered buffer.
+func TestUnregisteredHostMemory(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{LeaseTTL: 5 * time.Second})
+	ctx := context.Background()
+	const n = 4096
+	dev := devBuf(t, e, n)
+	fillRandom(t, e, dev, n, rand.New(rand.NewPCG(5, 6)))
+	reg := mmapHost(t, 2*n) // registered through the Store
+	if err := e.cons.RegisterBuffer(ptrOf(reg), uint64(len(reg))); err != nil {
+		t.Fatal(err)
+	}
+	pinned := mmapHost(t, n) // page-locked by "another library"
+	if err := e.drv.MemHostRegister(e.cons.Context(), ptrOf(pinned), n, 0); err != nil {
+		t.Fatal(err)
+	}
+	pageable := make([]byte, n) // ordinary Go memory: never registered
+	for i := range reg {
+		reg[i] = byte(i * 3)
+	}
+	copy(pinned, bytes.Repeat([]byte{0x5a}, n))
+	copy(pageable, bytes.Repeat([]byte{0xee}, n))
+
+	keys := []string{"dev", "reg", "bad", "pinned"}
+	srcs := [][]client.Region{
+		client.Bytes(uintptr(dev), n),
+		client.Bytes(ptrOf(reg), n),
+		// Region 1 of "bad" is the pageable one.
+		{{Ptr: ptrOf(reg) + n, Len: 16}, {Ptr: ptrOf(pageable), Len: n}},
+		client.Bytes(ptrOf(pinned), n),
+	}
+	before := e.drv.CallCount("PointerMemoryTypes")
+	errs := e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{})
+	if c := e.drv.CallCount("PointerMemoryTypes") - before; c != 1 {
+		t.Fatalf("%d PointerMemoryTypes calls for one batch, want 1", c)
+	}
+	for i, err := range errs {
+		if keys[i] == "bad" {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("put %q: %v", keys[i], err)
+		}
+	}
+	bad := errs[2]
+	if !errors.Is(bad, client.ErrNotRegistered) {
+		t.Fatalf("put from pageable memory: %v, want ErrNotRegistered", bad)
+	}
+	for _, want := range []string{`"bad"`, "region 1", fmt.Sprintf("%#x", ptrOf(pageable))} {
+		if !strings.Contains(bad.Error(), want) {
+			t.Errorf("error %q does not name %s", bad, want)
+		}
+	}
+	if ok, err := e.cons.Exists(ctx, "bad"); ok || err != nil {
+		t.Fatalf("refused key exists: %v %v", ok, err)
+	}
+
+	// Gets: the pageable destination fails and stays untouched, the others
+	// are byte-exact.
+	clear(pageable)
+	outDev := devBuf(t, e, n)
+	outPinned := mmapHost(t, n)
+	if err := e.drv.MemHostRegister(e.cons.Context(), ptrOf(outPinned), n, 0); err != nil {
+		t.Fatal(err)
+	}
+	gkeys := []string{"reg", "dev", "pinned"}
+	dsts := [][]client.Region{client.Bytes(ptrOf(pageable), n), client.Bytes(uintptr(outDev), n), client.Bytes(ptrOf(outPinned), n)}
+	before = e.drv.CallCount("PointerMemoryTypes")
+	sizes, gerrs := e.cons.BatchGet(ctx, gkeys, dsts, 0)
+	if c := e.drv.CallCount("PointerMemoryTypes") - before; c != 1 {
+		t.Fatalf("%d PointerMemoryTypes calls for one batch, want 1", c)
+	}
+	if !errors.Is(gerrs[0], client.ErrNotRegistered) || sizes[0] != 0 || !strings.Contains(gerrs[0].Error(), `"reg"`) {
+		t.Fatalf("get into pageable memory: %d, %v", sizes[0], gerrs[0])
+	}
+	if !bytes.Equal(pageable, make([]byte, n)) {
+		t.Fatal("refused get wrote into the pageable buffer")
+	}
+	for i := 1; i < 3; i++ {
+		if gerrs[i] != nil || sizes[i] != n {
+			t.Fatalf("get %q: %d, %v", gkeys[i], sizes[i], gerrs[i])
+		}
+	}
+	if !bytes.Equal(readBack(t, e, outDev, n), readBack(t, e, dev, n)) {
+		t.Fatal("device round trip differs")
+	}
+	if !bytes.Equal(outPinned, pinned) {
+		t.Fatal("pinned round trip differs")
+	}
+
+	// Every region inside a registered buffer: no classification at all.
+	before = e.drv.CallCount("PointerMemoryTypes")
+	if _, err := e.cons.Get(ctx, "reg", client.Bytes(ptrOf(reg)+n, n), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cons.Put(ctx, "reg2", []client.Region{{Ptr: ptrOf(reg), Len: 8}, {Ptr: ptrOf(reg) + 100, Len: 8}}, 0, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.drv.CallCount("PointerMemoryTypes") - before; c != 0 {
+		t.Fatalf("%d PointerMemoryTypes calls with registered buffers only, want 0", c)
+	}
+	if !bytes.Equal(reg[n:], reg[:n]) {
+		t.Fatal("registered round trip differs")
+	}
+
+	// A region that starts in a registered buffer but runs past its end
+	// into pageable memory is refused too (its last byte is unknown).
+	tail := mmapHost(t, 2*4096)
+	if err := e.cons.RegisterBuffer(ptrOf(tail), 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cons.Put(ctx, "over", client.Bytes(ptrOf(tail)+4000, 200), 0, client.PutOptions{}); !errors.Is(err, client.ErrNotRegistered) {
+		t.Fatalf("region past a registered buffer: %v, want ErrNotRegistered", err)
+	}
+
+	// A driver failure while classifying fails the keys that needed it
+	// (ErrTransfer), not those inside registered buffers.
+	e.drv.Fail("PointerMemoryTypes", 1, cuda.ErrorUnknown)
+	perrs := e.cons.BatchPut(ctx, []string{"f1", "f2"}, [][]client.Region{client.Bytes(uintptr(dev), 64), client.Bytes(ptrOf(reg), 64)}, 0, client.PutOptions{})
+	if !errors.Is(perrs[0], client.ErrTransfer) || !errors.Is(perrs[0], cuda.ErrorUnknown) || perrs[1] != nil {
+		t.Fatalf("classification failure: %v", perrs)
+	}
+
+	for _, p := range []uintptr{ptrOf(pinned), ptrOf(outPinned)} {
+		if err := e.drv.MemHostUnregister(e.cons.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.close() // unregisters reg and tail; asserts no leaks
+}
+
+// TestRegisterBufferClassifies: RegisterBuffer registers only pageable host
+// memory with the driver (and unregisters only that); device memory and
+// host memory that is page-locked already are recorded as they are.
+func TestRegisterBufferClassifies(t *testing.T) {
+	e := newEnv(t, sim.Config{}, nil, master.Config{})
+	cctx := e.cons.Context()
+	dev := devBuf(t, e, 1<<16)
+	pinned := mmapHost(t, 3*4096) // the first two pages page-locked
+	if err := e.drv.MemHostRegister(cctx, ptrOf(pinned), 8192, 0); err != nil {
+		t.Fatal(err)
+	}
+	pageable := mmapHost(t, 8192)
+	regs := func() int { return e.drv.LiveObjects()[cuda.ObjRegistration] }
+	base := regs() // pinned (ours, in this test) and the Store's own
+
+	for _, tc := range []struct {
+		name     string
+		p        uintptr
+		size     uint64
+		newRegs  int // driver registrations RegisterBuffer adds
+		wantHost bool
+	}{
+		{"device", uintptr(dev) + 64, 4096, 0, false},
+		{"page-locked", ptrOf(pinned), 8192, 0, false},
+		{"pageable", ptrOf(pageable), 8192, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hr := e.drv.CallCount("MemHostRegister")
+			if err := e.cons.RegisterBuffer(tc.p, tc.size); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.drv.CallCount("MemHostRegister") - hr; got != tc.newRegs {
+				t.Fatalf("%d MemHostRegister calls, want %d", got, tc.newRegs)
+			}
+			if got := regs() - base; got != tc.newRegs {
+				t.Fatalf("%d new driver registrations, want %d", got, tc.newRegs)
+			}
+			if err := e.cons.RegisterBuffer(tc.p, 1); !errors.Is(err, client.ErrAlreadyRegistered) {
+				t.Fatalf("second register: %v", err)
+			}
+			hu := e.drv.CallCount("MemHostUnregister")
+			if err := e.cons.UnregisterBuffer(tc.p); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.drv.CallCount("MemHostUnregister") - hu; got != tc.newRegs {
+				t.Fatalf("%d MemHostUnregister calls, want %d", got, tc.newRegs)
+			}
+			if regs() != base {
+				t.Fatalf("driver registrations %d after unregister, want %d", regs(), base)
+			}
+		})
+	}
+
+	// A range from page-locked into unknown memory (ends of different
+	// kinds), and a failing classification: refused, nothing registered.
+	if err := e.cons.RegisterBuffer(ptrOf(pinned)+4096, 8192); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("range from pinned into unknown memory: %v, want ErrInvalidArgument", err)
+	}
+	e.drv.Fail("PointerMemoryTypes", 1, cuda.ErrorUnknown)
+	if err := e.cons.RegisterBuffer(ptrOf(pageable), 8192); !errors.Is(err, cuda.ErrorUnknown) {
+		t.Fatalf("register with a failing classification: %v", err)
+	}
+	if regs() != base {
+		t.Fatalf("failed registers left driver registrations: %d, want %d", regs(), base)
+	}
+	if err := e.drv.MemHostUnregister(cctx, ptrOf(pinned)); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}

@@ -1,0 +1,117 @@
+package sim_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim/simtest"
+)
+
+func TestPointerMemoryTypes(t *testing.T) {
+	d := newDriver(t, sim.Config{GPUs: 2})
+	ctx := retain(t, d, 0)
+
+	dm, err := d.MemAlloc(ctx, 10000)
+	must(t, err)
+	hd, err := d.MemCreate(ctx, 2*gran, device(1, cuda.HandlePosixFD))
+	must(t, err)
+	vd := mapVMM(t, d, ctx, hd, 2*gran, 0)
+	hh, err := d.MemCreate(ctx, gran, hostNUMA(0, 0))
+	must(t, err)
+	vh := mapVMM(t, d, ctx, hh, gran, 0)
+	// A mapping without any access granted: the type is the allocation's.
+	hn, err := d.MemCreate(ctx, gran, device(0, 0))
+	must(t, err)
+	noAccess, err := d.MemAddressReserve(ctx, gran, 0)
+	must(t, err)
+	must(t, d.MemMap(ctx, noAccess, gran, 0, hn))
+	// An imported DEVICE allocation mapped in this process.
+	fd, err := d.MemExportToFD(ctx, hd)
+	must(t, err)
+	himp, err := d.MemImportFromFD(ctx, fd)
+	must(t, err)
+	unix.Close(fd)
+	vimp := mapVMM(t, d, ctx, himp, 2*gran, 0)
+	unmapped, err := d.MemAddressReserve(ctx, gran, 0)
+	must(t, err)
+	host := mmapHost(t, 3*4096)
+	must(t, d.MemHostRegister(ctx, addrOf(host), 2*4096, 0))
+	goHeap := make([]byte, 64)
+	hp := cuda.DevicePtr(addrOf(host))
+
+	const (
+		U = cuda.MemoryTypeUnregistered
+		H = cuda.MemoryTypeHost
+		D = cuda.MemoryTypeDevice
+	)
+	cases := []struct {
+		name string
+		p    cuda.DevicePtr
+		want cuda.MemoryType
+	}{
+		{"memalloc base", dm, D},
+		{"memalloc last byte", dm + 9999, D},
+		{"device vmm", vd.ptr + cuda.DevicePtr(gran) + 17, D},
+		{"host-numa vmm", vh.ptr + 5, H},
+		{"mapped without access", noAccess, D},
+		{"imported device vmm", vimp.ptr, D},
+		{"reserved, unmapped", unmapped, U},
+		{"registered host", hp, H},
+		{"registered host last byte", hp + 2*4096 - 1, H},
+		{"host page after the registration", hp + 2*4096, U},
+		{"go heap", cuda.DevicePtr(uintptr(unsafe.Pointer(&goHeap[0]))), U},
+		{"null", 0, U},
+	}
+	ptrs := make([]cuda.DevicePtr, len(cases))
+	want := make([]cuda.MemoryType, len(cases))
+	for i, tc := range cases {
+		ptrs[i], want[i] = tc.p, tc.want
+	}
+	got := make([]cuda.MemoryType, len(ptrs))
+	before := d.CallCount("PointerMemoryTypes")
+	must(t, d.PointerMemoryTypes(ctx, ptrs, got))
+	if n := d.CallCount("PointerMemoryTypes") - before; n != 1 {
+		t.Fatalf("%d calls for one batch", n)
+	}
+	for i, tc := range cases {
+		if got[i] != tc.want {
+			t.Errorf("%s (%#x): %v, want %v", tc.name, uint64(tc.p), got[i], tc.want)
+		}
+	}
+
+	// Bad input and a dead context fail and write nothing.
+	out := []cuda.MemoryType{99}
+	if err := d.PointerMemoryTypes(ctx, ptrs, out); !errors.Is(err, cuda.ErrorInvalidValue) || out[0] != 99 {
+		t.Fatalf("short out: %v, out %v", err, out)
+	}
+	if err := d.PointerMemoryTypes(cuda.Context(12345), ptrs[:1], out); !errors.Is(err, cuda.ErrorInvalidContext) || out[0] != 99 {
+		t.Fatalf("bad context: %v, out %v", err, out)
+	}
+	must(t, d.PointerMemoryTypes(ctx, nil, nil))
+
+	// Freed, unregistered and unmapped memory is unknown again.
+	must(t, d.MemFree(ctx, dm))
+	must(t, d.MemHostUnregister(ctx, addrOf(host)))
+	unmapVMM(t, d, ctx, vh)
+	again := []cuda.DevicePtr{dm, hp, vh.ptr}
+	got = got[:len(again)]
+	must(t, d.PointerMemoryTypes(ctx, again, got))
+	if w := []cuda.MemoryType{U, U, U}; !slices.Equal(got, w) {
+		t.Fatalf("after teardown: %v, want %v", got, w)
+	}
+
+	must(t, d.MemUnmap(ctx, noAccess, gran))
+	must(t, d.MemAddressFree(ctx, noAccess, gran))
+	must(t, d.MemRelease(ctx, hn))
+	unmapVMM(t, d, ctx, vimp)
+	unmapVMM(t, d, ctx, vd)
+	must(t, d.MemAddressFree(ctx, unmapped, gran))
+	must(t, d.PrimaryCtxRelease(0))
+	simtest.AssertNoLeaks(t, d)
+}
