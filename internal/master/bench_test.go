@@ -1,0 +1,204 @@
+package master
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvfabric/kvfabric/internal/segment"
+)
+
+// benchService returns a Service with four huge segments (the master never
+// touches the memory, so their size costs nothing) and a client of kind
+// "embedded" or "grpc" (real TCP loopback).
+func benchService(b *testing.B, kind string) (*Service, Client) {
+	b.Helper()
+	svc, err := New(Config{ReapInterval: time.Second, PutTimeout: time.Hour, LeaseTTL: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = svc.Close() })
+	ctx := context.Background()
+	reg, err := svc.RegisterClient(ctx, ClientInfo{ID: "bench", Node: "h", TTL: 5 * time.Minute, NUMANode: -1, Device: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 4 {
+		if err := svc.MountSegment(ctx, desc("seg"+strconv.Itoa(i), reg.ID, "h", segment.TierDRAM, int32(i%2), 1<<48)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if kind == "embedded" {
+		return svc, NewEmbedded(svc)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := NewServer(svc, nil)
+	go srv.Serve(lis, nil)
+	c, err := Dial(ctx, lis.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = c.Close()
+		_ = srv.Shutdown(context.Background())
+	})
+	return svc, c
+}
+
+var batches = []int{1, 16, 128, 1024}
+
+// BenchmarkPut measures PutStart+PutEnd of new keys (4 KiB objects). One
+// op is one key; keys/s counts keys, and each key is two master operations.
+func BenchmarkPut(b *testing.B) {
+	for _, kind := range []string{"embedded", "grpc"} {
+		for _, n := range batches {
+			b.Run(fmt.Sprintf("%s/batch=%d", kind, n), func(b *testing.B) {
+				_, c := benchService(b, kind)
+				var seq atomic.Int64
+				b.ReportAllocs()
+				b.SetParallelism(parallelism(kind))
+				start := time.Now()
+				b.RunParallel(func(pb *testing.PB) {
+					ctx := context.Background()
+					reqs := make([]PutStartReq, n)
+					refs := make([]PutRef, n)
+					for pb.Next() {
+						base := seq.Add(int64(n)) - int64(n)
+						for i := range reqs {
+							reqs[i] = PutStartReq{Key: "key-" + strconv.FormatInt(base+int64(i), 10), Size: 4096, Placement: NoPlacement}
+						}
+						res, err := c.PutStart(ctx, reqs)
+						if err != nil {
+							b.Fatal(err)
+						}
+						for i, r := range res {
+							if r.Err != nil {
+								b.Fatal(r.Err)
+							}
+							refs[i] = PutRef{Key: reqs[i].Key, Token: r.Token}
+						}
+						for _, err := range c.PutEnd(ctx, refs) {
+							if err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+				})
+				reportKeys(b, start, n)
+			})
+		}
+	}
+}
+
+// BenchmarkGet measures GetReplicas of existing keys (100k objects).
+func BenchmarkGet(b *testing.B) {
+	const objects = 100_000
+	for _, kind := range []string{"embedded", "grpc"} {
+		for _, n := range batches {
+			b.Run(fmt.Sprintf("%s/batch=%d", kind, n), func(b *testing.B) {
+				svc, c := benchService(b, kind)
+				fill(b, svc, objects)
+				var seq atomic.Int64
+				b.ReportAllocs()
+				b.SetParallelism(parallelism(kind))
+				start := time.Now()
+				b.RunParallel(func(pb *testing.PB) {
+					ctx := context.Background()
+					keys := make([]string, n)
+					for pb.Next() {
+						base := seq.Add(int64(n))
+						for i := range keys {
+							keys[i] = "key-" + strconv.Itoa(int((base+int64(i)*7919)%objects))
+						}
+						res, err := c.GetReplicas(ctx, keys)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if res[0].Err != nil {
+							b.Fatal(res[0].Err)
+						}
+					}
+				})
+				reportKeys(b, start, n)
+			})
+		}
+	}
+}
+
+// parallelism: the embedded Service is one lock, so one goroutine per
+// core; over gRPC several calls in flight per core hide the round trip.
+func parallelism(kind string) int {
+	if kind == "grpc" {
+		return 4
+	}
+	return 1
+}
+
+func reportKeys(b *testing.B, start time.Time, batch int) {
+	b.ReportMetric(float64(b.N*batch)/time.Since(start).Seconds(), "keys/s")
+	b.ReportMetric(float64(batch), "keys/op")
+}
+
+// fill puts n visible objects key-0 … key-(n-1) straight into svc.
+func fill(b *testing.B, svc *Service, n int) {
+	b.Helper()
+	ctx := context.Background()
+	const batch = 4096
+	reqs := make([]PutStartReq, 0, batch)
+	refs := make([]PutRef, 0, batch)
+	for i := 0; i < n; i += batch {
+		reqs, refs = reqs[:0], refs[:0]
+		for j := i; j < min(n, i+batch); j++ {
+			reqs = append(reqs, PutStartReq{Key: "key-" + strconv.Itoa(j), Size: 4096, Placement: NoPlacement})
+		}
+		res, err := svc.PutStart(ctx, reqs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for k, r := range res {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+			refs = append(refs, PutRef{reqs[k].Key, r.Token})
+		}
+		svc.PutEnd(ctx, refs)
+	}
+}
+
+// BenchmarkObjectMemory reports the heap bytes per visible object (keys
+// "key-<n>", 4 KiB, one replica) in a table of 1M objects, and 10M with
+// KVFABRIC_BENCH_10M=1. Run with -benchtime=1x.
+func BenchmarkObjectMemory(b *testing.B) {
+	sizes := []int{1_000_000}
+	if os.Getenv("KVFABRIC_BENCH_10M") == "1" {
+		sizes = append(sizes, 10_000_000)
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("objects=%dM", n/1_000_000), func(b *testing.B) {
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				svc, _ := benchService(b, "embedded")
+				fill(b, svc, n)
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), "B/object")
+				start := time.Now()
+				runtime.GC()
+				b.ReportMetric(float64(time.Since(start).Microseconds())/1000, "ms/GC")
+				runtime.KeepAlive(svc)
+				_ = svc.Close()
+			}
+		})
+	}
+}
