@@ -143,6 +143,14 @@ type Engine struct {
 		ringWaits                    atomic.Uint64
 	}
 
+	// side carries cuMemcpyBatchAsync work submitted on a default stream
+	// (see batchCopy); created on first use.
+	side struct {
+		sync.Mutex
+		// guards s
+		s cuda.Stream
+	}
+
 	closeMu sync.Mutex // serialises Close
 	done    closeSteps // guarded by closeMu
 }
@@ -159,7 +167,7 @@ type slot struct {
 }
 
 type closeSteps struct {
-	drained, events, devBuf, hostReg, hostMap, module bool
+	drained, side, events, devBuf, hostReg, hostMap, module bool
 }
 
 // New loads the copy kernel into ctx (a context of device dev) and
@@ -477,7 +485,7 @@ func (e *Engine) copyEngine(s cuda.Stream, cs []cuda.Copy) error {
 		return nil
 	}
 	if e.batch && e.opts.Route != RouteCopyEach {
-		if err := e.drv.MemcpyBatchAsync(e.ctx, cs, s); err != nil {
+		if err := e.batchCopy(s, cs); err != nil {
 			return fmt.Errorf("transfer: batch copy of %d blocks: %w", len(cs), err)
 		}
 		e.stats.batchCalls.Add(1)
@@ -489,6 +497,61 @@ func (e *Engine) copyEngine(s cuda.Stream, cs []cuda.Copy) error {
 	}
 	e.stats.eachCalls.Add(1)
 	e.stats.eachBlocks.Add(uint64(len(cs)))
+	return nil
+}
+
+// isDefaultStream reports the stream handles that name a default stream:
+// NULL (the legacy stream unless the thread uses per-thread default
+// streams), CU_STREAM_LEGACY (0x1) and CU_STREAM_PER_THREAD (0x2).
+func isDefaultStream(s cuda.Stream) bool { return s <= 2 }
+
+// batchCopy enqueues one cuMemcpyBatchAsync for cs, ordered on s.
+//
+// cuMemcpyBatchAsync rejects a default stream with CUDA_ERROR_INVALID_VALUE
+// (seen with driver 580 / CUDA 13.0 on H200; the driver documentation says
+// the legacy stream is not supported). PyTorch's default current stream is
+// that stream, so for a default s the batch runs on the engine's side stream
+// inside an event fork/join: s → record → side waits → batch → record →
+// s waits. The caller's ordering is unchanged and the CPU never waits.
+func (e *Engine) batchCopy(s cuda.Stream, cs []cuda.Copy) error {
+	if !isDefaultStream(s) {
+		return e.drv.MemcpyBatchAsync(e.ctx, cs, s)
+	}
+	e.side.Lock()
+	defer e.side.Unlock()
+	if e.side.s == 0 {
+		side, err := e.drv.StreamCreate(e.ctx, cuda.StreamNonBlocking)
+		if err != nil {
+			return fmt.Errorf("create side stream: %w", err)
+		}
+		e.side.s = side
+	}
+	fork, err := e.getEvent()
+	if err != nil {
+		return err
+	}
+	defer e.putEvent(fork)
+	join, err := e.getEvent()
+	if err != nil {
+		return err
+	}
+	defer e.putEvent(join)
+	if err := e.drv.EventRecord(e.ctx, fork, s); err != nil {
+		return fmt.Errorf("fork from default stream: %w", err)
+	}
+	if err := e.drv.StreamWaitEvent(e.ctx, e.side.s, fork); err != nil {
+		return fmt.Errorf("fork from default stream: %w", err)
+	}
+	if err := e.drv.MemcpyBatchAsync(e.ctx, cs, e.side.s); err != nil {
+		return err
+	}
+	// Join: s must not run ahead of the copies whatever happens below.
+	if err := e.drv.EventRecord(e.ctx, join, e.side.s); err != nil {
+		return fmt.Errorf("join into default stream: %w (copies are enqueued on the side stream)", err)
+	}
+	if err := e.drv.StreamWaitEvent(e.ctx, s, join); err != nil {
+		return fmt.Errorf("join into default stream: %w (copies are enqueued on the side stream)", err)
+	}
 	return nil
 }
 
@@ -602,8 +665,9 @@ func launchShape(n int, maxLen uint64) (grid, block cuda.Dim3) {
 //
 //  1. new calls fail with ErrClosed; calls in progress are waited for;
 //  2. launches still reading the descriptor ring are waited for;
-//  3. ring and completion events are destroyed (handles not yet waited for
-//     then report ErrClosed);
+//  3. the side stream (default-stream batch copies) is synchronized and
+//     destroyed; ring and completion events are destroyed (handles not yet
+//     waited for then report ErrClosed);
 //  4. the device descriptor buffer is freed;
 //  5. the host ring is unregistered, then unmapped;
 //  6. the module is unloaded.
@@ -636,6 +700,20 @@ func (e *Engine) Close() error {
 		}
 		e.ring.Unlock()
 		st.drained = ok
+	}
+	if st.drained && !st.side {
+		e.side.Lock()
+		if e.side.s != 0 {
+			if err := e.drv.StreamSynchronize(e.ctx, e.side.s); err != nil {
+				errs = append(errs, fmt.Errorf("transfer: drain side stream: %w", err))
+			} else if err := e.drv.StreamDestroy(e.ctx, e.side.s); err != nil {
+				errs = append(errs, fmt.Errorf("transfer: destroy side stream: %w", err))
+			} else {
+				e.side.s = 0
+			}
+		}
+		st.side = e.side.s == 0
+		e.side.Unlock()
 	}
 	if !st.events {
 		ok := true

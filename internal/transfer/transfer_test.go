@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 
@@ -478,5 +479,55 @@ func TestKernelEmulationRegistered(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("the embedded PTX's entry was not resolved")
+	}
+}
+
+// TestBatchOnDefaultStream: cuMemcpyBatchAsync refuses the default streams
+// (as the real driver does), so large blocks submitted on stream 0 — the
+// default current stream of PyTorch — run on the engine's side stream
+// between a fork and a join event, byte-exact, without a CPU wait.
+func TestBatchOnDefaultStream(t *testing.T) {
+	e := newSimEnv(t, sim.Config{})
+	eng := newEngine(t, e, transfer.Options{})
+	src := e.hbm(t, 8<<20)
+	dst := e.dram(t, 8<<20)
+	want := make([]byte, 4<<20)
+	for i := range want {
+		want[i] = byte(i*31 + 7)
+	}
+	if err := e.drv.MemcpyHtoD(e.ctx, src, want); err != nil {
+		t.Fatal(err)
+	}
+	cs := []cuda.Copy{{Dst: dst, Src: src, Len: 2 << 20}, {Dst: dst + 2<<20, Src: src + 2<<20, Len: 2 << 20}}
+	if err := e.drv.MemcpyBatchAsync(e.ctx, cs, 0); !errors.Is(err, cuda.ErrorInvalidValue) {
+		t.Fatalf("sim MemcpyBatchAsync on stream 0 = %v, want INVALID_VALUE", err)
+	}
+	for round := 0; round < 2; round++ {
+		e.sim.ResetCalls()
+		if err := eng.Submit(0, cs); err != nil {
+			t.Fatal(err)
+		}
+		var batchStream string
+		for _, c := range e.sim.Calls() {
+			if c.Method == "MemcpyBatchAsync" {
+				batchStream = c.Args
+			}
+		}
+		if e.sim.CallCount("MemcpyBatchAsync") != 1 || strings.Contains(batchStream, "stream=0x0") {
+			t.Fatalf("want one batch on the side stream: %v", e.sim.Calls())
+		}
+		if got := [2]int{e.sim.CallCount("EventRecord"), e.sim.CallCount("StreamWaitEvent")}; got != [2]int{2, 2} {
+			t.Fatalf("fork/join (record, wait) = %v, want [2 2]: %v", got, e.sim.Calls())
+		}
+		if n := e.sim.CallCount("StreamSynchronize") + e.sim.CallCount("EventSynchronize"); n != 0 {
+			t.Fatalf("Submit waited on the CPU (%d synchronizations)", n)
+		}
+	}
+	got := make([]byte, 4<<20)
+	if err := e.drv.MemcpyDtoH(e.ctx, got, dst); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("bytes differ")
 	}
 }

@@ -142,6 +142,11 @@ func (d *Driver) MemcpyBatchAsync(ctx cuda.Context, copies []cuda.Copy, s cuda.S
 		if r := d.streamOKLocked(ctx, s); r != cuda.Success {
 			return r
 		}
+		// The real driver (580 / CUDA 13.0, H200) refuses the default
+		// streams (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD).
+		if s <= 2 {
+			return cuda.ErrorInvalidValue
+		}
 		if len(copies) == 0 {
 			return cuda.ErrorInvalidValue
 		}

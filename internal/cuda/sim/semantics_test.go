@@ -282,7 +282,14 @@ func TestAccessRules(t *testing.T) {
 				name string
 				fn   func(cuda.Context, []cuda.Copy, cuda.Stream) error
 			}{{"MemcpyAsync", d.MemcpyAsync}, {"MemcpyBatchAsync", d.MemcpyBatchAsync}} {
-				err := op.fn(tc.ctx, tc.cp, 0)
+				st, err := d.StreamCreate(tc.ctx, cuda.StreamNonBlocking)
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = op.fn(tc.ctx, tc.cp, st)
+				if derr := d.StreamDestroy(tc.ctx, st); derr != nil {
+					t.Fatal(derr)
+				}
 				if tc.ok && err != nil {
 					t.Errorf("%s: %v", op.name, err)
 				}
@@ -689,7 +696,7 @@ func TestBatchCapabilityAbsent(t *testing.T) {
 	ctx := retain(t, d, 0)
 	p, err := d.MemAlloc(ctx, 64)
 	must(t, err)
-	if err := d.MemcpyBatchAsync(ctx, []cuda.Copy{{Dst: p, Src: p, Len: 8}}, 0); !errors.Is(err, cuda.ErrorNotSupported) {
+	if err := d.MemcpyBatchAsync(ctx, []cuda.Copy{{Dst: p, Src: p, Len: 8}}, 3); !errors.Is(err, cuda.ErrorNotSupported) {
 		t.Fatalf("MemcpyBatchAsync = %v, want NOT_SUPPORTED", err)
 	}
 	must(t, d.MemFree(ctx, p))
