@@ -297,6 +297,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 	}
 	st := cons.TransferStats()
 	ms := cons.MappingStats()
+	putPh, getPh := cons.Phases()
 
 	// Teardown, then check nothing is left.
 	if err := errors.Join(drv.MemFree(cctx, src), drv.MemFree(cctx, dst)); err != nil {
@@ -335,6 +336,19 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 	fmt.Fprintf(tw, "put (GPU -> store)\t%.2f GB/s\n", gbps(size*uint64(o.rounds), putDur))
 	fmt.Fprintf(tw, "get (store -> GPU)\t%.2f GB/s\n", gbps(size*uint64(o.rounds), getDur))
 	fmt.Fprintf(tw, "copies\tSM kernel %d blocks in %d launches, copy engine %d blocks in %d batches, per-copy %d\n", st.KernelBlocks, st.KernelLaunches, st.BatchBlocks, st.BatchCalls, st.EachBlocks)
+	for _, p := range []struct {
+		name string
+		ph   client.PhaseStats
+	}{{"put phases", putPh}, {"get phases", getPh}} {
+		if p.ph.Calls == 0 {
+			continue
+		}
+		per := func(d time.Duration) string {
+			return fmt.Sprintf("%.2fus", float64(d.Nanoseconds())/1e3/float64(p.ph.Keys))
+		}
+		fmt.Fprintf(tw, "%s\tper key: check %s, master %s, resolve %s, copy %s (%d batches)\n",
+			p.name, per(p.ph.Check), per(p.ph.Meta), per(p.ph.Resolve), per(p.ph.Copy), p.ph.Calls)
+	}
 	if ms.Imports > 0 {
 		fmt.Fprintf(tw, "segment imports\t%d, mean %.2f ms (fetch handle + import + map + access); cached lookups %d\n",
 			ms.Imports, float64(ms.ImportTime.Microseconds())/1000/float64(ms.Imports), ms.Hits)

@@ -220,7 +220,9 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 	place.Segments = o.PreferredSegments
 	reqs := make([]master.PutStartReq, 0, len(keys))
 	idx := make([]int, 0, len(keys))
+	ph := s.phases.put.begin(len(keys))
 	s.checkBuffers(keys, srcs, errs)
+	ph.lap(&s.phases.put.check)
 	for i, k := range keys {
 		if errs[i] != nil {
 			continue
@@ -232,6 +234,7 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		return errs
 	}
 	res, err := s.m.PutStart(ctx, reqs)
+	ph.lap(&s.phases.put.meta)
 	if err != nil {
 		err = mapErr(fmt.Errorf("put start: %w", err))
 		for _, i := range idx {
@@ -270,10 +273,13 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		started = append(started, ref)
 		startedIdx = append(startedIdx, i)
 	}
+	ph.lap(&s.phases.put.resolve)
 	if len(started) == 0 {
 		return errs
 	}
-	if err := s.xfer.Do(stream, copies); err != nil {
+	err = s.xfer.Do(stream, copies)
+	ph.lap(&s.phases.put.copy)
+	if err != nil {
 		err = fmt.Errorf("%w: put of %d objects: %w", ErrTransfer, len(started), err)
 		for _, i := range startedIdx {
 			errs[i] = err
@@ -286,6 +292,7 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 			errs[startedIdx[j]] = mapErr(fmt.Errorf("put end %q: %w", started[j].Key, e))
 		}
 	}
+	ph.lap(&s.phases.put.meta)
 	return errs
 }
 
@@ -338,7 +345,9 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	defer s.exit()
 	q := make([]string, 0, len(keys))
 	idx := make([]int, 0, len(keys))
+	ph := s.phases.get.begin(len(keys))
 	s.checkBuffers(keys, dsts, errs)
+	ph.lap(&s.phases.get.check)
 	for i, k := range keys {
 		if errs[i] != nil {
 			continue
@@ -350,6 +359,7 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 		return sizes, errs
 	}
 	res, err := s.m.GetReplicas(ctx, q)
+	ph.lap(&s.phases.get.meta)
 	if err != nil {
 		return sizes, fill(errs, mapErr(fmt.Errorf("get replicas: %w", err)))
 	}
@@ -385,10 +395,13 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 		}
 		okIdx = append(okIdx, i)
 	}
+	ph.lap(&s.phases.get.resolve)
 	if len(okIdx) == 0 {
 		return sizes, errs
 	}
-	if err := s.xfer.Do(stream, copies); err != nil {
+	err = s.xfer.Do(stream, copies)
+	ph.lap(&s.phases.get.copy)
+	if err != nil {
 		err = fmt.Errorf("%w: get of %d objects: %w", ErrTransfer, len(okIdx), err)
 		for _, i := range okIdx {
 			errs[i], sizes[i] = err, 0

@@ -89,6 +89,8 @@ type Store struct {
 
 	ops sync.WaitGroup // operations in flight
 
+	phases struct{ put, get phaseCounters }
+
 	// mu guards the lifecycle state and the registered buffers.
 	mu struct {
 		sync.Mutex

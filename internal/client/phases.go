@@ -1,0 +1,58 @@
+package client
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// PhaseStats splits the time of one kind of batch operation (BatchPut or
+// BatchGet) into its phases, summed over calls: where a slow put or get
+// spends its time. Timestamps are taken per batch, never per block.
+type PhaseStats struct {
+	Calls, Keys uint64
+	// Check classifies the buffers' memory (one driver call per batch).
+	Check time.Duration
+	// Meta is the master round trips (PutStart + PutEnd, or GetReplicas).
+	Meta time.Duration
+	// Resolve turns replicas into local addresses (mapping cache lookups,
+	// imports on first use).
+	Resolve time.Duration
+	// Copy is the transfer engine: enqueue and wait for completion.
+	Copy time.Duration
+}
+
+// Total is the sum of the phases.
+func (p PhaseStats) Total() time.Duration { return p.Check + p.Meta + p.Resolve + p.Copy }
+
+type phaseCounters struct {
+	calls, keys                atomic.Uint64
+	check, meta, resolve, copy atomic.Int64
+}
+
+func (c *phaseCounters) snapshot() PhaseStats {
+	return PhaseStats{
+		Calls: c.calls.Load(), Keys: c.keys.Load(),
+		Check: time.Duration(c.check.Load()), Meta: time.Duration(c.meta.Load()),
+		Resolve: time.Duration(c.resolve.Load()), Copy: time.Duration(c.copy.Load()),
+	}
+}
+
+// phaseTimer attributes the time since its last lap to a counter.
+type phaseTimer struct{ last time.Time }
+
+func (c *phaseCounters) begin(keys int) phaseTimer {
+	c.calls.Add(1)
+	c.keys.Add(uint64(keys))
+	return phaseTimer{last: time.Now()}
+}
+
+func (t *phaseTimer) lap(into *atomic.Int64) {
+	now := time.Now()
+	into.Add(int64(now.Sub(t.last)))
+	t.last = now
+}
+
+// Phases reports where BatchPut and BatchGet spent their time.
+func (s *Store) Phases() (put, get PhaseStats) {
+	return s.phases.put.snapshot(), s.phases.get.snapshot()
+}
