@@ -80,6 +80,9 @@ type Store struct {
 
 	fds  *fdx.Server
 	pool *pool.Pool
+	// poolUnwind owns what a failed pool setup could not release; teardown
+	// retries it (before the fd server, master and context it needs).
+	poolUnwind *pool.UnwindError
 	maps *mapping.Cache
 	xfer *transfer.Engine
 
@@ -211,13 +214,12 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 			deps.FDs = s.fds
 		}
 		if s.pool, err = pool.Open(ctx, s.drv, cfg, deps); err != nil {
+			s.pool = nil
 			var ue *pool.UnwindError
 			if errors.As(err, &ue) {
 				// Keep the pool's leftovers owned: teardown retries them.
-				s.pool = nil
-				return nil, err
+				s.poolUnwind = ue
 			}
-			s.pool = nil
 			return nil, mapErr(fmt.Errorf("provider pool: %w", err))
 		}
 	}
@@ -478,13 +480,22 @@ func (s *Store) teardown() error {
 // under their copies, so Close retries until the leases have expired,
 // bounded by CloseTimeout.
 func (s *Store) closePoolLocked() error {
-	if s.pool == nil {
+	closePool := func() error {
+		if s.pool != nil {
+			return s.pool.Close()
+		}
+		if s.poolUnwind != nil {
+			if err := s.poolUnwind.Retry(); err != nil {
+				return err
+			}
+			s.poolUnwind = nil
+		}
 		return nil
 	}
 	deadline := time.Now().Add(CloseTimeout)
 	wait := 50 * time.Millisecond
 	for {
-		err := s.pool.Close()
+		err := closePool()
 		if err == nil || !errors.Is(err, master.ErrHasLease) || time.Now().After(deadline) {
 			return err
 		}

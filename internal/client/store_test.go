@@ -381,3 +381,41 @@ func TestEGMConfigRules(t *testing.T) {
 	}
 	simtest.AssertNoLeaks(t, drv)
 }
+
+// TestOpenPoolUnwindFails: the provider pool's setup fails and so does its
+// unwinding. Open must return an *OpenError (ErrCleanupPending) that keeps
+// the pool's leftovers — and the context, fd server and master they need —
+// owned, so that Retry releases everything.
+func TestOpenPoolUnwindFails(t *testing.T) {
+	drv, err := sim.New(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := master.New(master.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := master.NewEmbedded(svc)
+	drv.Fail("MemExportToFD", 2, cuda.ErrorOutOfMemory) // setup fails on the second chunk
+	for n := 1; n <= 3; n++ { // and its unwinding, and Open's retry of it
+		drv.Fail("MemUnmap", n, cuda.ErrorUnknown)
+	}
+	_, err = client.Open(context.Background(), cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: mc, ClientID: "prov"})
+	var oe *client.OpenError
+	if !errors.As(err, &oe) || !errors.Is(err, client.ErrCleanupPending) {
+		t.Fatalf("open with failed setup and unwind: %v (%T), want an *OpenError with ErrCleanupPending", err, err)
+	}
+	if err := oe.Retry(); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if err := oe.Retry(); err != nil {
+		t.Fatalf("second retry: %v", err)
+	}
+	if err := mc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	simtest.AssertNoLeaks(t, drv)
+}
