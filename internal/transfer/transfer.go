@@ -673,7 +673,9 @@ func launchShape(n int, maxLen uint64) (grid, block cuda.Dim3) {
 //  6. the module is unloaded.
 //
 // Close is idempotent: a retry redoes only failed steps; it returns nil once
-// every step has succeeded. It does not synchronize the callers' streams.
+// every step has succeeded. When step 2 fails, steps 3-6 wait for a retry:
+// a launch may still read the ring (and its slot event is what a retry waits
+// on). It does not synchronize the callers' streams.
 func (e *Engine) Close() error {
 	e.closeMu.Lock()
 	defer e.closeMu.Unlock()
@@ -715,7 +717,7 @@ func (e *Engine) Close() error {
 		st.side = e.side.s == 0
 		e.side.Unlock()
 	}
-	if !st.events {
+	if st.drained && !st.events {
 		ok := true
 		e.ring.Lock()
 		for i := range e.ring.slots {
@@ -744,7 +746,7 @@ func (e *Engine) Close() error {
 		e.events.Unlock()
 		st.events = ok
 	}
-	if !st.devBuf {
+	if st.drained && !st.devBuf {
 		if e.devBuf != 0 {
 			if err := e.drv.MemFree(e.ctx, e.devBuf); err != nil {
 				errs = append(errs, fmt.Errorf("transfer: free device descriptor ring: %w", err))
@@ -756,7 +758,7 @@ func (e *Engine) Close() error {
 			st.devBuf = true
 		}
 	}
-	if !st.hostReg {
+	if st.drained && !st.hostReg {
 		if e.hostReg {
 			if err := e.drv.MemHostUnregister(e.ctx, e.hostAddr()); err != nil {
 				errs = append(errs, fmt.Errorf("transfer: unregister host descriptor ring: %w", err))
@@ -780,7 +782,7 @@ func (e *Engine) Close() error {
 			st.hostMap = true
 		}
 	}
-	if !st.module {
+	if st.drained && !st.module {
 		if e.mod != 0 {
 			if err := e.drv.ModuleUnload(e.ctx, e.mod); err != nil {
 				errs = append(errs, fmt.Errorf("transfer: unload module: %w", err))

@@ -531,3 +531,35 @@ func TestBatchOnDefaultStream(t *testing.T) {
 		t.Fatal("bytes differ")
 	}
 }
+
+// TestCloseDrainFailure: when Close cannot wait for a launch that still
+// reads the descriptor ring, it must keep the ring, its events and the
+// module (the kernel may still run), and a retried Close must finish.
+func TestCloseDrainFailure(t *testing.T) {
+	e := newSimEnv(t, sim.Config{})
+	before := e.live()
+	eng, err := transfer.New(e.drv, e.ctx, 0, transfer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A small block: a kernel launch, so a ring slot is in flight.
+	if err := eng.Submit(e.s, []cuda.Copy{{Dst: e.hbm(t, 4096), Src: e.hbm(t, 4096), Len: 4096}}); err != nil {
+		t.Fatal(err)
+	}
+	e.sim.ResetCalls()
+	e.sim.Fail("EventSynchronize", 1, cuda.ErrorUnknown)
+	if err := eng.Close(); !errors.Is(err, cuda.ErrorUnknown) {
+		t.Fatalf("Close with a failing drain: %v", err)
+	}
+	for _, m := range []string{"EventDestroy", "MemFree", "MemHostUnregister", "ModuleUnload"} {
+		if n := e.sim.CallCount(m); n != 0 {
+			t.Fatalf("Close released what an undrained launch may still use (%s x%d): %v", m, n, e.sim.Calls())
+		}
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatalf("retried Close: %v", err)
+	}
+	if after := e.live(); after.Total() != before.Total()+2 { // the two test buffers
+		t.Fatalf("live objects %v -> %v", before, after)
+	}
+}
