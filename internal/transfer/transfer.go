@@ -282,7 +282,9 @@ func (e *Engine) Submit(s cuda.Stream, copies []cuda.Copy) error {
 }
 
 // Do submits copies on s, then waits for them (and everything before them
-// on s) with an event of its own.
+// on s) with an event of its own. When submission fails after part of the
+// batch was enqueued, Do still waits for s before returning the error, so
+// that nothing Do enqueued runs after it returns.
 func (e *Engine) Do(s cuda.Stream, copies []cuda.Copy) error {
 	e.life.RLock()
 	defer e.life.RUnlock()
@@ -290,6 +292,11 @@ func (e *Engine) Do(s cuda.Stream, copies []cuda.Copy) error {
 		return ErrClosed
 	}
 	if err := e.submitLocked(s, copies); err != nil {
+		if !errors.Is(err, ErrInvalidCopy) {
+			if serr := e.drv.StreamSynchronize(e.ctx, s); serr != nil {
+				err = errors.Join(err, fmt.Errorf("transfer: wait for the enqueued part of the batch: %w", serr))
+			}
+		}
 		return err
 	}
 	ev, err := e.getEvent()
