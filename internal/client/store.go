@@ -359,13 +359,16 @@ const CloseTimeout = 30 * time.Second
 func (s *Store) Close() error {
 	s.mu.Lock()
 	s.mu.closing = true
+	drained := s.mu.done.drained
 	s.mu.Unlock()
-	if !s.mu.done.drained {
+	if !drained {
 		done := make(chan struct{})
 		go func() { s.ops.Wait(); close(done) }()
 		select {
 		case <-done:
+			s.mu.Lock()
 			s.mu.done.drained = true
+			s.mu.Unlock()
 		case <-time.After(CloseTimeout):
 			return fmt.Errorf("%w: %v waiting for operations in flight", ErrCleanupPending, CloseTimeout)
 		}

@@ -419,3 +419,19 @@ func TestOpenPoolUnwindFails(t *testing.T) {
 	}
 	simtest.AssertNoLeaks(t, drv)
 }
+
+// TestConcurrentClose: Close may be called from several goroutines at once
+// (a signal handler and a deferred Close); all return nil and nothing leaks.
+func TestConcurrentClose(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
+	errs := make(chan error, 4)
+	for range cap(errs) {
+		go func() { errs <- e.prov.Close() }()
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent Close: %v", err)
+		}
+	}
+	e.close()
+}
