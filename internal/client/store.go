@@ -209,7 +209,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 				return nil, fmt.Errorf("fd exchange: %w", err)
 			}
 		}
-		deps := pool.Deps{Mounter: s.m, Logger: log, Progress: opts.Progress, Owner: sanitize(s.clientID)}
+		deps := pool.Deps{Mounter: mounter{Client: s.m, log: log}, Logger: log, Progress: opts.Progress, Owner: sanitize(s.clientID)}
 		if s.fds != nil {
 			deps.FDs = s.fds
 		}
@@ -505,6 +505,25 @@ func (s *Store) closePoolLocked() error {
 		time.Sleep(wait)
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// mounter is the pool's Mounter. An unmount of a segment the master no
+// longer has with this generation is done already: the master dropped it
+// when this client's registration expired or when it restarted, or the id
+// now names another allocation. Reporting it as a failure would make every
+// Close retry it forever and never release the memory.
+type mounter struct {
+	master.Client
+	log *slog.Logger
+}
+
+func (m mounter) UnmountSegment(ctx context.Context, k segment.Key) error {
+	err := m.Client.UnmountSegment(ctx, k)
+	if errors.Is(err, master.ErrUnknownSegment) || errors.Is(err, master.ErrGenerationMismatch) {
+		m.log.Info("kvfabric segment already unmounted at the master", "segment", k.String(), "reason", err)
+		return nil
+	}
+	return err
 }
 
 // sanitize makes an id usable in segment ids and socket names.

@@ -435,3 +435,21 @@ func TestConcurrentClose(t *testing.T) {
 	}
 	e.close()
 }
+
+// TestCloseAfterMasterDroppedSegments: the master no longer has the
+// provider's segments (its registration expired, or a restarted master lost
+// them). Unmounting is then already done; Close must release the rest
+// instead of failing on the unmount forever.
+func TestCloseAfterMasterDroppedSegments(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
+	ctx := context.Background()
+	for _, d := range e.prov.Pool().Segments() {
+		if err := e.mc.UnmountSegment(ctx, d.Key()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.prov.Close(); err != nil {
+		t.Fatalf("close with segments the master already dropped: %v", err)
+	}
+	e.close()
+}
