@@ -51,11 +51,11 @@ func (s *Store) stageIn(ctx context.Context, data []byte, reps []master.Replica)
 	defer releaseAll(cache)
 	bases := make([]cuda.DevicePtr, len(reps))
 	for i, r := range reps {
-		b, err := s.resolve(ctx, r.Segment, cache)
+		b, err := s.resolve(ctx, r, uint64(len(data)), cache)
 		if err != nil {
 			return err
 		}
-		bases[i] = b + cuda.DevicePtr(r.Offset)
+		bases[i] = b
 	}
 	s.stagingMu.Lock()
 	defer s.stagingMu.Unlock()
@@ -97,11 +97,10 @@ func (s *Store) GetBytes(ctx context.Context, key string) ([]byte, error) {
 	cache := map[segment.Key]mapped{}
 	defer releaseAll(cache)
 	rep := s.pickReplica(r.Replicas)
-	base, err := s.resolve(ctx, rep.Segment, cache)
+	base, err := s.resolve(ctx, rep, r.Size, cache)
 	if err != nil {
 		return nil, fmt.Errorf("get %q: %w", key, err)
 	}
-	base += cuda.DevicePtr(rep.Offset)
 	out := make([]byte, r.Size)
 	s.stagingMu.Lock()
 	defer s.stagingMu.Unlock()

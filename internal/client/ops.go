@@ -147,10 +147,29 @@ type mapped struct {
 	release func()
 }
 
-// resolve returns the base address of d in this process: the provider's
-// own mapping for its own segments, else the mapping cache (importing on
-// first use).
-func (s *Store) resolve(ctx context.Context, d *segment.Descriptor, cache map[segment.Key]mapped) (cuda.DevicePtr, error) {
+// resolve returns the address of rep's first byte in this process, after
+// checking that its n bytes lie inside the segment: the provider's own
+// mapping for its own segments, else the mapping cache (importing on first
+// use). A range past the segment's end (a malformed master answer) would
+// copy through whatever is mapped after it.
+func (s *Store) resolve(ctx context.Context, rep master.Replica, n uint64, cache map[segment.Key]mapped) (cuda.DevicePtr, error) {
+	d := rep.Segment
+	if d == nil || rep.Offset > d.Size || n > d.Size-rep.Offset {
+		var size uint64
+		if d != nil {
+			size = d.Size
+		}
+		return 0, fmt.Errorf("%w: replica [%d, +%d) outside its segment of %d bytes", ErrTransfer, rep.Offset, n, size)
+	}
+	base, err := s.resolveSegment(ctx, d, cache)
+	if err != nil {
+		return 0, err
+	}
+	return base + cuda.DevicePtr(rep.Offset), nil
+}
+
+// resolveSegment returns the base address of d in this process.
+func (s *Store) resolveSegment(ctx context.Context, d *segment.Descriptor, cache map[segment.Key]mapped) (cuda.DevicePtr, error) {
 	k := d.Key()
 	if m, ok := cache[k]; ok {
 		return m.base, nil
@@ -257,12 +276,12 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		var rerr error
 		n0 := len(copies)
 		for _, rep := range r.Replicas {
-			base, err := s.resolve(ctx, rep.Segment, cache)
+			addr, err := s.resolve(ctx, rep, total(srcs[i]), cache)
 			if err != nil {
 				rerr = err
 				break
 			}
-			copies = appendCopies(copies, srcs[i], base+cuda.DevicePtr(rep.Offset), true)
+			copies = appendCopies(copies, srcs[i], addr, true)
 		}
 		if rerr != nil {
 			copies = copies[:n0]
@@ -383,12 +402,12 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 			continue
 		}
 		rep := s.pickReplica(r.Replicas)
-		base, err := s.resolve(ctx, rep.Segment, cache)
+		addr, err := s.resolve(ctx, rep, r.Size, cache)
 		if err != nil {
 			errs[i] = fmt.Errorf("get %q: %w", keys[i], err)
 			continue
 		}
-		copies = appendCopies(copies, clip(dsts[i], r.Size), base+cuda.DevicePtr(rep.Offset), false)
+		copies = appendCopies(copies, clip(dsts[i], r.Size), addr, false)
 		sizes[i] = r.Size
 		if lease.IsZero() || r.LeaseExpiry.Before(lease) {
 			lease = r.LeaseExpiry

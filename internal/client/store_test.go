@@ -453,3 +453,47 @@ func TestCloseAfterMasterDroppedSegments(t *testing.T) {
 	}
 	e.close()
 }
+
+// badOffsets is a master client whose GetReplicas answers place every
+// replica at the end of its segment (a malformed or mismatched master).
+type badOffsets struct{ master.Client }
+
+func (b badOffsets) GetReplicas(ctx context.Context, keys []string) ([]master.GetResult, error) {
+	res, err := b.Client.GetReplicas(ctx, keys)
+	for i := range res {
+		for j := range res[i].Replicas {
+			res[i].Replicas[j].Offset = res[i].Replicas[j].Segment.Size - 4096
+		}
+	}
+	return res, err
+}
+
+// TestReplicaOutsideSegment: a replica range that does not fit in its
+// segment is refused before any copy is enqueued (it would read or write
+// whatever is mapped after the segment).
+func TestReplicaOutsideSegment(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{LeaseTTL: 300 * time.Millisecond})
+	ctx := context.Background()
+	if err := e.prov.PutBytes(ctx, "x", bytes.Repeat([]byte{0xab}, 8192), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dst := devBuf(t, e, 8192)
+	c, err := client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: e.drv, Master: badOffsets{e.mc}, ClientID: "bad"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.drv.ResetCalls()
+	_, gerr := c.Get(ctx, "x", client.Bytes(uintptr(dst), 8192), 0)
+	_, berr := c.GetBytes(ctx, "x")
+	copies := e.drv.CallCount("MemcpyBatchAsync") + e.drv.CallCount("MemcpyAsync") + e.drv.CallCount("LaunchKernel")
+	if !errors.Is(gerr, client.ErrTransfer) || !errors.Is(berr, client.ErrTransfer) || copies != 0 {
+		t.Fatalf("replica past the segment end: Get %v, GetBytes %v, %d copy calls", gerr, berr, copies)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
