@@ -83,8 +83,8 @@ type Store struct {
 	// poolUnwind owns what a failed pool setup could not release; teardown
 	// retries it (before the fd server, master and context it needs).
 	poolUnwind *pool.UnwindError
-	maps *mapping.Cache
-	xfer *transfer.Engine
+	maps       *mapping.Cache
+	xfer       *transfer.Engine
 
 	// stagingMu serializes use of the staging buffer.
 	stagingMu sync.Mutex

@@ -397,7 +397,8 @@ func TestOpenPoolUnwindFails(t *testing.T) {
 	}
 	mc := master.NewEmbedded(svc)
 	drv.Fail("MemExportToFD", 2, cuda.ErrorOutOfMemory) // setup fails on the second chunk
-	for n := 1; n <= 3; n++ { // and its unwinding, and Open's retry of it
+	// ... and so do its unwinding and Open's retry of it.
+	for n := 1; n <= 3; n++ {
 		drv.Fail("MemUnmap", n, cuda.ErrorUnknown)
 	}
 	_, err = client.Open(context.Background(), cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: mc, ClientID: "prov"})
