@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -19,16 +18,17 @@ import (
 
 // remote is the gRPC Client.
 type remote struct {
+	cc     grpc.ClientConnInterface
 	rpc    pb.MasterClient
 	conn   *grpc.ClientConn // owned when Dial made it; nil otherwise
 	closed atomic.Bool
 
-	// descs interns decoded descriptors by allocation identity so that
-	// replicas of the same segment share one *segment.Descriptor, as with
-	// the embedded Client. A descriptor never changes for its (id,
-	// generation).
-	descs sync.Map // segment.Key → *segment.Descriptor
+	// descs interns the descriptors of responses (wire.go).
+	descs descCache
 }
+
+// wireCall is the call option of the hand-coded calls (wire.go).
+var wireCall = grpc.ForceCodecV2(codec)
 
 var _ Client = (*remote)(nil)
 
@@ -54,13 +54,13 @@ func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (Client, er
 			return nil, fmt.Errorf("master: dial %s: %w (last state %v)", addr, ctx.Err(), s)
 		}
 	}
-	return &remote{rpc: pb.NewMasterClient(conn), conn: conn}, nil
+	return &remote{cc: conn, rpc: pb.NewMasterClient(conn), conn: conn}, nil
 }
 
 // NewRemote returns a Client over an existing connection (which the caller
 // keeps owning: Close does not close it).
 func NewRemote(cc grpc.ClientConnInterface) Client {
-	return &remote{rpc: pb.NewMasterClient(cc)}
+	return &remote{cc: cc, rpc: pb.NewMasterClient(cc)}
 }
 
 func (r *remote) Close() error {
@@ -140,71 +140,34 @@ func (r *remote) UnmountSegment(ctx context.Context, k segment.Key) error {
 	return nil
 }
 
-// segments decodes a response's descriptor table, interning descriptors.
-func (r *remote) segments(list []*pb.SegmentDescriptor) []*segment.Descriptor {
-	out := make([]*segment.Descriptor, len(list))
-	for i, p := range list {
-		k := segment.Key{ID: p.Id, Generation: p.Generation}
-		if d, ok := r.descs.Load(k); ok {
-			out[i] = d.(*segment.Descriptor)
-			continue
-		}
-		d := descFromPB(p)
-		v, _ := r.descs.LoadOrStore(k, &d)
-		out[i] = v.(*segment.Descriptor)
-	}
-	return out
-}
-
-// replicas decodes rs into backing and returns the sub-slice.
-func replicasFromPB(rs []*pb.Replica, segs []*segment.Descriptor, backing []Replica) ([]Replica, []Replica, error) {
-	start := len(backing)
-	for _, p := range rs {
-		if int(p.Segment) >= len(segs) {
-			return nil, backing, fmt.Errorf("master: malformed response: replica names segment %d of %d", p.Segment, len(segs))
-		}
-		backing = append(backing, Replica{Segment: segs[p.Segment], Offset: p.Offset, Length: p.Length})
-	}
-	return backing[start:len(backing):len(backing)], backing, nil
-}
-
 func (r *remote) PutStart(ctx context.Context, reqs []PutStartReq) ([]PutStartResult, error) {
 	if err := r.check(); err != nil {
 		return nil, err
-	}
-	items := make([]pb.PutStartItem, len(reqs))
-	in := &pb.PutStartRequest{Items: make([]*pb.PutStartItem, len(reqs))}
-	for i := range reqs {
-		q := &reqs[i]
-		items[i] = pb.PutStartItem{Key: q.Key, Size: q.Size, Replicas: int32(max(math.MinInt32, min(q.Replicas, math.MaxInt32))), Pin: q.Pin, Placement: placementToPB(&q.Placement)}
-		in.Items[i] = &items[i]
 	}
 	out := make([]PutStartResult, len(reqs))
 	send, local := splitItems(len(reqs), func(i int) error { return putStartUTF8(&reqs[i]) })
 	for i, err := range local {
 		out[i].Err = err
 	}
-	if local != nil {
-		in.Items = pick(in.Items, send)
-	}
-	resp, err := r.rpc.PutStart(ctx, in)
-	if err != nil {
+	resp := resultsReply{descs: &r.descs}
+	if err := r.cc.Invoke(ctx, pb.Master_PutStart_FullMethodName, &putStartRequest{reqs: pick(reqs, send)}, &resp, wireCall); err != nil {
 		return nil, r.fail(err)
 	}
-	if len(resp.Results) != len(in.Items) {
-		return nil, fmt.Errorf("master: malformed response: %d results for %d items", len(resp.Results), len(in.Items))
+	if len(resp.results) != len(reqs)-len(local) {
+		return nil, fmt.Errorf("master: malformed response: %d results for %d items", len(resp.results), len(reqs)-len(local))
 	}
-	segs := r.segments(resp.Segments)
 	var backing []Replica
-	for j, x := range resp.Results {
+	for j := range resp.results {
+		x := &resp.results[j]
 		i := at(send, j)
-		out[i].Err = fromItemError(x.Error)
-		out[i].Token = x.Token
-		if len(x.Replicas) > 0 {
+		out[i].Err = x.err
+		out[i].Token = x.token
+		if x.hi > x.lo {
 			if backing == nil {
-				backing = make([]Replica, 0, len(reqs))
+				backing = make([]Replica, 0, len(resp.replicas))
 			}
-			if out[i].Replicas, backing, err = replicasFromPB(x.Replicas, segs, backing); err != nil {
+			var err error
+			if out[i].Replicas, backing, err = resp.resolve(x, backing); err != nil {
 				return nil, err
 			}
 		}
@@ -212,19 +175,9 @@ func (r *remote) PutStart(ctx context.Context, reqs []PutStartReq) ([]PutStartRe
 	return out, nil
 }
 
-func refsToPB(puts []PutRef) []*pb.PutRef {
-	backing := make([]pb.PutRef, len(puts))
-	out := make([]*pb.PutRef, len(puts))
-	for i, p := range puts {
-		backing[i] = pb.PutRef{Key: p.Key, Token: p.Token}
-		out[i] = &backing[i]
-	}
-	return out
-}
-
 // itemErrs merges the errors of the items sent (send, nil for all) with
 // local, the errors of the items the client answered itself.
-func (r *remote) itemErrs(n int, send []int, local map[int]error, errs []*pb.ItemError, err error) []error {
+func (r *remote) itemErrs(n int, send []int, local map[int]error, errs []error, err error) []error {
 	out := make([]error, n)
 	if err != nil {
 		return fillErr(out, r.fail(err))
@@ -233,7 +186,7 @@ func (r *remote) itemErrs(n int, send []int, local map[int]error, errs []*pb.Ite
 		return fillErr(out, fmt.Errorf("master: malformed response: %d results for %d items", len(errs), n-len(local)))
 	}
 	for j, e := range errs {
-		out[at(send, j)] = fromItemError(e)
+		out[at(send, j)] = e
 	}
 	for i, e := range local {
 		out[i] = e
@@ -242,21 +195,21 @@ func (r *remote) itemErrs(n int, send []int, local map[int]error, errs []*pb.Ite
 }
 
 func (r *remote) PutEnd(ctx context.Context, puts []PutRef) []error {
-	if err := r.check(); err != nil {
-		return fillErr(make([]error, len(puts)), err)
-	}
-	send, local := splitItems(len(puts), func(i int) error { return keyUTF8(puts[i].Key) })
-	resp, err := r.rpc.PutEnd(ctx, &pb.PutEndRequest{Puts: pick(refsToPB(puts), send)})
-	return r.itemErrs(len(puts), send, local, resp.GetErrors(), err)
+	return r.putFinish(ctx, pb.Master_PutEnd_FullMethodName, puts)
 }
 
 func (r *remote) PutRevoke(ctx context.Context, puts []PutRef) []error {
+	return r.putFinish(ctx, pb.Master_PutRevoke_FullMethodName, puts)
+}
+
+func (r *remote) putFinish(ctx context.Context, method string, puts []PutRef) []error {
 	if err := r.check(); err != nil {
 		return fillErr(make([]error, len(puts)), err)
 	}
 	send, local := splitItems(len(puts), func(i int) error { return keyUTF8(puts[i].Key) })
-	resp, err := r.rpc.PutRevoke(ctx, &pb.PutRevokeRequest{Puts: pick(refsToPB(puts), send)})
-	return r.itemErrs(len(puts), send, local, resp.GetErrors(), err)
+	var resp itemErrorList
+	err := r.cc.Invoke(ctx, method, &putRefsRequest{puts: pick(puts, send)}, &resp, wireCall)
+	return r.itemErrs(len(puts), send, local, resp.errs, err)
 }
 
 func (r *remote) GetReplicas(ctx context.Context, keys []string) ([]GetResult, error) {
@@ -264,30 +217,31 @@ func (r *remote) GetReplicas(ctx context.Context, keys []string) ([]GetResult, e
 		return nil, err
 	}
 	send, local := splitItems(len(keys), func(i int) error { return keyUTF8(keys[i]) })
-	resp, err := r.rpc.GetReplicas(ctx, &pb.GetReplicasRequest{Keys: pick(keys, send)})
-	if err != nil {
+	resp := resultsReply{get: true, descs: &r.descs}
+	if err := r.cc.Invoke(ctx, pb.Master_GetReplicas_FullMethodName, &keysRequest{keys: pick(keys, send)}, &resp, wireCall); err != nil {
 		return nil, r.fail(err)
 	}
-	if len(resp.Results) != len(keys)-len(local) {
-		return nil, fmt.Errorf("master: malformed response: %d results for %d keys", len(resp.Results), len(keys)-len(local))
+	if len(resp.results) != len(keys)-len(local) {
+		return nil, fmt.Errorf("master: malformed response: %d results for %d keys", len(resp.results), len(keys)-len(local))
 	}
-	segs := r.segments(resp.Segments)
 	out := make([]GetResult, len(keys))
 	for i, err := range local {
 		out[i].Err = err
 	}
 	var backing []Replica
-	for j, x := range resp.Results {
+	for j := range resp.results {
+		x := &resp.results[j]
 		i := at(send, j)
-		if out[i].Err = fromItemError(x.Error); out[i].Err != nil {
+		if out[i].Err = x.err; out[i].Err != nil {
 			continue
 		}
 		if backing == nil {
-			backing = make([]Replica, 0, len(keys)-i)
+			backing = make([]Replica, 0, len(resp.replicas))
 		}
-		out[i].Size = x.Size
-		out[i].LeaseExpiry = unixNS(x.LeaseExpiryUnixNs)
-		if out[i].Replicas, backing, err = replicasFromPB(x.Replicas, segs, backing); err != nil {
+		out[i].Size = x.size
+		out[i].LeaseExpiry = unixNS(x.lease)
+		var err error
+		if out[i].Replicas, backing, err = resp.resolve(x, backing); err != nil {
 			return nil, err
 		}
 	}
@@ -319,7 +273,11 @@ func (r *remote) Remove(ctx context.Context, keys []string, force bool) []error 
 	}
 	send, local := splitItems(len(keys), func(i int) error { return keyUTF8(keys[i]) })
 	resp, err := r.rpc.Remove(ctx, &pb.RemoveRequest{Keys: pick(keys, send), Force: force})
-	return r.itemErrs(len(keys), send, local, resp.GetErrors(), err)
+	var errs []error
+	for _, e := range resp.GetErrors() {
+		errs = append(errs, fromItemError(e))
+	}
+	return r.itemErrs(len(keys), send, local, errs, err)
 }
 
 func (r *remote) RemoveAll(ctx context.Context, force bool) (int, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,9 +32,15 @@ type Server struct {
 
 // NewServer returns a Server for svc. reg, when not nil, is served on the
 // metrics listener (pass the registry given to the Service's Config).
+//
+// The hot calls are decoded and encoded by hand (wire.go); the wire format
+// is the generated code's. With a unary interceptor among opts, every call
+// goes through the generated handlers, so interceptors always see the
+// generated request and response messages.
 func NewServer(svc *Service, reg *prometheus.Registry, opts ...grpc.ServerOption) *Server {
+	opts = append([]grpc.ServerOption{grpc.ForceServerCodecV2(codec)}, opts...)
 	s := &Server{svc: svc, grpc: grpc.NewServer(opts...)}
-	pb.RegisterMasterServer(s.grpc, &grpcService{svc: svc})
+	s.grpc.RegisterService(serviceDesc(), &grpcService{svc: svc})
 	if reg != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -274,4 +281,79 @@ func (g *grpcService) Stats(ctx context.Context, _ *pb.StatsRequest) (*pb.StatsR
 		return nil, toStatus(err)
 	}
 	return statsToPB(&st), nil
+}
+
+// serviceDesc is pb.Master_ServiceDesc with hand-coded handlers for the hot
+// calls: they decode straight into the Service's types (wire.go).
+func serviceDesc() *grpc.ServiceDesc {
+	d := pb.Master_ServiceDesc
+	d.Methods = slices.Clone(d.Methods)
+	fast := map[string]grpc.MethodHandler{
+		"PutStart": fastHandler(pb.Master_ServiceDesc, "PutStart", func(g *grpcService, ctx context.Context, in *putStartRequest) (any, error) {
+			return g.putStart(ctx, in.reqs)
+		}),
+		"PutEnd": fastHandler(pb.Master_ServiceDesc, "PutEnd", func(g *grpcService, ctx context.Context, in *putRefsRequest) (any, error) {
+			return g.putFinish(ctx, opPutEnd, in.puts)
+		}),
+		"PutRevoke": fastHandler(pb.Master_ServiceDesc, "PutRevoke", func(g *grpcService, ctx context.Context, in *putRefsRequest) (any, error) {
+			return g.putFinish(ctx, opPutRevoke, in.puts)
+		}),
+		"GetReplicas": fastHandler(pb.Master_ServiceDesc, "GetReplicas", func(g *grpcService, ctx context.Context, in *keysRequest) (any, error) {
+			return g.getReplicas(ctx, in.keys)
+		}),
+	}
+	for i, m := range d.Methods {
+		if h, ok := fast[m.MethodName]; ok {
+			d.Methods[i].Handler = h
+		}
+	}
+	return &d
+}
+
+// fastHandler returns a handler that decodes into a new In and calls f,
+// or, when an interceptor is set, the generated handler of method.
+func fastHandler[In any, PIn interface {
+	*In
+	wireMessage
+}](desc grpc.ServiceDesc, method string, f func(*grpcService, context.Context, PIn) (any, error)) grpc.MethodHandler {
+	var generated grpc.MethodHandler
+	for _, m := range desc.Methods {
+		if m.MethodName == method {
+			generated = m.Handler
+		}
+	}
+	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		if interceptor != nil {
+			return generated(srv, ctx, dec, interceptor)
+		}
+		in := PIn(new(In))
+		if err := dec(in); err != nil {
+			return nil, err
+		}
+		return f(srv.(*grpcService), ctx, in)
+	}
+}
+
+func (g *grpcService) putStart(ctx context.Context, reqs []PutStartReq) (any, error) {
+	res, err := g.svc.PutStart(ctx, reqs)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &putStartResponse{res: res}, nil
+}
+
+func (g *grpcService) putFinish(ctx context.Context, op opKind, puts []PutRef) (any, error) {
+	errs := g.svc.putFinish(ctx, op, puts)
+	if len(errs) > 0 && errs[0] != nil && allSame(errs) && wholeCall(errs[0]) {
+		return nil, toStatus(errs[0])
+	}
+	return &itemErrorList{errs: errs}, nil
+}
+
+func (g *grpcService) getReplicas(ctx context.Context, keys []string) (any, error) {
+	res, err := g.svc.GetReplicas(ctx, keys)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &getResponse{res: res}, nil
 }
