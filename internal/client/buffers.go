@@ -31,13 +31,34 @@ func (s *Store) RegisterBuffer(ptr uintptr, size uint64) error {
 		return err
 	}
 	defer s.exit()
+	// Reserve the range under the lock, then classify and pin it without
+	// the lock: pinning a large buffer can take seconds and must not stall
+	// puts and gets.
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for p, r := range s.mu.regs {
 		if uint64(ptr) < r.ptr+r.size && r.ptr < uint64(ptr)+size {
+			s.mu.Unlock()
 			return fmt.Errorf("%w: [%#x, +%d) overlaps [%#x, +%d)", ErrAlreadyRegistered, ptr, size, p, r.size)
 		}
 	}
+	reg := &registration{ptr: uint64(ptr), size: size, pending: true}
+	s.mu.regs[ptr] = reg
+	s.mu.Unlock()
+	err := s.pin(reg)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		delete(s.mu.regs, ptr)
+		return err
+	}
+	reg.pending = false
+	return nil
+}
+
+// pin classifies reg's memory and page-locks it when it is pageable host
+// memory. On error nothing is registered.
+func (s *Store) pin(reg *registration) error {
+	ptr, size := uintptr(reg.ptr), reg.size
 	ends := []cuda.DevicePtr{cuda.DevicePtr(ptr), cuda.DevicePtr(uint64(ptr) + size - 1)}
 	var mt [2]cuda.MemoryType
 	if err := s.drv.PointerMemoryTypes(s.cctx, ends, mt[:]); err != nil {
@@ -46,7 +67,6 @@ func (s *Store) RegisterBuffer(ptr uintptr, size uint64) error {
 	if mt[0] != mt[1] {
 		return fmt.Errorf("%w: register buffer [%#x, +%d): first byte is %v memory, last byte %v", ErrInvalidArgument, ptr, size, mt[0], mt[1])
 	}
-	reg := &registration{ptr: uint64(ptr), size: size}
 	switch mt[0] {
 	case cuda.MemoryTypeDevice, cuda.MemoryTypeUnified, cuda.MemoryTypeHost:
 		// Reachable by the GPU already; not ours to unregister.
@@ -58,7 +78,6 @@ func (s *Store) RegisterBuffer(ptr uintptr, size uint64) error {
 	default:
 		return fmt.Errorf("%w: register buffer [%#x, +%d): %v memory cannot be copied to or from", ErrInvalidArgument, ptr, size, mt[0])
 	}
-	s.mu.regs[ptr] = reg
 	return nil
 }
 
@@ -67,7 +86,7 @@ func (s *Store) RegisterBuffer(ptr uintptr, size uint64) error {
 // is cheaper than keeping an index.
 func (s *Store) registeredLocked(p uintptr, n uint64) bool {
 	for _, r := range s.mu.regs {
-		if uint64(p) >= r.ptr && n <= r.size && uint64(p)-r.ptr <= r.size-n {
+		if !r.pending && uint64(p) >= r.ptr && n <= r.size && uint64(p)-r.ptr <= r.size-n {
 			return true
 		}
 	}
@@ -83,7 +102,7 @@ func (s *Store) UnregisterBuffer(ptr uintptr) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.mu.regs[ptr]
-	if !ok {
+	if !ok || r.pending {
 		return fmt.Errorf("%w: no buffer registered at %#x", ErrNotRegistered, ptr)
 	}
 	if r.ours {

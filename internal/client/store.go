@@ -94,18 +94,27 @@ type Store struct {
 
 	phases struct{ put, get phaseCounters }
 
-	// mu guards the lifecycle state and the registered buffers.
-	mu struct {
+	// gate admits operations. It is held only for a moment, never during
+	// teardown, so operations started while Close runs fail with ErrClosed
+	// at once instead of waiting for it.
+	gate struct {
 		sync.Mutex
 		closing bool
-		regs    map[uintptr]*registration
-		done    closeSteps
+	}
+
+	// mu guards the registered buffers and the teardown record. Teardown
+	// holds it throughout (no operation is in flight by then).
+	mu struct {
+		sync.Mutex
+		regs map[uintptr]*registration
+		done closeSteps
 	}
 }
 
 type registration struct {
 	ptr, size uint64
 	ours      bool // registered with the driver by us (else device or already page-locked memory)
+	pending   bool // RegisterBuffer is classifying/pinning it: reserved, not usable yet
 }
 
 // closeSteps records which teardown steps succeeded (retry does the rest).
@@ -327,9 +336,9 @@ func (s *Store) heartbeat(ttl time.Duration) {
 
 // enter admits an operation unless Close has started.
 func (s *Store) enter() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.closing {
+	s.gate.Lock()
+	defer s.gate.Unlock()
+	if s.gate.closing {
 		return ErrClosed
 	}
 	s.ops.Add(1)
@@ -357,8 +366,10 @@ const CloseTimeout = 30 * time.Second
 // skipped; the error wraps ErrCleanupPending and a later Close retries
 // exactly the remaining steps. Close is idempotent: nil once all is done.
 func (s *Store) Close() error {
+	s.gate.Lock()
+	s.gate.closing = true
+	s.gate.Unlock()
 	s.mu.Lock()
-	s.mu.closing = true
 	drained := s.mu.done.drained
 	s.mu.Unlock()
 	if !drained {
@@ -379,17 +390,22 @@ func (s *Store) Close() error {
 // CleanupPending reports whether a Close (or a failed Open) left resources
 // that a later Close will release.
 func (s *Store) CleanupPending() bool {
+	s.gate.Lock()
+	closing := s.gate.closing
+	s.gate.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := s.mu.done
-	return s.mu.closing && !(d.pool && d.fds && d.maps && d.xfer && d.regs && d.staging && d.master && d.ctx && d.driver)
+	return closing && !(d.pool && d.fds && d.maps && d.xfer && d.regs && d.staging && d.master && d.ctx && d.driver)
 }
 
 // teardown runs the remaining teardown steps (see Close).
 func (s *Store) teardown() error {
+	s.gate.Lock()
+	s.gate.closing = true
+	s.gate.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.mu.closing = true
 	d := &s.mu.done
 	var errs []error
 	step := func(done *bool, ok bool, name string, fn func() error) bool {

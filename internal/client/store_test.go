@@ -498,3 +498,36 @@ func TestReplicaOutsideSegment(t *testing.T) {
 	}
 	e.close()
 }
+
+// TestOpsFailFastDuringSlowClose: while a provider's Close waits for a
+// reader's lease to end, new operations on it fail with ErrClosed at once
+// instead of queueing behind the teardown.
+func TestOpsFailFastDuringSlowClose(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{LeaseTTL: 700 * time.Millisecond})
+	ctx := context.Background()
+	if err := e.cons.PutBytes(ctx, "leased", []byte("value"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cons.GetBytes(ctx, "leased"); err != nil { // takes a lease
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- e.prov.Close() }()
+	time.Sleep(100 * time.Millisecond) // Close is now waiting for the lease
+	if err := e.prov.PutBytes(ctx, "late", []byte("x"), client.PutOptions{}); !errors.Is(err, client.ErrClosed) {
+		t.Fatalf("put during close: %v, want ErrClosed", err)
+	}
+	select {
+	case err := <-closed:
+		t.Fatalf("Close (%v) returned before the put: the put queued behind the teardown", err)
+	default: // the put failed while Close still waited for the lease
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	e.prov = nil
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
