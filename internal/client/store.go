@@ -569,8 +569,13 @@ func mapErr(err error) error {
 		sentinel = ErrAlreadyExists
 	case errors.Is(err, master.ErrNoSpace):
 		sentinel = ErrNoSpace
-	case errors.Is(err, master.ErrHasLease):
+	case errors.Is(err, master.ErrHasLease), errors.Is(err, master.ErrWrongState):
+		// Leased, or a put of it still in progress: busy, retry later.
 		sentinel = ErrHasLease
+	case errors.Is(err, master.ErrUnknownClient):
+		// Our registration expired (missed heartbeats): the master has
+		// forgotten this client.
+		sentinel = ErrRPC
 	case errors.Is(err, master.ErrInvalid):
 		sentinel = ErrInvalidArgument
 	case errors.Is(err, master.ErrClosed):
