@@ -165,6 +165,11 @@ type GetResult struct {
 	// LeaseExpiry is when the read lease ends; a reader whose copy finishes
 	// later must treat the data as possibly overwritten.
 	LeaseExpiry time.Time
+	// LeaseTTL is the lease's length as granted. The remote Client sets
+	// LeaseExpiry to its own send time plus LeaseTTL, so a reader on another
+	// host never trusts a lease longer than the master granted, whatever the
+	// clock skew between them.
+	LeaseTTL time.Duration
 }
 
 // Stats is a snapshot of the master's state.

@@ -253,3 +253,34 @@ func TestInvalidUTF8BothTransports(t *testing.T) {
 		wantErr(t, "Unmount bad", e.c.UnmountSegment(e.ctx, segment.Key{ID: bad, Generation: 1}), ErrInvalid)
 	})
 }
+
+// TestRemoteLeaseInLocalClock: a master whose clock is an hour ahead of the
+// reader's must not hand the reader an hour-long lease — the remote Client
+// puts the lease in its own clock (send time + granted TTL).
+func TestRemoteLeaseInLocalClock(t *testing.T) {
+	cfg := testConfig()
+	e := newEnvWith(t, cfg, newBufconnClient)
+	e.clk.Advance(time.Until(e.clk.Now()) + time.Hour) // master clock: now + 1h
+	owner := e.register("lease-owner", "h", 0, 0)
+	if err := e.c.MountSegment(e.ctx, desc("lease/0", owner, "h", segment.TierDRAM, 0, 64*MiB)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.c.PutStart(e.ctx, []PutStartReq{{Key: "k", Size: 100, Placement: NoPlacement}})
+	if err != nil || res[0].Err != nil {
+		t.Fatal(err, res)
+	}
+	if errs := e.c.PutEnd(e.ctx, []PutRef{{Key: "k", Token: res[0].Token}}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	before := time.Now()
+	got, err := e.c.GetReplicas(e.ctx, []string{"k"})
+	if err != nil || got[0].Err != nil {
+		t.Fatal(err, got)
+	}
+	if got[0].LeaseTTL != cfg.LeaseTTL {
+		t.Fatalf("LeaseTTL %v, want %v", got[0].LeaseTTL, cfg.LeaseTTL)
+	}
+	if exp := got[0].LeaseExpiry; exp.Before(before) || exp.After(time.Now().Add(cfg.LeaseTTL)) {
+		t.Fatalf("lease expiry %v not within [%v, now+%v]", exp, before, cfg.LeaseTTL)
+	}
+}

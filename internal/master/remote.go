@@ -218,6 +218,7 @@ func (r *remote) GetReplicas(ctx context.Context, keys []string) ([]GetResult, e
 	}
 	send, local := splitItems(len(keys), func(i int) error { return keyUTF8(keys[i]) })
 	resp := resultsReply{get: true, descs: &r.descs}
+	sent := time.Now()
 	if err := r.cc.Invoke(ctx, pb.Master_GetReplicas_FullMethodName, &keysRequest{keys: pick(keys, send)}, &resp, wireCall); err != nil {
 		return nil, r.fail(err)
 	}
@@ -239,7 +240,15 @@ func (r *remote) GetReplicas(ctx context.Context, keys []string) ([]GetResult, e
 			backing = make([]Replica, 0, len(resp.replicas))
 		}
 		out[i].Size = x.size
-		out[i].LeaseExpiry = unixNS(x.lease)
+		// The lease in this process's clock: the send time plus the lease's
+		// length (never later than the master's own deadline, whatever the
+		// clock skew). Older masters send only the absolute expiry.
+		if x.ttl > 0 {
+			out[i].LeaseTTL = time.Duration(x.ttl)
+			out[i].LeaseExpiry = sent.Add(out[i].LeaseTTL)
+		} else {
+			out[i].LeaseExpiry = unixNS(x.lease)
+		}
 		var err error
 		if out[i].Replicas, backing, err = resp.resolve(x, backing); err != nil {
 			return nil, err

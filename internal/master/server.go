@@ -232,6 +232,7 @@ func (g *grpcService) GetReplicas(ctx context.Context, r *pb.GetReplicasRequest)
 		b.Error = toItemError(x.Err)
 		if x.Err == nil {
 			b.Size, b.Replicas, b.LeaseExpiryUnixNs = x.Size, tab.replicas(x.Replicas), x.LeaseExpiry.UnixNano()
+			b.LeaseTtlNs = int64(max(0, x.LeaseTTL))
 		}
 		out.Results[i] = b
 	}

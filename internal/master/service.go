@@ -651,7 +651,7 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 			o.flags |= flagLeaseQueued
 			s.queueLeaseLocked(slot, o.leaseUntil)
 		}
-		out[i] = GetResult{Size: o.size, Replicas: backing[start:len(backing):len(backing)], LeaseExpiry: expiry}
+		out[i] = GetResult{Size: o.size, Replicas: backing[start:len(backing):len(backing)], LeaseExpiry: expiry, LeaseTTL: s.cfg.LeaseTTL}
 	}
 	s.met.items(opGet, len(keys), func(i int) error { return out[i].Err })
 	return out, nil

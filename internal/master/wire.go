@@ -587,6 +587,7 @@ func (m *getResponse) appendWire(b []byte) ([]byte, error) {
 			b = appendVarintNZ(b, 2, x.Size)
 			b = appendReplicas(b, 3, &m.tab, x.Replicas)
 			b = appendVarintNZ(b, 4, uint64(x.LeaseExpiry.UnixNano()))
+			b = appendVarintNZ(b, 5, uint64(max(0, x.LeaseTTL)))
 		}
 		b = endMsg(b, r)
 	}
@@ -785,7 +786,8 @@ type wireResult struct {
 	err    error
 	token  uint64 // PutStart
 	size   uint64 // GetReplicas
-	lease  int64  // GetReplicas
+	lease  int64  // GetReplicas: expiry, master clock (unix ns)
+	ttl    int64  // GetReplicas: lease left when sent (ns)
 	lo, hi int    // replicas[lo:hi]
 }
 
@@ -862,6 +864,8 @@ func (m *resultsReply) result(b []byte) error {
 			m.replicas = append(m.replicas, r)
 		case m.get && f.is(4, protowire.VarintType):
 			x.lease = int64(f.v)
+		case m.get && f.is(5, protowire.VarintType):
+			x.ttl = int64(f.v)
 		}
 	}
 	if errMsg != nil {

@@ -1384,8 +1384,13 @@ type GetResult struct {
 	Size              uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
 	Replicas          []*Replica             `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	LeaseExpiryUnixNs int64                  `protobuf:"varint,4,opt,name=lease_expiry_unix_ns,json=leaseExpiryUnixNs,proto3" json:"lease_expiry_unix_ns,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// lease_ttl_ns is the lease's length as granted. Clients on other hosts
+	// derive their local deadline from it (their send time + ttl: never later
+	// than the master's), so clock skew between hosts cannot stretch a lease;
+	// lease_expiry_unix_ns is in the master's own clock.
+	LeaseTtlNs    int64 `protobuf:"varint,5,opt,name=lease_ttl_ns,json=leaseTtlNs,proto3" json:"lease_ttl_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetResult) Reset() {
@@ -1442,6 +1447,13 @@ func (x *GetResult) GetReplicas() []*Replica {
 func (x *GetResult) GetLeaseExpiryUnixNs() int64 {
 	if x != nil {
 		return x.LeaseExpiryUnixNs
+	}
+	return 0
+}
+
+func (x *GetResult) GetLeaseTtlNs() int64 {
+	if x != nil {
+		return x.LeaseTtlNs
 	}
 	return 0
 }
@@ -2147,12 +2159,14 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x11PutRevokeResponse\x12.\n" +
 	"\x06errors\x18\x01 \x03(\v2\x16.kvfabric.v1.ItemErrorR\x06errors\"(\n" +
 	"\x12GetReplicasRequest\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\tR\x04keys\"\xb0\x01\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\"\xd2\x01\n" +
 	"\tGetResult\x12,\n" +
 	"\x05error\x18\x01 \x01(\v2\x16.kvfabric.v1.ItemErrorR\x05error\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x120\n" +
 	"\breplicas\x18\x03 \x03(\v2\x14.kvfabric.v1.ReplicaR\breplicas\x12/\n" +
-	"\x14lease_expiry_unix_ns\x18\x04 \x01(\x03R\x11leaseExpiryUnixNs\"\x83\x01\n" +
+	"\x14lease_expiry_unix_ns\x18\x04 \x01(\x03R\x11leaseExpiryUnixNs\x12 \n" +
+	"\flease_ttl_ns\x18\x05 \x01(\x03R\n" +
+	"leaseTtlNs\"\x83\x01\n" +
 	"\x13GetReplicasResponse\x12:\n" +
 	"\bsegments\x18\x01 \x03(\v2\x1e.kvfabric.v1.SegmentDescriptorR\bsegments\x120\n" +
 	"\aresults\x18\x02 \x03(\v2\x16.kvfabric.v1.GetResultR\aresults\"#\n" +
