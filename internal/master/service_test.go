@@ -50,8 +50,12 @@ func TestPutGetVisibility(t *testing.T) {
 		if g.Err != nil || g.Size != 1000 || len(g.Replicas) != 1 || g.Replicas[0].Offset != rep.Offset || *g.Replicas[0].Segment != d {
 			t.Fatalf("Get = %+v", g)
 		}
-		if want := e.clk.Now().Add(5 * time.Second); !g.LeaseExpiry.Equal(want) {
-			t.Fatalf("lease expiry %v, want %v", g.LeaseExpiry, want)
+		// Embedded: the master's clock. Remote: the reader's own clock
+		// (send time + TTL; see TestRemoteLeaseInLocalClock).
+		masterClock := g.LeaseExpiry.Equal(e.clk.Now().Add(5 * time.Second))
+		localClock := !g.LeaseExpiry.After(time.Now().Add(5*time.Second)) && g.LeaseExpiry.After(time.Now().Add(4*time.Second))
+		if g.LeaseTTL != 5*time.Second || !(masterClock || localClock) {
+			t.Fatalf("lease expiry %v (TTL %v), want %v in the master's clock or now+5s in ours", g.LeaseExpiry, g.LeaseTTL, e.clk.Now().Add(5*time.Second))
 		}
 		if !e.exists("a") || e.exists("b") {
 			t.Fatal("Exists wrong")
