@@ -385,7 +385,8 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	cache := map[segment.Key]mapped{}
 	defer releaseAll(cache)
 	var copies []cuda.Copy
-	var lease time.Time
+	var lease time.Time // the earliest lease of the batch
+	leases := make([]time.Time, len(keys))
 	okIdx := make([]int, 0, len(res))
 	for j, r := range res {
 		i := idx[j]
@@ -409,6 +410,7 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 		}
 		copies = appendCopies(copies, clip(dsts[i], r.Size), addr, false)
 		sizes[i] = r.Size
+		leases[i] = r.LeaseExpiry
 		if lease.IsZero() || r.LeaseExpiry.Before(lease) {
 			lease = r.LeaseExpiry
 		}
@@ -427,10 +429,13 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 		}
 		return sizes, errs
 	}
+	// Only the keys whose own lease ended before the copy finished may have
+	// torn bytes.
 	if now := timeNow(); now.After(lease) {
-		err := fmt.Errorf("%w: lease ended %v before the copy finished", ErrLeaseExpired, now.Sub(lease))
 		for _, i := range okIdx {
-			errs[i] = err
+			if now.After(leases[i]) {
+				errs[i] = fmt.Errorf("%w: get %q: lease ended %v before the copy finished", ErrLeaseExpired, keys[i], now.Sub(leases[i]))
+			}
 		}
 	}
 	return sizes, errs

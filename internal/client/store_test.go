@@ -531,3 +531,35 @@ func TestOpsFailFastDuringSlowClose(t *testing.T) {
 	}
 	e.close()
 }
+
+// TestLeaseExpiredDuringCopy: a get whose read lease ended before its copy
+// finished reports ErrLeaseExpired (the bytes may be torn), per key.
+func TestLeaseExpiredDuringCopy(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{LeaseTTL: 300 * time.Millisecond})
+	ctx := context.Background()
+	for _, k := range []string{"a", "b"} {
+		if err := e.cons.PutBytes(ctx, k, []byte("value-"+k), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dst := devBuf(t, e, 64)
+	restore := client.SetTimeNow(func() time.Time { return time.Now().Add(time.Hour) })
+	_, errs := e.cons.BatchGet(ctx, []string{"a", "b"}, [][]client.Region{client.Bytes(uintptr(dst), 32), client.Bytes(uintptr(dst)+32, 32)}, 0)
+	_, berr := e.cons.GetBytes(ctx, "a")
+	restore()
+	for i, err := range errs {
+		if !errors.Is(err, client.ErrLeaseExpired) {
+			t.Fatalf("key %d: %v, want ErrLeaseExpired", i, err)
+		}
+	}
+	if !errors.Is(berr, client.ErrLeaseExpired) {
+		t.Fatalf("GetBytes: %v, want ErrLeaseExpired", berr)
+	}
+	if _, errs := e.cons.BatchGet(ctx, []string{"a"}, [][]client.Region{client.Bytes(uintptr(dst), 32)}, 0); errs[0] != nil {
+		t.Fatalf("get in time: %v", errs[0])
+	}
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
