@@ -560,3 +560,27 @@ func TestBadRequests(t *testing.T) {
 	}
 	settleFDs(t, before)
 }
+
+// TestUnregisterRetryAfterCloseError: a close error still releases the fd
+// (Linux), so the registry must not close it again, and the retried
+// Unregister the pool's contract promises succeeds.
+func TestUnregisterRetryAfterCloseError(t *testing.T) {
+	s := newServer(t, fdx.Options{})
+	if err := s.Register(keyA, tempFD(t, "x")); err != nil {
+		t.Fatal(err)
+	}
+	restore := fdx.FailNextClose(syscall.EIO)
+	defer restore()
+	if err := s.Unregister(keyA); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Unregister with a failing close: %v, want EIO", err)
+	}
+	if err := s.Unregister(keyA); err != nil {
+		t.Fatalf("retried Unregister: %v", err)
+	}
+	if err := s.Unregister(keyA); !errors.Is(err, fdx.ErrNotRegistered) {
+		t.Fatalf("third Unregister: %v, want ErrNotRegistered", err)
+	}
+	if _, err := fdx.Fetch(context.Background(), s.SocketPath(), keyA); !errors.Is(err, fdx.ErrUnknownSegment) {
+		t.Fatalf("fetch after unregister: %v", err)
+	}
+}

@@ -61,6 +61,11 @@ type Server struct {
 		gens map[string]int
 		// conns are the connections being served (closed by Close).
 		conns map[*net.UnixConn]struct{}
+		// closeFailed records keys whose fd close reported an error. Linux
+		// releases the descriptor even then, so it must never be closed
+		// again; a retried Unregister of such a key succeeds (the pool's
+		// retry contract) instead of reporting ErrNotRegistered.
+		closeFailed map[segment.Key]struct{}
 	}
 	closeMu  sync.Mutex // serialises Close
 	closeSt  closeSteps // guarded by closeMu
@@ -112,6 +117,7 @@ func ListenOptions(dir, name string, opts Options) (_ *Server, err error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.mu.fds = make(map[segment.Key]int)
+	s.mu.closeFailed = make(map[segment.Key]struct{})
 	s.mu.gens = make(map[string]int)
 	s.mu.conns = make(map[*net.UnixConn]struct{})
 
@@ -203,18 +209,31 @@ func (s *Server) Unregister(k segment.Key) error {
 			delete(s.mu.gens, k.ID)
 		}
 	}
+	_, retry := s.mu.closeFailed[k]
+	if !ok && retry {
+		delete(s.mu.closeFailed, k)
+	}
 	s.mu.Unlock()
 	if !ok {
+		if retry {
+			return nil // the earlier close released the fd despite its error
+		}
 		if closed {
 			return fmt.Errorf("fdx: unregister %v: %w", k, ErrClosed)
 		}
 		return fmt.Errorf("fdx: unregister %v: %w", k, ErrNotRegistered)
 	}
-	if err := syscall.Close(fd); err != nil {
+	if err := closeFD(fd); err != nil {
+		s.mu.Lock()
+		s.mu.closeFailed[k] = struct{}{}
+		s.mu.Unlock()
 		return fmt.Errorf("fdx: unregister %v: close fd %d: %w", k, fd, err)
 	}
 	return nil
 }
+
+// closeFD closes an owned fd; tests replace it to inject close failures.
+var closeFD = syscall.Close
 
 // Close shuts the server down. In order:
 //
