@@ -50,7 +50,7 @@ event times; ratios are to the ceiling measured in the same run. With several
 	cmd.Flags().StringVar(&f.sizes, "sizes", "4KiB,64KiB,1MiB", "block sizes")
 	cmd.Flags().StringVar(&f.bytes, "bytes", "", "bytes per batch (default 256MiB on CUDA, 2MiB on the simulator); the DRAM pool is 4x")
 	cmd.Flags().IntVar(&f.iters, "iters", 0, "timed batches per measurement (default 5 on CUDA, 2 on the simulator)")
-	cmd.Flags().StringVar(&f.ceMin, "copy-engine-min", "1MiB", "auto route: blocks from this size go to the copy engine")
+	cmd.Flags().StringVar(&f.ceMin, "copy-engine-min", "128KiB", "auto route: blocks from this size go to the copy engine")
 	rootCmd.AddCommand(cmd)
 }
 

@@ -97,7 +97,7 @@ func Defaults() Config {
 		HandleType:         HandleAuto,
 		Driver:             DriverAuto,
 		LocalHostname:      host,
-		CopyEngineMinBytes: 1 << 20,
+		CopyEngineMinBytes: 128 << 10, // measured crossover, see transfer.DefaultCopyEngineMinBytes
 		SocketDir:          os.TempDir(),
 	}
 }

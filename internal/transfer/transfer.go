@@ -62,8 +62,13 @@ func (r Route) String() string {
 	return fmt.Sprintf("route(%d)", int(r))
 }
 
-// DefaultCopyEngineMinBytes is the default crossover block size.
-const DefaultCopyEngineMinBytes = 1 << 20
+// DefaultCopyEngineMinBytes is the default crossover block size, measured
+// on H200 (driver 580, PCIe Gen5 host memory; docs/perf/datapath.md): the SM
+// kernel gives 0.92-0.95 of the copy-engine ceiling at every size, while
+// cuMemcpyBatchAsync gives 0.08 at 4 KiB, 0.65 at 16 KiB, 0.92-1.00 at
+// 64 KiB and 0.96-1.00 from 128 KiB. From 128 KiB the copy engine wins in
+// both directions (and leaves the SMs to the model).
+const DefaultCopyEngineMinBytes = 128 << 10
 
 // Options configures an Engine. The zero value is useful.
 type Options struct {
