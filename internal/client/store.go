@@ -74,9 +74,14 @@ type Store struct {
 	m         master.Client
 	ownMaster bool
 
-	hbStop chan struct{}
-	hbDone chan struct{}
-	hbErr  atomic.Pointer[error]
+	hbStop  chan struct{}
+	hbDone  chan struct{}
+	hbErr   atomic.Pointer[error]
+	regInfo master.ClientInfo // as registered; fixed after Open
+	// mounted is the pool once every segment is mounted: the heartbeat
+	// (started before the pool, so that a long setup does not expire the
+	// registration) remounts it after re-registering.
+	mounted atomic.Pointer[pool.Pool]
 
 	fds  *fdx.Server
 	pool *pool.Pool
@@ -201,10 +206,11 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	if s.clientID == "" {
 		s.clientID = fmt.Sprintf("%s-%d-%d", cfg.LocalHostname, os.Getpid(), storeSeq.Add(1))
 	}
-	reg, err := s.m.RegisterClient(ctx, master.ClientInfo{
+	s.regInfo = master.ClientInfo{
 		ID: s.clientID, Node: cfg.LocalHostname, TTL: opts.ClientTTL,
 		NUMANode: s.numa, Device: int32(cfg.Device),
-	})
+	}
+	reg, err := s.m.RegisterClient(ctx, s.regInfo)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("register client %q: %w", s.clientID, err))
 	}
@@ -231,6 +237,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 			}
 			return nil, mapErr(fmt.Errorf("provider pool: %w", err))
 		}
+		s.mounted.Store(s.pool)
 	}
 
 	// Consumer data path.
@@ -322,6 +329,9 @@ func (s *Store) heartbeat(ttl time.Duration) {
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), every)
 			err := s.m.Heartbeat(ctx, s.clientID)
+			if errors.Is(err, master.ErrUnknownClient) {
+				err = s.reregister(ctx)
+			}
 			cancel()
 			if err != nil {
 				err = mapErr(fmt.Errorf("heartbeat: %w", err))
@@ -332,6 +342,27 @@ func (s *Store) heartbeat(ttl time.Duration) {
 			s.hbErr.Store(nil)
 		}
 	}
+}
+
+// reregister registers again after the master expired this client (missed
+// heartbeats: a pause, a partition, a master restart). The master has
+// unmounted our segments and dropped the objects on them; the memory is
+// still ours, so the provider pool mounts the same segments again and the
+// store serves new puts. Objects written before are gone (their replicas
+// were dropped), never half-visible.
+func (s *Store) reregister(ctx context.Context) error {
+	if _, err := s.m.RegisterClient(ctx, s.regInfo); err != nil {
+		return fmt.Errorf("register again after expiry: %w", err)
+	}
+	p := s.mounted.Load()
+	if p != nil {
+		if err := p.Remount(ctx); err != nil {
+			return fmt.Errorf("registered again after expiry; remount: %w", err)
+		}
+	}
+	s.log.Warn("kvfabric client registration had expired: registered again", "client", s.clientID,
+		"segments remounted", p != nil && len(p.Segments()) > 0)
+	return nil
 }
 
 // enter admits an operation unless Close has started.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -557,6 +558,82 @@ func TestLeaseExpiredDuringCopy(t *testing.T) {
 	}
 	if _, errs := e.cons.BatchGet(ctx, []string{"a"}, [][]client.Region{client.Bytes(uintptr(dst), 32)}, 0); errs[0] != nil {
 		t.Fatalf("get in time: %v", errs[0])
+	}
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
+
+// stepClock is a master clock tests move forward by hand.
+type stepClock struct {
+	mu  sync.Mutex
+	off time.Duration
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.off)
+}
+
+func (c *stepClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.off += d
+	c.mu.Unlock()
+}
+
+// TestReregisterAfterExpiry: a provider whose registration expired (here:
+// the master's clock jumps past its TTL) registers again on its next
+// heartbeat and mounts the same segments; objects written before are gone
+// (never stale), and new puts and gets work.
+func TestReregisterAfterExpiry(t *testing.T) {
+	clk := &stepClock{}
+	e := newEnv(t, sim.Config{}, nil, master.Config{Clock: clk, ReapInterval: 10 * time.Millisecond, LeaseTTL: 200 * time.Millisecond})
+	ctx := context.Background()
+	var err error
+	e.prov, err = client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: e.drv, Master: e.mc, ClientID: "prov", ClientTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cons.PutBytes(ctx, "before", []byte("old"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	segs := func() int {
+		l, err := e.mc.ListSegments(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l)
+	}
+	want := segs()
+	clk.advance(time.Hour) // every registration expires at the next reap
+	deadline := time.Now().Add(5 * time.Second)
+	for segs() != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The provider's heartbeat (every TTL/3) registers again and remounts.
+	for segs() != want && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := segs(); got != want {
+		t.Fatalf("segments after re-registration: %d, want %d", got, want)
+	}
+	if _, err := e.cons.GetBytes(ctx, "before"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("object from before the expiry: %v, want ErrNotFound", err)
+	}
+	// The consumer re-registers on its own heartbeat too; then it can put.
+	for time.Now().Before(deadline) {
+		if err = e.cons.PutBytes(ctx, "after", []byte("new"), client.PutOptions{}); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("put after re-registration: %v", err)
+	}
+	if b, err := e.cons.GetBytes(ctx, "after"); err != nil || string(b) != "new" {
+		t.Fatalf("get after re-registration: %q %v", b, err)
 	}
 	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
 		t.Fatal(err)

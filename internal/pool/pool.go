@@ -526,6 +526,34 @@ func (p *Pool) Close() error {
 	return err
 }
 
+// Remount publishes every mounted segment to the master again, for a
+// provider whose registration expired (the master unmounted its segments
+// and dropped the objects on them) and that registered again. The memory
+// and the descriptors — generations included — are unchanged; mounting a
+// segment the master still has is a no-op there. It returns the errors of
+// the segments it could not mount (a later Remount retries them). After
+// Close starts it returns ErrClosed.
+func (p *Pool) Remount(ctx context.Context) error {
+	if p.closing.Load() {
+		return ErrClosed
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing.Load() {
+		return ErrClosed
+	}
+	var errs []error
+	for _, c := range p.mu.chunks {
+		if !c.has(stepMount) {
+			continue
+		}
+		if err := p.deps.Mounter.MountSegment(ctx, c.desc); err != nil {
+			errs = append(errs, fmt.Errorf("pool: remount %s: %w", c.desc.Key(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // CleanupPending reports whether the last Close (or the unwinding of a
 // failed Open) failed and left resources that a later Close will retry.
 func (p *Pool) CleanupPending() bool {
