@@ -236,14 +236,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 		order := rng.Perm(o.count) // random block order: random segments and offsets
 		t0 := time.Now()
 		for b := 0; b < o.count; b += o.batch {
-			n := min(o.batch, o.count-b)
-			ks := make([]string, n)
-			rs := make([][]client.Region, n)
-			for j := 0; j < n; j++ {
-				i := order[b+j]
-				ks[j] = keys[i]
-				rs[j] = client.Bytes(uintptr(src)+uintptr(uint64(i)*blk), blk)
-			}
+			ks, rs := demoBatch(keys, order[b:min(b+o.batch, o.count)], src, blk)
 			for j, e := range cons.BatchPut(ctx, ks, rs, 0, client.PutOptions{}) {
 				if e != nil {
 					return fmt.Errorf("put %s: %w", ks[j], e)
@@ -262,14 +255,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 		}
 		t0 = time.Now()
 		for b := 0; b < o.count; b += o.batch {
-			n := min(o.batch, o.count-b)
-			ks := make([]string, n)
-			rs := make([][]client.Region, n)
-			for j := 0; j < n; j++ {
-				i := order[b+j]
-				ks[j] = keys[i]
-				rs[j] = client.Bytes(uintptr(dst)+uintptr(uint64(i)*blk), blk)
-			}
+			ks, rs := demoBatch(keys, order[b:min(b+o.batch, o.count)], dst, blk)
 			sizes, errs := cons.BatchGet(ctx, ks, rs, 0)
 			for j, e := range errs {
 				if e != nil {
@@ -380,6 +366,18 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 	}
 	fmt.Fprintln(out, "demo: OK")
 	return nil
+}
+
+// demoBatch is one batch: the keys of blocks idx and their regions in buf
+// (block i lives at buf + i*blk).
+func demoBatch(keys []string, idx []int, buf cuda.DevicePtr, blk uint64) ([]string, [][]client.Region) {
+	ks := make([]string, len(idx))
+	rs := make([][]client.Region, len(idx))
+	for j, i := range idx {
+		ks[j] = keys[i]
+		rs[j] = client.Bytes(uintptr(buf)+uintptr(uint64(i)*blk), blk)
+	}
+	return ks, rs
 }
 
 func tierName(egm bool) string {
