@@ -40,12 +40,12 @@ func (s *Service) evictLocked(t segment.Tier, want uint64, now int64) uint64 {
 	for freed < want && evicted < maxEvictPerCall && misses < 8 && s.mu.visible > 0 {
 		victim, found := uint32(0), false
 		var oldest int64
-		n := len(s.mu.objs)
+		n := s.mu.objs.len()
 		// A sparse table would make sampling miss; scale the sample up.
 		sample := s.cfg.EvictSample * max(1, n/max(1, s.mu.visible))
 		for range min(sample, 16*s.cfg.EvictSample) {
 			slot := uint32(s.mu.rng.IntN(n))
-			o := &s.mu.objs[slot]
+			o := s.mu.objs.at(slot)
 			if o.state != stateVisible || o.flags&flagPinned != 0 || o.leaseUntil > now {
 				continue
 			}

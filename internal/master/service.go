@@ -45,10 +45,10 @@ type replica struct {
 	ref alloc.Ref
 }
 
-// object is one entry of the object table (72 bytes). Objects are addressed
-// by slot index; the table holds no pointers besides the key.
+// object is one entry of the object table (64 bytes, no pointers). Objects
+// are addressed by slot index.
 type object struct {
-	key        string
+	key        uint64 // reference to the key in objTable's arena; noKey when none
 	size       uint64
 	token      uint64
 	stamp      int64 // visible: last access; pending: put deadline (unix ns)
@@ -98,14 +98,12 @@ type Service struct {
 		tierCap  [3]uint64 // by segment.Tier
 		tierUsed [3]uint64
 
-		index    map[string]uint32 // visible and pending keys → object slot
-		objs     []object
-		freeObjs []uint32
-		extra    map[uint32][]replica // all replicas of objects with > inlineReps
-		pending  map[uint32]struct{}  // slots of puts in progress
-		leaseQ   map[int64][]uint32   // lease wheel: bucket → slots to look at
-		visible  int
-		zombies  int
+		objs    objTable             // records, keys, index of visible and pending keys
+		extra   map[uint32][]replica // all replicas of objects with > inlineReps
+		pending map[uint32]struct{}  // slots of puts in progress
+		leaseQ  map[int64][]uint32   // lease wheel: bucket → slots to look at
+		visible int
+		zombies int
 
 		nextToken  uint64
 		nextClient uint64
@@ -133,7 +131,7 @@ func New(cfg Config) (*Service, error) {
 	m := &s.mu
 	m.clients = map[string]*clientState{}
 	m.segIndex = map[string]uint32{}
-	m.index = map[string]uint32{}
+	m.objs = newObjTable()
 	m.extra = map[uint32][]replica{}
 	m.pending = map[uint32]struct{}{}
 	m.leaseQ = map[int64][]uint32{}
@@ -328,7 +326,7 @@ func (s *Service) UnmountSegment(ctx context.Context, k segment.Key) (err error)
 	sg := s.mu.segs[slot]
 	leased, writing := 0, 0
 	sg.al.Each(func(_ alloc.Ref, _, _ uint64, tag uint32) {
-		o := &s.mu.objs[tag]
+		o := s.mu.objs.at(tag)
 		switch {
 		case o.state == statePending:
 			writing++
@@ -404,7 +402,7 @@ func (s *Service) ListSegments(ctx context.Context) (_ []segment.Descriptor, err
 // ---- objects ----
 
 func (s *Service) repsLocked(slot uint32) []replica {
-	o := &s.mu.objs[slot]
+	o := s.mu.objs.at(slot)
 	if o.nrep <= inlineReps {
 		return o.reps[:o.nrep]
 	}
@@ -413,7 +411,7 @@ func (s *Service) repsLocked(slot uint32) []replica {
 
 // setRepsLocked stores reps as slot's replicas; reps may alias the old ones.
 func (s *Service) setRepsLocked(slot uint32, reps []replica) {
-	o := &s.mu.objs[slot]
+	o := s.mu.objs.at(slot)
 	if len(reps) <= inlineReps {
 		var in [inlineReps]replica
 		copy(in[:], reps)
@@ -427,7 +425,7 @@ func (s *Service) setRepsLocked(slot uint32, reps []replica) {
 
 // freeObjectLocked frees slot's replicas and the slot itself.
 func (s *Service) freeObjectLocked(slot uint32, now int64) {
-	o := &s.mu.objs[slot]
+	o := s.mu.objs.at(slot)
 	for _, r := range s.repsLocked(slot) {
 		sg := s.mu.segs[r.seg]
 		_, n, err := sg.al.Span(r.ref)
@@ -435,7 +433,7 @@ func (s *Service) freeObjectLocked(slot uint32, now int64) {
 			err = sg.al.Free(r.ref)
 		}
 		if err != nil {
-			s.log.Error("master: bug: free replica", "key", o.key, "err", err)
+			s.log.Error("master: bug: free replica", "key", s.mu.objs.key(slot), "err", err)
 			continue
 		}
 		s.mu.tierUsed[sg.desc.Tier] -= n
@@ -443,10 +441,10 @@ func (s *Service) freeObjectLocked(slot uint32, now int64) {
 	delete(s.mu.extra, slot)
 	switch o.state {
 	case statePending:
-		delete(s.mu.index, o.key)
+		s.mu.objs.unindex(slot)
 		delete(s.mu.pending, slot)
 	case stateVisible:
-		delete(s.mu.index, o.key)
+		s.mu.objs.unindex(slot)
 		s.mu.visible--
 	case stateZombie:
 		s.mu.zombies--
@@ -454,18 +452,8 @@ func (s *Service) freeObjectLocked(slot uint32, now int64) {
 	if o.flags&flagLeaseQueued != 0 && o.leaseUntil <= now {
 		s.met.leaseExpiries.Inc()
 	}
-	*o = object{}
-	s.mu.freeObjs = append(s.mu.freeObjs, slot)
-}
-
-func (s *Service) newObjectLocked() uint32 {
-	if n := len(s.mu.freeObjs); n > 0 {
-		slot := s.mu.freeObjs[n-1]
-		s.mu.freeObjs = s.mu.freeObjs[:n-1]
-		return slot
-	}
-	s.mu.objs = append(s.mu.objs, object{})
-	return uint32(len(s.mu.objs) - 1)
+	s.mu.objs.dropKey(slot)
+	s.mu.objs.release(slot)
 }
 
 func (s *Service) replicaLocked(r replica) Replica {
@@ -499,24 +487,25 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 			continue
 		}
 		r := &reqs[i]
-		if _, ok := s.mu.index[r.Key]; ok {
+		h := s.mu.objs.hash(r.Key)
+		if _, ok := s.mu.objs.find(h, r.Key); ok {
 			out[i].Err = fmt.Errorf("%w: key %q", ErrAlreadyExists, r.Key)
 			continue
 		}
-		slot := s.newObjectLocked()
+		slot := s.mu.objs.alloc()
 		scratch, out[i].Err = s.placeLocked(r, slot, now, scratch[:0])
 		if out[i].Err != nil {
-			s.mu.freeObjs = append(s.mu.freeObjs, slot)
+			s.mu.objs.release(slot)
 			continue
 		}
-		o := &s.mu.objs[slot]
-		*o = object{key: r.Key, size: r.Size, token: s.mu.nextToken, stamp: now + int64(s.cfg.PutTimeout), state: statePending}
+		o := s.mu.objs.at(slot)
+		*o = object{key: noKey, size: r.Size, token: s.mu.nextToken, stamp: now + int64(s.cfg.PutTimeout), state: statePending}
 		s.mu.nextToken++
 		if r.Pin {
 			o.flags |= flagPinned
 		}
 		s.setRepsLocked(slot, scratch)
-		s.mu.index[r.Key] = slot
+		s.mu.objs.insert(h, slot, r.Key)
 		s.mu.pending[slot] = struct{}{}
 		start := len(backing)
 		for _, rp := range scratch {
@@ -571,10 +560,10 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 		if out[i] != nil {
 			continue
 		}
-		slot, ok := s.mu.index[p.Key]
+		slot, ok := s.mu.objs.lookup(p.Key)
 		var o *object
 		if ok {
-			o = &s.mu.objs[slot]
+			o = s.mu.objs.at(slot)
 		}
 		switch {
 		case !ok || o.token != p.Token:
@@ -626,8 +615,8 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 		if out[i].Err != nil {
 			continue
 		}
-		slot, ok := s.mu.index[k]
-		if !ok || s.mu.objs[slot].state != stateVisible {
+		slot, ok := s.mu.objs.lookup(k)
+		if !ok || s.mu.objs.at(slot).state != stateVisible {
 			out[i].Err = fmt.Errorf("%w: key %q", ErrNotFound, k)
 			continue
 		}
@@ -644,7 +633,7 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 			out[i].Err = fmt.Errorf("%w: key %q: all replicas are on draining segments", ErrNotFound, k)
 			continue
 		}
-		o := &s.mu.objs[slot]
+		o := s.mu.objs.at(slot)
 		o.stamp = now
 		o.leaseUntil = max(o.leaseUntil, until)
 		if o.flags&flagLeaseQueued == 0 {
@@ -679,8 +668,8 @@ func (s *Service) Exists(ctx context.Context, keys []string) (_ []bool, err erro
 	defer s.mu.Unlock()
 	out := make([]bool, len(keys))
 	for i, k := range keys {
-		slot, ok := s.mu.index[k]
-		out[i] = ok && s.mu.objs[slot].state == stateVisible
+		slot, ok := s.mu.objs.lookup(k)
+		out[i] = ok && s.mu.objs.at(slot).state == stateVisible
 	}
 	return out, nil
 }
@@ -706,7 +695,7 @@ func (s *Service) Remove(ctx context.Context, keys []string, force bool) []error
 		if out[i] != nil {
 			continue
 		}
-		slot, ok := s.mu.index[k]
+		slot, ok := s.mu.objs.lookup(k)
 		if !ok {
 			out[i] = fmt.Errorf("%w: key %q", ErrNotFound, k)
 			continue
@@ -719,17 +708,17 @@ func (s *Service) Remove(ctx context.Context, keys []string, force bool) []error
 }
 
 func (s *Service) removeLocked(slot uint32, force bool, now int64) error {
-	o := &s.mu.objs[slot]
+	o := s.mu.objs.at(slot)
 	switch {
 	case o.state == statePending:
-		return fmt.Errorf("%w: key %q: put in progress; use PutRevoke", ErrWrongState, o.key)
+		return fmt.Errorf("%w: key %q: put in progress; use PutRevoke", ErrWrongState, s.mu.objs.key(slot))
 	case o.leaseUntil <= now:
 		s.freeObjectLocked(slot, now)
 	case !force:
-		return fmt.Errorf("%w: key %q: leased until %v", ErrHasLease, o.key, time.Unix(0, o.leaseUntil).UTC().Format(time.RFC3339Nano))
+		return fmt.Errorf("%w: key %q: leased until %v", ErrHasLease, s.mu.objs.key(slot), time.Unix(0, o.leaseUntil).UTC().Format(time.RFC3339Nano))
 	default:
 		// Invisible now; the bytes stay allocated until the lease ends.
-		delete(s.mu.index, o.key)
+		s.mu.objs.unindex(slot)
 		o.state = stateZombie
 		s.mu.visible--
 		s.mu.zombies++
@@ -745,8 +734,8 @@ func (s *Service) RemoveAll(ctx context.Context, force bool) (n int, err error) 
 	}
 	defer s.mu.Unlock()
 	now := s.now()
-	for slot := range s.mu.objs {
-		if s.mu.objs[slot].state != stateVisible {
+	for slot := range s.mu.objs.len() {
+		if s.mu.objs.at(uint32(slot)).state != stateVisible {
 			continue
 		}
 		if s.removeLocked(uint32(slot), force, now) == nil {
@@ -776,8 +765,8 @@ func (s *Service) Reap() {
 		}
 	}
 	for slot := range s.mu.pending {
-		if o := &s.mu.objs[slot]; o.stamp <= now {
-			s.log.Info("master: put timed out", "key", o.key)
+		if o := s.mu.objs.at(slot); o.stamp <= now {
+			s.log.Info("master: put timed out", "key", s.mu.objs.key(slot))
 			s.freeObjectLocked(slot, now)
 			s.met.putTimeouts.Inc()
 		}
@@ -789,7 +778,7 @@ func (s *Service) Reap() {
 		}
 		delete(s.mu.leaseQ, b)
 		for _, slot := range slots {
-			o := &s.mu.objs[slot]
+			o := s.mu.objs.at(slot)
 			if o.state == stateFree || o.flags&flagLeaseQueued == 0 {
 				continue
 			}

@@ -627,7 +627,7 @@ func TestConcurrent(t *testing.T) {
 			}
 			used += sg.al.Used()
 		}
-		objs := len(svc.mu.index) + svc.mu.zombies
+		objs := svc.mu.objs.indexed + svc.mu.zombies
 		svc.mu.Unlock()
 		if used == 0 && objs == 0 {
 			return

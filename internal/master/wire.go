@@ -278,6 +278,10 @@ func (m *putStartRequest) appendWire(b []byte) ([]byte, error) {
 }
 
 func (m *putStartRequest) unmarshalWire(b []byte) error {
+	// The Service copies keys into its arena, so the keys can share one
+	// copy of the message.
+	all := string(b)
+	base := b
 	n := 0
 	for r := b; len(r) > 0; {
 		f, rest, err := next(r)
@@ -312,7 +316,7 @@ func (m *putStartRequest) unmarshalWire(b []byte) error {
 			it = rest
 			switch {
 			case g.is(1, protowire.BytesType):
-				if q.Key, err = g.str(); err != nil {
+				if q.Key, err = g.sub(all, base); err != nil {
 					return err
 				}
 			case g.is(2, protowire.VarintType):
