@@ -72,6 +72,14 @@ func (s *Service) placeLocked(r *PutStartReq, slot uint32, now int64, out []repl
 	if !errors.Is(err, ErrNoSpace) {
 		return out, err
 	}
+	// First reclaim what is already free in all but name: objects removed
+	// by force whose leases have ended since the last reap. Then evict.
+	if s.mu.zombies > 0 {
+		s.expireLeasesLocked(now)
+		if out, err = s.tryPlaceLocked(r, slot, t, tiers, n, out); !errors.Is(err, ErrNoSpace) {
+			return out, err
+		}
+	}
 	need := (r.Size + s.cfg.Alignment - 1) &^ (s.cfg.Alignment - 1)
 	for _, tier := range tiers {
 		s.evictLocked(tier, need*uint64(n), now)

@@ -771,6 +771,13 @@ func (s *Service) Reap() {
 			s.met.putTimeouts.Inc()
 		}
 	}
+	s.expireLeasesLocked(now)
+	s.evictToWatermarksLocked(now)
+}
+
+// expireLeasesLocked ends the leases that ran out by now, freeing the
+// objects removed by force while they were leased (zombies).
+func (s *Service) expireLeasesLocked(now int64) {
 	nowBucket := now / leaseBucket
 	for b, slots := range s.mu.leaseQ {
 		if b > nowBucket {
@@ -793,7 +800,6 @@ func (s *Service) Reap() {
 			}
 		}
 	}
-	s.evictToWatermarksLocked(now)
 }
 
 // ---- stats ----

@@ -638,3 +638,20 @@ func TestConcurrent(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestNoSpaceReclaimsExpiredZombies: an object removed by force while
+// leased keeps its bytes until the lease ends; once it has ended, a put
+// that finds no space frees it at once instead of failing until the next
+// reap (nothing visible is left to evict here).
+func TestNoSpaceReclaimsExpiredZombies(t *testing.T) {
+	forEachTransport(t, testConfig(), func(t *testing.T, e *env) {
+		c := e.register("p1", "host-a", 0, 0)
+		e.mount(desc("s0", c, "host-a", segment.TierDRAM, 0, 4*MiB))
+		e.put("big", 3*MiB)
+		e.get("big") // leased
+		wantErr(t, "force Remove leased", e.c.Remove(e.ctx, []string{"big"}, true)[0], nil)
+		wantErr(t, "put while the removed object is still leased", e.putStart("next", 3*MiB).Err, ErrNoSpace)
+		e.clk.Advance(6 * time.Second) // the lease ended; no reap ran
+		e.put("next", 3*MiB)
+	})
+}
