@@ -177,6 +177,12 @@ func next(b []byte) (field, []byte, error) {
 	if n < 0 {
 		return field{}, nil, protowire.ParseError(n)
 	}
+	// ConsumeTag accepts any field number >= 1; proto.Unmarshal rejects
+	// numbers past the protobuf maximum as invalid wire data, and so do we
+	// (found by FuzzWireDecode; the input is kept in testdata).
+	if !num.IsValid() {
+		return field{}, nil, fmt.Errorf("proto: invalid field number %d", num)
+	}
 	b = b[n:]
 	f := field{num: num, typ: typ}
 	switch typ {
