@@ -95,7 +95,6 @@ type Store struct {
 	stagingMu sync.Mutex
 	staging   *staging
 
-	ops sync.WaitGroup // operations in flight
 
 	phases struct{ put, get phaseCounters }
 
@@ -104,7 +103,9 @@ type Store struct {
 	// at once instead of waiting for it.
 	gate struct {
 		sync.Mutex
-		closing bool
+		closing  bool
+		inflight int           // admitted operations not yet exited
+		drained  chan struct{} // closed when inflight reaches 0 after closing
 	}
 
 	// mu guards the registered buffers and the teardown record. Teardown
@@ -372,11 +373,19 @@ func (s *Store) enter() error {
 	if s.gate.closing {
 		return ErrClosed
 	}
-	s.ops.Add(1)
+	s.gate.inflight++
 	return nil
 }
 
-func (s *Store) exit() { s.ops.Done() }
+func (s *Store) exit() {
+	s.gate.Lock()
+	defer s.gate.Unlock()
+	s.gate.inflight--
+	if s.gate.inflight == 0 && s.gate.drained != nil {
+		close(s.gate.drained)
+		s.gate.drained = nil
+	}
+}
 
 // CloseTimeout bounds how long Close waits for operations in flight.
 const CloseTimeout = 30 * time.Second
@@ -399,22 +408,26 @@ const CloseTimeout = 30 * time.Second
 func (s *Store) Close() error {
 	s.gate.Lock()
 	s.gate.closing = true
+	var wait chan struct{}
+	if s.gate.inflight > 0 {
+		if s.gate.drained == nil {
+			s.gate.drained = make(chan struct{})
+		}
+		wait = s.gate.drained
+	}
 	s.gate.Unlock()
-	s.mu.Lock()
-	drained := s.mu.done.drained
-	s.mu.Unlock()
-	if !drained {
-		done := make(chan struct{})
-		go func() { s.ops.Wait(); close(done) }()
+	if wait != nil {
+		t := time.NewTimer(CloseTimeout)
+		defer t.Stop()
 		select {
-		case <-done:
-			s.mu.Lock()
-			s.mu.done.drained = true
-			s.mu.Unlock()
-		case <-time.After(CloseTimeout):
+		case <-wait:
+		case <-t.C:
 			return fmt.Errorf("%w: %v waiting for operations in flight", ErrCleanupPending, CloseTimeout)
 		}
 	}
+	s.mu.Lock()
+	s.mu.done.drained = true
+	s.mu.Unlock()
 	return s.teardown()
 }
 
