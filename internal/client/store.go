@@ -125,7 +125,7 @@ type registration struct {
 
 // closeSteps records which teardown steps succeeded (retry does the rest).
 type closeSteps struct {
-	drained, heartbeat, pool, fds, maps, xfer, regs, staging, unregister, master, ctx, driver bool
+	heartbeat, pool, fds, maps, xfer, regs, staging, master, ctx, driver bool
 }
 
 var storeSeq atomic.Int64
@@ -425,9 +425,6 @@ func (s *Store) Close() error {
 			return fmt.Errorf("%w: %v waiting for operations in flight", ErrCleanupPending, CloseTimeout)
 		}
 	}
-	s.mu.Lock()
-	s.mu.done.drained = true
-	s.mu.Unlock()
 	return s.teardown()
 }
 
