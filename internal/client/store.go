@@ -95,7 +95,6 @@ type Store struct {
 	stagingMu sync.Mutex
 	staging   *staging
 
-
 	phases struct{ put, get phaseCounters }
 
 	// gate admits operations. It is held only for a moment, never during
