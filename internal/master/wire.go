@@ -572,7 +572,7 @@ func (m *getResponse) wireSize() int {
 	m.fill()
 	n := m.tab.wireSize()
 	for i := range m.res {
-		n += 3 + 11 + 11 + 40*len(m.res[i].Replicas)
+		n += 3 + 11 + 11 + 11 + 40*len(m.res[i].Replicas) // size, expiry, TTL
 		if m.res[i].Err != nil {
 			n += 128
 		}
