@@ -220,7 +220,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	// Provider capacity.
 	if cfg.GlobalSegmentSize > 0 {
 		if cfg.HandleType != config.HandleFabric {
-			if s.fds, err = fdx.Listen(cfg.SocketDir, fmt.Sprintf("kvfabric-%s.sock", sanitize(s.clientID)), log); err != nil {
+			if s.fds, err = fdx.Listen(cfg.SocketDir, "kvfabric-"+sanitize(s.clientID), log); err != nil {
 				return nil, fmt.Errorf("fd exchange: %w", err)
 			}
 		}
