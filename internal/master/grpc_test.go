@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	pb "github.com/kvfabric/kvfabric/api/kvfabric/v1"
 	"github.com/kvfabric/kvfabric/internal/segment"
 )
 
@@ -282,5 +283,29 @@ func TestRemoteLeaseInLocalClock(t *testing.T) {
 	}
 	if exp := got[0].LeaseExpiry; exp.Before(before) || exp.After(time.Now().Add(cfg.LeaseTTL)) {
 		t.Fatalf("lease expiry %v not within [%v, now+%v]", exp, before, cfg.LeaseTTL)
+	}
+}
+
+// TestEveryRPCImplemented: the server embeds pb.UnimplementedMasterServer
+// (gRPC's forward-compatibility pattern); every RPC the proto declares must
+// still be served by grpcService, never by the generated "not implemented"
+// fallback. Each handler is invoked with an empty request: any answer but
+// codes.Unimplemented proves the method is ours.
+func TestEveryRPCImplemented(t *testing.T) {
+	svc, err := New(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	srv := &grpcService{svc: svc}
+	methods := pb.Master_ServiceDesc.Methods
+	if len(methods) == 0 {
+		t.Fatal("service descriptor lists no methods")
+	}
+	for _, m := range methods {
+		_, err := m.Handler(srv, context.Background(), func(any) error { return nil }, nil)
+		if status.Code(err) == codes.Unimplemented {
+			t.Errorf("%s falls through to pb.UnimplementedMasterServer: %v", m.MethodName, err)
+		}
 	}
 }
