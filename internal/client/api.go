@@ -28,6 +28,9 @@ type PutOptions struct {
 	PreferredSegments []string
 	// Pin keeps the object from eviction until removed.
 	Pin bool
+	// SoftPin makes the object evicted only after every unpinned object
+	// (Mooncake's soft pin): it still goes under pressure.
+	SoftPin bool
 }
 
 // Errors. Callers use errors.Is; the C ABI and Python map them to codes.

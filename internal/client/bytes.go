@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/kvfabric/kvfabric/internal/cuda"
@@ -26,7 +27,11 @@ func (s *Store) PutBytes(ctx context.Context, key string, data []byte, o PutOpti
 	defer s.exit()
 	place := s.placement()
 	place.Segments = o.PreferredSegments
-	res, err := s.m.PutStart(ctx, []master.PutStartReq{{Key: key, Size: uint64(len(data)), Replicas: o.Replicas, Pin: o.Pin, Placement: place}})
+	s.reg.RLock()
+	inc := s.reg.incarnation
+	s.reg.RUnlock()
+	sent := timeNow()
+	res, err := s.m.PutStart(ctx, []master.PutStartReq{{Key: key, Size: uint64(len(data)), Replicas: o.Replicas, Pin: o.Pin, SoftPin: o.SoftPin, Placement: place}})
 	if err != nil {
 		return mapErr(fmt.Errorf("put start: %w", err))
 	}
@@ -34,7 +39,7 @@ func (s *Store) PutBytes(ctx context.Context, key string, data []byte, o PutOpti
 		return mapErr(fmt.Errorf("put %q: %w", key, res[0].Err))
 	}
 	ref := master.PutRef{Key: key, Token: res[0].Token}
-	if err := s.stageIn(ctx, data, res[0].Replicas); err != nil {
+	if err := s.stageIn(ctx, data, res[0].Replicas, inc, sent); err != nil {
 		s.revoke(ctx, []master.PutRef{ref})
 		return fmt.Errorf("put %q: %w", key, err)
 	}
@@ -45,8 +50,9 @@ func (s *Store) PutBytes(ctx context.Context, key string, data []byte, o PutOpti
 }
 
 // stageIn copies data to every replica through the staging buffer, one
-// window at a time.
-func (s *Store) stageIn(ctx context.Context, data []byte, reps []master.Replica) error {
+// window at a time, for a put started under registration incarnation inc
+// and sent at sent (the fence of BatchPut, checked before every window).
+func (s *Store) stageIn(ctx context.Context, data []byte, reps []master.Replica, inc uint64, sent time.Time) error {
 	cache := map[segment.Key]mapped{}
 	defer releaseAll(cache)
 	bases := make([]cuda.DevicePtr, len(reps))
@@ -63,7 +69,12 @@ func (s *Store) stageIn(ctx context.Context, data []byte, reps []master.Replica)
 	if err != nil {
 		return err
 	}
+	s.reg.RLock()
+	defer s.reg.RUnlock()
 	for off := 0; off < len(data); off += len(buf) {
+		if err := s.writableRLocked(inc, sent); err != nil {
+			return err
+		}
 		n := copy(buf, data[off:])
 		cs := make([]cuda.Copy, len(bases))
 		for i, b := range bases {
@@ -87,6 +98,7 @@ func (s *Store) GetBytes(ctx context.Context, key string) ([]byte, error) {
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("get replicas: %w", err))
 	}
+	defer s.releaseLeases(ctx, res)
 	r := res[0]
 	if r.Err != nil {
 		return nil, mapErr(fmt.Errorf("get %q: %w", key, r.Err))

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/fdx"
 	"github.com/kvfabric/kvfabric/internal/master"
 	"github.com/kvfabric/kvfabric/internal/segment"
 )
@@ -182,6 +184,9 @@ func (s *Store) resolveSegment(ctx context.Context, d *segment.Descriptor, cache
 	}
 	m, err := s.maps.Acquire(ctx, *d)
 	if err != nil {
+		if providerGone(err) {
+			s.reportUnreachable(ctx, k, err)
+		}
 		return 0, fmt.Errorf("%w: map segment %s: %w", ErrTransfer, k, err)
 	}
 	cache[k] = mapped{base: m.Base, release: m.Release}
@@ -246,12 +251,16 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		if errs[i] != nil {
 			continue
 		}
-		reqs = append(reqs, master.PutStartReq{Key: k, Size: total(srcs[i]), Replicas: o.Replicas, Pin: o.Pin, Placement: place})
+		reqs = append(reqs, master.PutStartReq{Key: k, Size: total(srcs[i]), Replicas: o.Replicas, Pin: o.Pin, SoftPin: o.SoftPin, Placement: place})
 		idx = append(idx, i)
 	}
 	if len(reqs) == 0 {
 		return errs
 	}
+	s.reg.RLock()
+	inc := s.reg.incarnation
+	s.reg.RUnlock()
+	sent := timeNow()
 	res, err := s.m.PutStart(ctx, reqs)
 	ph.lap(&s.phases.put.meta)
 	if err != nil {
@@ -296,7 +305,19 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 	if len(started) == 0 {
 		return errs
 	}
+	// The fence (see Store.reg): checked last before the copies are
+	// enqueued and held until they are complete.
+	s.reg.RLock()
+	if err := s.writableRLocked(inc, sent); err != nil {
+		s.reg.RUnlock()
+		for _, i := range startedIdx {
+			errs[i] = err
+		}
+		s.revoke(ctx, started)
+		return errs
+	}
 	err = s.xfer.Do(stream, copies)
+	s.reg.RUnlock()
 	ph.lap(&s.phases.put.copy)
 	if err != nil {
 		err = fmt.Errorf("%w: put of %d objects: %w", ErrTransfer, len(started), err)
@@ -321,6 +342,41 @@ func (s *Store) revoke(ctx context.Context, refs []master.PutRef) {
 		if e != nil && !errors.Is(e, master.ErrNotFound) {
 			s.log.Warn("kvfabric put revoke failed; the master's put timeout reclaims it", "key", refs[j].Key, "err", e)
 		}
+	}
+}
+
+// releaseLeases ends the read leases res granted. A failure only delays
+// reclaiming: the leases then end at their TTL.
+func (s *Store) releaseLeases(ctx context.Context, res []master.GetResult) {
+	var ids []uint64
+	for i := range res {
+		if res[i].Err == nil && res[i].LeaseID != 0 {
+			ids = append(ids, res[i].LeaseID)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	if err := s.m.ReleaseLeases(context.WithoutCancel(ctx), ids); err != nil {
+		s.log.Debug("kvfabric lease release failed; the leases end at their TTL", "leases", len(ids), "err", err)
+	}
+}
+
+// providerGone reports an import failure that means the segment's provider
+// is not there: its fd-exchange socket refuses connections or is gone, or
+// it does not know the segment.
+func providerGone(err error) bool {
+	return errors.Is(err, fdx.ErrUnknownSegment) ||
+		errors.Is(err, fdx.ErrUnavailable) && (errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT))
+}
+
+// reportUnreachable tells the master that segment k's provider could not be
+// reached, so that it stops placing puts there at once instead of at the
+// provider's TTL. Best effort: the TTL still catches it.
+func (s *Store) reportUnreachable(ctx context.Context, k segment.Key, cause error) {
+	if err := s.m.ReportUnreachable(context.WithoutCancel(ctx), s.clientID, k, cause.Error()); err != nil &&
+		!errors.Is(err, master.ErrUnknownSegment) && !errors.Is(err, master.ErrGenerationMismatch) {
+		s.log.Warn("kvfabric could not report an unreachable provider", "segment", k.String(), "err", err)
 	}
 }
 
@@ -382,6 +438,10 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	if err != nil {
 		return sizes, fill(errs, mapErr(fmt.Errorf("get replicas: %w", err)))
 	}
+	// Every lease granted is released once the copies are complete (or
+	// failed): objects removed meanwhile are freed at once. Deferred first,
+	// so it runs after the mappings are released.
+	defer s.releaseLeases(ctx, res)
 	cache := map[segment.Key]mapped{}
 	defer releaseAll(cache)
 	var copies []cuda.Copy
@@ -484,6 +544,7 @@ func (s *Store) Size(ctx context.Context, key string) (uint64, error) {
 	if err != nil {
 		return 0, mapErr(err)
 	}
+	s.releaseLeases(ctx, res)
 	if res[0].Err != nil {
 		return 0, mapErr(fmt.Errorf("size %q: %w", key, res[0].Err))
 	}

@@ -78,6 +78,28 @@ type Store struct {
 	hbDone  chan struct{}
 	hbErr   atomic.Pointer[error]
 	regInfo master.ClientInfo // as registered; fixed after Open
+
+	// reg is this process's registration at the master. Its RWMutex also
+	// fences copies against re-registration: a put batch holds the read
+	// side from its last check (registration valid, put deadline not
+	// passed) until its copies are complete; re-registering after the
+	// master forgot this client takes the write side. So no copy granted
+	// under a registration the master has ended is enqueued after the
+	// master may have handed its range to someone else (DESIGN §9).
+	reg struct {
+		sync.RWMutex
+		incarnation uint64    // bumped on every re-registration
+		validUntil  time.Time // send time of the last acknowledged heartbeat + TTL (timeNow's clock)
+		ttl         time.Duration
+		leaseTTL    time.Duration
+		putTimeout  time.Duration
+	}
+	// hb is the heartbeat goroutine's own state.
+	hb struct {
+		segVersion   uint64
+		versionKnown bool
+		remountAt    time.Time // zero: no remount pending
+	}
 	// mounted is the pool once every segment is mounted: the heartbeat
 	// (started before the pool, so that a long setup does not expire the
 	// registration) remounts it after re-registering.
@@ -210,10 +232,12 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		ID: s.clientID, Node: cfg.LocalHostname, TTL: opts.ClientTTL,
 		NUMANode: s.numa, Device: int32(cfg.Device),
 	}
+	sent := timeNow()
 	reg, err := s.m.RegisterClient(ctx, s.regInfo)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("register client %q: %w", s.clientID, err))
 	}
+	s.setRegistration(reg, sent)
 	s.hbStop, s.hbDone = make(chan struct{}), make(chan struct{})
 	go s.heartbeat(reg.TTL)
 
@@ -314,6 +338,36 @@ func (s *Store) Health(ctx context.Context) error {
 	return nil
 }
 
+// setRegistration records a registration the master granted for a request
+// sent at sent.
+func (s *Store) setRegistration(reg master.Registration, sent time.Time) {
+	s.reg.Lock()
+	defer s.reg.Unlock()
+	s.reg.ttl, s.reg.leaseTTL, s.reg.putTimeout = reg.TTL, reg.LeaseTTL, reg.PutTimeout
+	s.reg.validUntil = sent.Add(reg.TTL)
+}
+
+// writableRLocked reports whether a put started under registration
+// incarnation inc, whose PutStart was sent at sent, may still enqueue its
+// copies: the registration is the same and, by this process's clock, alive,
+// and the put's deadline has not passed. The master counts both from when
+// it received the requests, which is later, so it cannot have revoked the
+// put or ended the registration yet. The caller holds s.reg's read lock
+// until the copies are complete.
+func (s *Store) writableRLocked(inc uint64, sent time.Time) error {
+	now := timeNow()
+	switch {
+	case s.reg.incarnation != inc:
+		return fmt.Errorf("%w: this client registered again since the put started (the master had ended its registration); the put was not written", ErrRPC)
+	case !now.Before(s.reg.validUntil):
+		return fmt.Errorf("%w: no heartbeat acknowledged for %v (TTL %v): the master may have ended this client's registration; the put was not written",
+			ErrRPC, now.Sub(s.reg.validUntil.Add(-s.reg.ttl)), s.reg.ttl)
+	case s.reg.putTimeout > 0 && !now.Before(sent.Add(s.reg.putTimeout)):
+		return fmt.Errorf("%w: put timeout %v passed before the copy could be enqueued; the put was not written", ErrRPC, s.reg.putTimeout)
+	}
+	return nil
+}
+
 func (s *Store) heartbeat(ttl time.Duration) {
 	defer close(s.hbDone)
 	every := ttl / 3
@@ -328,10 +382,7 @@ func (s *Store) heartbeat(ttl time.Duration) {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), every)
-			err := s.m.Heartbeat(ctx, s.clientID)
-			if errors.Is(err, master.ErrUnknownClient) {
-				err = s.reregister(ctx)
-			}
+			err := s.beat(ctx)
 			cancel()
 			if err != nil {
 				err = mapErr(fmt.Errorf("heartbeat: %w", err))
@@ -344,24 +395,101 @@ func (s *Store) heartbeat(ttl time.Duration) {
 	}
 }
 
-// reregister registers again after the master expired this client (missed
-// heartbeats: a pause, a partition, a master restart). The master has
-// unmounted our segments and dropped the objects on them; the memory is
-// still ours, so the provider pool mounts the same segments again and the
-// store serves new puts. Objects written before are gone (their replicas
-// were dropped), never half-visible.
-func (s *Store) reregister(ctx context.Context) error {
-	if _, err := s.m.RegisterClient(ctx, s.regInfo); err != nil {
-		return fmt.Errorf("register again after expiry: %w", err)
+// beat is one heartbeat: renew the registration (or register again), remount
+// the provider's segments when that is due, and release mappings of
+// segments the master no longer has.
+func (s *Store) beat(ctx context.Context) error {
+	sent := timeNow()
+	hb, err := s.m.Heartbeat(ctx, s.clientID)
+	switch {
+	case errors.Is(err, master.ErrUnknownClient):
+		if err := s.reregister(ctx); err != nil {
+			return err
+		}
+		s.hb.versionKnown = false // compare every mapping with the master's segments
+	case err != nil:
+		return err
+	default:
+		s.reg.Lock()
+		s.reg.validUntil = sent.Add(s.reg.ttl)
+		s.reg.Unlock()
 	}
-	p := s.mounted.Load()
-	if p != nil {
-		if err := p.Remount(ctx); err != nil {
-			return fmt.Errorf("registered again after expiry; remount: %w", err)
+	var errs []error
+	if !s.hb.remountAt.IsZero() && !timeNow().Before(s.hb.remountAt) {
+		if p := s.mounted.Load(); p != nil {
+			if err := p.Remount(ctx); err != nil {
+				// The master refuses while leases from before may be
+				// outstanding (ErrHasLease): retried at the next beat.
+				errs = append(errs, fmt.Errorf("remount after re-registration: %w", err))
+			} else {
+				s.hb.remountAt = time.Time{}
+				s.log.Warn("kvfabric segments mounted again after re-registration", "client", s.clientID, "segments", len(p.Segments()))
+			}
 		}
 	}
-	s.log.Warn("kvfabric client registration had expired: registered again", "client", s.clientID,
-		"segments remounted", p != nil && len(p.Segments()) > 0)
+	if err == nil && (!s.hb.versionKnown || hb.SegmentsVersion != s.hb.segVersion) {
+		if err := s.dropGoneMappings(ctx); err != nil {
+			errs = append(errs, err)
+		} else {
+			s.hb.segVersion, s.hb.versionKnown = hb.SegmentsVersion, true
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dropGoneMappings releases this consumer's mappings of segments the master
+// no longer lists (unmounted, expired, or from before a master restart), so
+// that the provider's memory is truly freed once no copy uses them.
+func (s *Store) dropGoneMappings(ctx context.Context) error {
+	if s.maps == nil {
+		return nil
+	}
+	segs, err := s.m.ListSegments(ctx)
+	if err != nil {
+		return fmt.Errorf("list segments: %w", err)
+	}
+	live := make(map[segment.Key]struct{}, len(segs))
+	for i := range segs {
+		live[segs[i].Key()] = struct{}{}
+	}
+	if n := s.maps.Retain(func(k segment.Key) bool { _, ok := live[k]; return ok }); n > 0 {
+		s.log.Info("kvfabric released mappings of segments that are gone", "client", s.clientID, "mappings", n)
+	}
+	return nil
+}
+
+// reregister registers again after the master forgot this client (missed
+// heartbeats: a pause, a partition, a master restart). First it waits for
+// every put batch of the old registration to finish its copies, and makes
+// the ones that have not enqueued them yet fail (the write side of s.reg):
+// the master revoked those puts and may hand their ranges out again.
+//
+// The master has unmounted our segments and dropped the objects on them.
+// The memory is still ours, but readers may still hold leases on it that
+// were granted before (by the master that expired us, or by one that
+// died): the provider mounts the same segments again only after
+// max(lease TTL, registration TTL), so every such lease — and every other
+// writer's put into them — has ended first. The master enforces the same
+// for the leases it knows (ErrHasLease on an early mount); the wait covers
+// a master that restarted and knows none. Objects written before are gone,
+// never half-visible.
+func (s *Store) reregister(ctx context.Context) error {
+	s.reg.Lock()
+	defer s.reg.Unlock()
+	s.reg.incarnation++
+	sent := timeNow()
+	reg, err := s.m.RegisterClient(ctx, s.regInfo)
+	if err != nil {
+		return fmt.Errorf("register again after expiry: %w", err)
+	}
+	s.reg.ttl, s.reg.leaseTTL, s.reg.putTimeout = reg.TTL, reg.LeaseTTL, reg.PutTimeout
+	s.reg.validUntil = sent.Add(reg.TTL)
+	wait := max(reg.LeaseTTL, reg.TTL)
+	if s.mounted.Load() != nil {
+		s.hb.remountAt = timeNow().Add(wait)
+	}
+	s.log.Warn("kvfabric client registration had ended: registered again", "client", s.clientID,
+		"segments remounted in", wait)
 	return nil
 }
 

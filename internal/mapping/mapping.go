@@ -41,6 +41,13 @@ var (
 	ErrDescriptorMismatch = errors.New("mapping: descriptor does not match the mapped allocation")
 )
 
+// DefaultMaxVA is the default bound on the VA of mapped segments: 4 TiB,
+// a quarter of a GB200 NVL72 rack's Grace DRAM. Each mapping of a remote
+// allocation keeps its provider's memory alive, so the bound also limits
+// what one consumer can pin; a mapping evicted under it costs one re-import
+// (~10 ms per GiB of HOST_NUMA memory on H200) at its next use.
+const DefaultMaxVA = 4 << 40
+
 // FetchFunc returns a POSIX fd for d's allocation; the cache closes it
 // after importing.
 type FetchFunc func(ctx context.Context, d segment.Descriptor) (fd int, err error)
@@ -49,8 +56,9 @@ type FetchFunc func(ctx context.Context, d segment.Descriptor) (fd int, err erro
 type Options struct {
 	// MaxEntries bounds mapped segments (default 4096).
 	MaxEntries int
-	// MaxVA bounds the VA reserved for mapped segments, in bytes (0: no
-	// bound beyond MaxEntries).
+	// MaxVA bounds the VA reserved for mapped segments, in bytes (default
+	// DefaultMaxVA). Unreferenced mappings are unmapped, least recently
+	// used first, to stay under it.
 	MaxVA uint64
 	// Fetch obtains POSIX fds; nil means fdx.Fetch on the descriptor's
 	// Handle.SocketPath.
@@ -138,6 +146,9 @@ func New(drv cuda.Driver, cctx cuda.Context, devices []cuda.Device, opts Options
 	}
 	if opts.MaxEntries <= 0 {
 		opts.MaxEntries = 4096
+	}
+	if opts.MaxVA == 0 {
+		opts.MaxVA = DefaultMaxVA
 	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 10 * time.Second
@@ -515,6 +526,25 @@ func (c *Cache) Invalidate(id string) {
 	}
 	c.mu.Unlock()
 	c.teardownAll(out)
+}
+
+// Retain drops every mapping whose allocation keep rejects (segments the
+// master no longer has), as InvalidateKey would, and returns how many it
+// dropped. keep is called under the cache's lock and must not call back
+// into the Cache.
+func (c *Cache) Retain(keep func(segment.Key) bool) int {
+	c.mu.Lock()
+	var out []*entry
+	n := 0
+	for k, e := range c.mu.entries {
+		if !keep(k) {
+			out = c.invalidateLocked(e, out)
+			n++
+		}
+	}
+	c.mu.Unlock()
+	c.teardownAll(out)
+	return n
 }
 
 // InvalidateKey drops the mapping of one allocation.

@@ -75,7 +75,7 @@ func BenchmarkPut(b *testing.B) {
 					for pb.Next() {
 						base := seq.Add(int64(n)) - int64(n)
 						for i := range reqs {
-							reqs[i] = PutStartReq{Key: "key-" + strconv.FormatInt(base+int64(i), 10), Size: 4096, Placement: NoPlacement}
+							reqs[i] = PutStartReq{Key: "key-" + strconv.FormatInt(base+int64(i), 10), Size: 4096, Placement: benchWriter}
 						}
 						res, err := c.PutStart(ctx, reqs)
 						if err != nil {
@@ -150,6 +150,9 @@ func reportKeys(b *testing.B, start time.Time, batch int) {
 	b.ReportMetric(float64(batch), "keys/op")
 }
 
+// benchWriter is the registered client benchmarks put as.
+var benchWriter = Placement{Client: "bench", NUMANode: -1, Device: -1}
+
 // fill puts n visible objects key-0 … key-(n-1) straight into svc.
 func fill(b *testing.B, svc *Service, n int) {
 	b.Helper()
@@ -160,7 +163,7 @@ func fill(b *testing.B, svc *Service, n int) {
 	for i := 0; i < n; i += batch {
 		reqs, refs = reqs[:0], refs[:0]
 		for j := i; j < min(n, i+batch); j++ {
-			reqs = append(reqs, PutStartReq{Key: "key-" + strconv.Itoa(j), Size: 4096, Placement: NoPlacement})
+			reqs = append(reqs, PutStartReq{Key: "key-" + strconv.Itoa(j), Size: 4096, Placement: benchWriter})
 		}
 		res, err := svc.PutStart(ctx, reqs)
 		if err != nil {

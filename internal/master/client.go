@@ -29,7 +29,9 @@ type Client interface {
 	// old process).
 	RegisterClient(ctx context.Context, info ClientInfo) (Registration, error)
 	// Heartbeat renews a registration; ErrUnknownClient once it expired.
-	Heartbeat(ctx context.Context, clientID string) error
+	// Its answer says whether the set of mounted segments changed (a
+	// consumer then releases its mappings of segments that are gone).
+	Heartbeat(ctx context.Context, clientID string) (HeartbeatInfo, error)
 	// MountSegment adds capacity. d.Owner must be a registered client id.
 	// Mounting the same (id, generation) again is a no-op; the same id with
 	// another generation or owner is ErrAlreadyExists.
@@ -40,12 +42,17 @@ type Client interface {
 	// returns ErrHasLease and the segment drains: it gets no new
 	// allocations or leases, so retrying after the lease TTL succeeds.
 	UnmountSegment(ctx context.Context, k segment.Key) error
-	// PutStart allocates replicas for new keys (put-if-absent). The object
-	// becomes visible at PutEnd; a put neither ended nor revoked within the
-	// put timeout is revoked and its bytes reclaimed.
+	// PutStart allocates replicas for new keys (put-if-absent) for the
+	// writer Placement.Client, which must be a registered client. The object
+	// becomes visible at PutEnd. A put neither ended nor revoked within the
+	// put timeout can no longer become visible (its key is free for a new
+	// put), but its bytes stay reserved until the writer ends or revokes it
+	// (after its copies are complete) or the writer's registration ends: a
+	// writer that is only slow never has its range handed to someone else.
 	PutStart(ctx context.Context, reqs []PutStartReq) ([]PutStartResult, error)
 	// PutEnd makes puts visible. Ending a put twice is a no-op; a put that
-	// was revoked (or timed out) is ErrNotFound.
+	// was revoked is ErrNotFound; a put past its timeout is ErrNotFound and
+	// its bytes are freed (the writer calls PutEnd after its copies).
 	PutEnd(ctx context.Context, puts []PutRef) []error
 	// PutRevoke abandons puts in progress and frees their bytes.
 	PutRevoke(ctx context.Context, puts []PutRef) []error
@@ -53,6 +60,18 @@ type Client interface {
 	// lease until GetResult.LeaseExpiry: until then the replicas are neither
 	// evicted nor freed. A missing or unfinished key is ErrNotFound.
 	GetReplicas(ctx context.Context, keys []string) ([]GetResult, error)
+	// ReleaseLeases ends read leases (GetResult.LeaseID) whose copies are
+	// complete. When an object's last lease is released, its bytes are
+	// evictable again, and freed at once if it was removed meanwhile.
+	// Unknown and ended leases are ignored.
+	ReleaseLeases(ctx context.Context, leaseIDs []uint64) error
+	// ReportUnreachable tells the master that reporter could not reach the
+	// provider of segment k (its fd-exchange server refused the
+	// connection). The master places nothing more on the segment and grants
+	// no more leases on it; the provider's next heartbeat clears the
+	// suspicion, and without one its registration ends early (within half
+	// its TTL) and its segments are dropped.
+	ReportUnreachable(ctx context.Context, reporter string, k segment.Key, reason string) error
 	// Exists reports whether keys are visible, granting no lease.
 	Exists(ctx context.Context, keys []string) ([]bool, error)
 	// Remove deletes visible keys. A leased key is ErrHasLease unless
@@ -91,6 +110,17 @@ type ClientInfo struct {
 type Registration struct {
 	ID  string
 	TTL time.Duration
+	// LeaseTTL and PutTimeout are the master's: a client bounds what it does
+	// under a read lease or a put with them, in its own clock.
+	LeaseTTL, PutTimeout time.Duration
+}
+
+// HeartbeatInfo is the master's answer to Heartbeat.
+type HeartbeatInfo struct {
+	// SegmentsVersion changes whenever a segment is mounted or unmounted
+	// (and differs between master processes): a consumer that sees a new
+	// value compares its mappings with ListSegments.
+	SegmentsVersion uint64
 }
 
 // MaxReplicas bounds PutStartReq.Replicas.
@@ -103,7 +133,10 @@ type PutStartReq struct {
 	// Replicas is the number of copies, each on a distinct segment; 0 means 1.
 	Replicas int
 	// Pin exempts the object from eviction (it can still be removed).
-	Pin       bool
+	Pin bool
+	// SoftPin makes the object evicted only after every unpinned one: under
+	// pressure it still goes.
+	SoftPin   bool
 	Placement Placement
 }
 
@@ -170,6 +203,8 @@ type GetResult struct {
 	// host never trusts a lease longer than the master granted, whatever the
 	// clock skew between them.
 	LeaseTTL time.Duration
+	// LeaseID names the lease for ReleaseLeases.
+	LeaseID uint64
 }
 
 // Stats is a snapshot of the master's state.

@@ -35,11 +35,25 @@ func (e *embedded) RegisterClient(ctx context.Context, info ClientInfo) (Registr
 	return e.svc.RegisterClient(ctx, info)
 }
 
-func (e *embedded) Heartbeat(ctx context.Context, id string) error {
+func (e *embedded) Heartbeat(ctx context.Context, id string) (HeartbeatInfo, error) {
+	if err := e.check(); err != nil {
+		return HeartbeatInfo{}, err
+	}
+	return e.svc.Heartbeat(ctx, id)
+}
+
+func (e *embedded) ReleaseLeases(ctx context.Context, ids []uint64) error {
 	if err := e.check(); err != nil {
 		return err
 	}
-	return e.svc.Heartbeat(ctx, id)
+	return e.svc.ReleaseLeases(ctx, ids)
+}
+
+func (e *embedded) ReportUnreachable(ctx context.Context, reporter string, k segment.Key, reason string) error {
+	if err := e.check(); err != nil {
+		return err
+	}
+	return e.svc.ReportUnreachable(ctx, reporter, k, reason)
 }
 
 func (e *embedded) MountSegment(ctx context.Context, d segment.Descriptor) error {

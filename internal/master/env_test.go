@@ -41,6 +41,9 @@ type env struct {
 	c   Client
 	clk *manualClock
 	ctx context.Context
+	// writer is the client putStart writes as when a test names none
+	// (registered on first use).
+	writer string
 }
 
 // transports are the Client implementations every behaviour test runs
@@ -138,11 +141,24 @@ func (e *env) putStart(key string, size uint64, opts ...func(*PutStartReq)) PutS
 	for _, o := range opts {
 		o(&req)
 	}
+	if req.Placement.Client == "" {
+		req.Placement.Client = e.defaultWriter()
+	}
 	res, err := e.c.PutStart(e.ctx, []PutStartReq{req})
 	if err != nil {
 		e.t.Fatalf("PutStart(%q): %v", key, err)
 	}
 	return res[0]
+}
+
+// defaultWriter registers (once) and returns the client puts are made as
+// when a test names no writer.
+func (e *env) defaultWriter() string {
+	e.t.Helper()
+	if e.writer == "" {
+		e.writer = e.register("writer", "host-writer", -1, -1)
+	}
+	return e.writer
 }
 
 func (e *env) get(key string) GetResult {

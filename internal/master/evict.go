@@ -32,9 +32,20 @@ func (s *Service) evictToWatermarksLocked(now int64) {
 // evictLocked frees at least want bytes of tier t, if it can, by removing
 // visible objects that are neither leased nor pinned, oldest last access
 // first, approximately: each step samples Config.EvictSample slots and
-// evicts the least recently used eligible one (the Redis approach). It
-// returns the bytes freed in t.
+// evicts the least recently used eligible one (the Redis approach).
+// Soft-pinned objects are eligible only when unpinned ones could not free
+// enough. It returns the bytes freed in t.
 func (s *Service) evictLocked(t segment.Tier, want uint64, now int64) uint64 {
+	freed := s.evictPassLocked(t, want, now, false)
+	if freed < want {
+		freed += s.evictPassLocked(t, want-freed, now, true)
+	}
+	return freed
+}
+
+// evictPassLocked is one pass of evictLocked: soft-pinned objects are
+// candidates only when soft is set.
+func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft bool) uint64 {
 	var freed uint64
 	misses, evicted := 0, 0
 	for freed < want && evicted < maxEvictPerCall && misses < 8 && s.mu.visible > 0 {
@@ -46,7 +57,8 @@ func (s *Service) evictLocked(t segment.Tier, want uint64, now int64) uint64 {
 		for range min(sample, 16*s.cfg.EvictSample) {
 			slot := uint32(s.mu.rng.IntN(n))
 			o := s.mu.objs.at(slot)
-			if o.state != stateVisible || o.flags&flagPinned != 0 || o.leaseUntil > now {
+			if o.state != stateVisible || o.flags&flagPinned != 0 || o.leaseUntil > now ||
+				!soft && o.flags&flagSoftPinned != 0 {
 				continue
 			}
 			if found && o.stamp >= oldest {

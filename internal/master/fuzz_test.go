@@ -40,6 +40,9 @@ func FuzzPutStart(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
+		if client == "" {
+			client = owner // a registered writer; others are ErrUnknownClient
+		}
 		req := PutStartReq{Key: key, Size: size, Replicas: replicas, Pin: only,
 			Placement: Placement{Tier: segment.Tier(tier), TierOnly: only, Client: client, NUMANode: numa, Device: dev, Segments: []string{seg}}}
 		before, _ := svc.Stats(ctx)
@@ -63,7 +66,7 @@ func FuzzPutStart(f *testing.F) {
 					t.Fatalf("replica %+v out of bounds for size %d", r, size)
 				}
 			}
-		case errors.Is(e, ErrNoSpace), errors.Is(e, ErrInvalid):
+		case errors.Is(e, ErrNoSpace), errors.Is(e, ErrInvalid), errors.Is(e, ErrUnknownClient) && client != owner:
 		default:
 			t.Fatalf("unexpected error %v", e)
 		}

@@ -119,7 +119,7 @@ func TestTCPLoopback(t *testing.T) {
 	if err := c.MountSegment(ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.PutStart(ctx, []PutStartReq{{Key: "k", Size: 100, Placement: NoPlacement}})
+	res, err := c.PutStart(ctx, []PutStartReq{{Key: "k", Size: 100, Placement: Placement{Client: reg1.ID, NUMANode: -1, Device: -1}}})
 	if err != nil || res[0].Err != nil {
 		t.Fatal(err, res)
 	}
@@ -232,7 +232,8 @@ func TestShutdownDeadline(t *testing.T) {
 func TestInvalidUTF8BothTransports(t *testing.T) {
 	forEachTransport(t, testConfig(), func(t *testing.T, e *env) {
 		bad := "k\xff"
-		res, err := e.c.PutStart(e.ctx, []PutStartReq{{Key: "ok", Size: 1}, {Key: bad, Size: 1}})
+		w := Placement{Client: e.defaultWriter()}
+		res, err := e.c.PutStart(e.ctx, []PutStartReq{{Key: "ok", Size: 1, Placement: w}, {Key: bad, Size: 1, Placement: w}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +248,8 @@ func TestInvalidUTF8BothTransports(t *testing.T) {
 		errs := e.c.Remove(e.ctx, []string{"x", bad}, false)
 		wantErr(t, "Remove x", errs[0], ErrNotFound)
 		wantErr(t, "Remove bad", errs[1], ErrInvalid)
-		wantErr(t, "Heartbeat bad", e.c.Heartbeat(e.ctx, bad), ErrInvalid)
+		_, hbErr := e.c.Heartbeat(e.ctx, bad)
+		wantErr(t, "Heartbeat bad", hbErr, ErrInvalid)
 		_, err = e.c.RegisterClient(e.ctx, ClientInfo{ID: bad})
 		wantErr(t, "Register bad", err, ErrInvalid)
 		wantErr(t, "Mount bad", e.c.MountSegment(e.ctx, desc(bad, "o", "h", segment.TierDRAM, 0, MiB)), ErrInvalid)
@@ -266,7 +268,7 @@ func TestRemoteLeaseInLocalClock(t *testing.T) {
 	if err := e.c.MountSegment(e.ctx, desc("lease/0", owner, "h", segment.TierDRAM, 0, 64*MiB)); err != nil {
 		t.Fatal(err)
 	}
-	res, err := e.c.PutStart(e.ctx, []PutStartReq{{Key: "k", Size: 100, Placement: NoPlacement}})
+	res, err := e.c.PutStart(e.ctx, []PutStartReq{{Key: "k", Size: 100, Placement: Placement{Client: owner, NUMANode: -1, Device: -1}}})
 	if err != nil || res[0].Err != nil {
 		t.Fatal(err, res)
 	}

@@ -26,12 +26,14 @@ const (
 	opRemoveAll
 	opListSegments
 	opStats
+	opReleaseLeases
+	opReportUnreachable
 	nOps
 )
 
 var opNames = [nOps]string{"register_client", "heartbeat", "mount_segment", "unmount_segment",
 	"put_start", "put_end", "put_revoke", "get_replicas", "exists", "remove", "remove_all",
-	"list_segments", "stats"}
+	"list_segments", "stats", "release_leases", "report_unreachable"}
 
 // batchOp reports whether op counts its items rather than its calls.
 func batchOp(op opKind) bool {
@@ -76,7 +78,10 @@ type metrics struct {
 	leaseExpiries  prometheus.Counter
 	putTimeouts    prometheus.Counter
 	clientExpiries prometheus.Counter
-	state          *stateCollector
+	// leaseReleases counts lease periods ended by their readers' releases.
+	leaseReleases      prometheus.Counter
+	unreachableReports prometheus.Counter
+	state              *stateCollector
 }
 
 func newMetrics(s *Service) *metrics {
@@ -100,7 +105,15 @@ func newMetrics(s *Service) *metrics {
 		}),
 		putTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvfabric_master_put_timeouts_total",
-			Help: "Puts revoked because they were not ended within the put timeout.",
+			Help: "Puts that passed the put timeout: never made visible; their bytes stay reserved until the writer ends or revokes them or its registration ends.",
+		}),
+		leaseReleases: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvfabric_master_lease_releases_total",
+			Help: "Lease periods ended early because every reader released its lease after its copy.",
+		}),
+		unreachableReports: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvfabric_master_unreachable_reports_total",
+			Help: "Reports by clients that a segment's provider could not be reached.",
 		}),
 		clientExpiries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvfabric_master_client_expiries_total",
@@ -119,7 +132,7 @@ func newMetrics(s *Service) *metrics {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.opsVec, m.latVec, m.evictions, m.leaseExpiries, m.putTimeouts, m.clientExpiries, m.state} {
+	for _, c := range []prometheus.Collector{m.opsVec, m.latVec, m.evictions, m.leaseExpiries, m.putTimeouts, m.clientExpiries, m.leaseReleases, m.unreachableReports, m.state} {
 		errs = append(errs, r.Register(c))
 	}
 	return errors.Join(errs...)

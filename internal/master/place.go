@@ -119,7 +119,7 @@ func (s *Service) tryPlaceLocked(r *PutStartReq, slot uint32, t target, tiers []
 
 // bestSegmentLocked picks the segment for the next replica: the first tier
 // in order that has a candidate; within it the highest score, then the most
-// free bytes (which spreads load). Candidates are mounted, not draining,
+// free bytes (which spreads load). Candidates are mounted, not draining or suspect,
 // not used by this object's other replicas, not tried, with enough free
 // bytes.
 //
@@ -139,7 +139,7 @@ func (s *Service) bestSegmentLocked(r *PutStartReq, t target, tiers []segment.Ti
 		}
 	segs:
 		for i, sg := range s.mu.segs {
-			if sg == nil || sg.draining || sg.al.FreeBytes() < need {
+			if sg == nil || !sg.usable() || sg.al.FreeBytes() < need {
 				continue
 			}
 			if pass == 0 && (!slices.Contains(tiers, sg.desc.Tier) || !slices.Contains(r.Placement.Segments, sg.desc.ID)) ||

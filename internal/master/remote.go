@@ -98,17 +98,46 @@ func (r *remote) RegisterClient(ctx context.Context, info ClientInfo) (Registrat
 	if err != nil {
 		return Registration{}, r.fail(err)
 	}
-	return Registration{ID: resp.Id, TTL: time.Duration(resp.TtlNs)}, nil
+	return Registration{ID: resp.Id, TTL: time.Duration(resp.TtlNs),
+		LeaseTTL: time.Duration(resp.LeaseTtlNs), PutTimeout: time.Duration(resp.PutTimeoutNs)}, nil
 }
 
-func (r *remote) Heartbeat(ctx context.Context, id string) error {
+func (r *remote) Heartbeat(ctx context.Context, id string) (HeartbeatInfo, error) {
+	if err := r.check(); err != nil {
+		return HeartbeatInfo{}, err
+	}
+	if !utf8.ValidString(id) {
+		return HeartbeatInfo{}, validateID("client id", id)
+	}
+	resp, err := r.rpc.Heartbeat(ctx, &pb.HeartbeatRequest{ClientId: id})
+	if err != nil {
+		return HeartbeatInfo{}, r.fail(err)
+	}
+	return HeartbeatInfo{SegmentsVersion: resp.SegmentsVersion}, nil
+}
+
+func (r *remote) ReleaseLeases(ctx context.Context, ids []uint64) error {
 	if err := r.check(); err != nil {
 		return err
 	}
-	if !utf8.ValidString(id) {
-		return validateID("client id", id)
+	if len(ids) == 0 {
+		return nil
 	}
-	if _, err := r.rpc.Heartbeat(ctx, &pb.HeartbeatRequest{ClientId: id}); err != nil {
+	if _, err := r.rpc.ReleaseLeases(ctx, &pb.ReleaseLeasesRequest{LeaseIds: ids}); err != nil {
+		return r.fail(err)
+	}
+	return nil
+}
+
+func (r *remote) ReportUnreachable(ctx context.Context, reporter string, k segment.Key, reason string) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	if !utf8.ValidString(reporter + k.ID + reason) {
+		return fmt.Errorf("%w: report unreachable: strings must be valid UTF-8", ErrInvalid)
+	}
+	if _, err := r.rpc.ReportUnreachable(ctx, &pb.ReportUnreachableRequest{ClientId: reporter,
+		SegmentId: k.ID, Generation: k.Generation, Reason: reason}); err != nil {
 		return r.fail(err)
 	}
 	return nil
@@ -240,6 +269,7 @@ func (r *remote) GetReplicas(ctx context.Context, keys []string) ([]GetResult, e
 			backing = make([]Replica, 0, len(resp.replicas))
 		}
 		out[i].Size = x.size
+		out[i].LeaseID = x.leaseID
 		// The lease in this process's clock: the send time plus the lease's
 		// length (never later than the master's own deadline, whatever the
 		// clock skew). Older masters send only the absolute expiry.

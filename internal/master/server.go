@@ -123,14 +123,31 @@ func (g *grpcService) RegisterClient(ctx context.Context, r *pb.RegisterClientRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.RegisterClientResponse{Id: reg.ID, TtlNs: int64(reg.TTL)}, nil
+	return &pb.RegisterClientResponse{Id: reg.ID, TtlNs: int64(reg.TTL),
+		LeaseTtlNs: int64(reg.LeaseTTL), PutTimeoutNs: int64(reg.PutTimeout)}, nil
 }
 
 func (g *grpcService) Heartbeat(ctx context.Context, r *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
-	if err := g.svc.Heartbeat(ctx, r.ClientId); err != nil {
+	hb, err := g.svc.Heartbeat(ctx, r.ClientId)
+	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.HeartbeatResponse{}, nil
+	return &pb.HeartbeatResponse{SegmentsVersion: hb.SegmentsVersion}, nil
+}
+
+func (g *grpcService) ReleaseLeases(ctx context.Context, r *pb.ReleaseLeasesRequest) (*pb.ReleaseLeasesResponse, error) {
+	if err := g.svc.ReleaseLeases(ctx, r.LeaseIds); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ReleaseLeasesResponse{}, nil
+}
+
+func (g *grpcService) ReportUnreachable(ctx context.Context, r *pb.ReportUnreachableRequest) (*pb.ReportUnreachableResponse, error) {
+	k := segment.Key{ID: r.SegmentId, Generation: r.Generation}
+	if err := g.svc.ReportUnreachable(ctx, r.ClientId, k, r.Reason); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ReportUnreachableResponse{}, nil
 }
 
 func (g *grpcService) MountSegment(ctx context.Context, r *pb.MountSegmentRequest) (*pb.MountSegmentResponse, error) {
@@ -150,7 +167,7 @@ func (g *grpcService) UnmountSegment(ctx context.Context, r *pb.UnmountSegmentRe
 func (g *grpcService) PutStart(ctx context.Context, r *pb.PutStartRequest) (*pb.PutStartResponse, error) {
 	reqs := make([]PutStartReq, len(r.Items))
 	for i, it := range r.Items {
-		reqs[i] = PutStartReq{Key: it.Key, Size: it.Size, Replicas: int(it.Replicas), Pin: it.Pin, Placement: placementFromPB(it.Placement)}
+		reqs[i] = PutStartReq{Key: it.Key, Size: it.Size, Replicas: int(it.Replicas), Pin: it.Pin, SoftPin: it.SoftPin, Placement: placementFromPB(it.Placement)}
 	}
 	res, err := g.svc.PutStart(ctx, reqs)
 	if err != nil {
@@ -233,6 +250,7 @@ func (g *grpcService) GetReplicas(ctx context.Context, r *pb.GetReplicasRequest)
 		if x.Err == nil {
 			b.Size, b.Replicas, b.LeaseExpiryUnixNs = x.Size, tab.replicas(x.Replicas), x.LeaseExpiry.UnixNano()
 			b.LeaseTtlNs = int64(max(0, x.LeaseTTL))
+			b.LeaseId = x.LeaseID
 		}
 		out.Results[i] = b
 	}

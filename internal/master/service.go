@@ -27,12 +27,19 @@ const (
 	statePending              // PutStart done, not visible
 	stateVisible              // PutEnd done
 	stateZombie               // removed by force while leased; freed when the lease ends
+	// stateTimedOut is a put past its timeout whose writer is still
+	// registered: invisible and without a key in the index (the key is free
+	// for a new put), its bytes reserved until the writer ends or revokes it
+	// (after its copies) or its registration ends. A slow writer's range is
+	// never handed to a new owner while it may still write.
+	stateTimedOut
 )
 
 // Object flags.
 const (
 	flagPinned uint8 = 1 << iota
 	flagLeaseQueued
+	flagSoftPinned // evicted only when no unpinned object can be
 )
 
 // inlineReps replicas live in the object record; more go to Service.mu.extra.
@@ -45,30 +52,55 @@ type replica struct {
 	ref alloc.Ref
 }
 
-// object is one entry of the object table (64 bytes, no pointers). Objects
+// object is one entry of the object table (72 bytes, no pointers). Objects
 // are addressed by slot index.
 type object struct {
 	key        uint64 // reference to the key in objTable's arena; noKey when none
 	size       uint64
 	token      uint64
 	stamp      int64 // visible: last access; pending: put deadline (unix ns)
-	leaseUntil int64 // unix ns; 0 when never leased
-	reps       [inlineReps]replica
-	nrep       uint8
-	state      uint8
-	flags      uint8
+	leaseUntil int64 // unix ns; 0 when not leased
+	// leaseID names the current lease period (from the first lease granted
+	// while none was held to the release or end of the last one).
+	leaseID uint64
+	reps    [inlineReps]replica
+	// aux is the writer's registration (clientState.seq) while pending or
+	// timed out, and the number of unreleased leases of the current period
+	// while visible or a zombie.
+	aux   uint32
+	nrep  uint8
+	state uint8
+	flags uint8
 }
 
 type segState struct {
 	desc     *segment.Descriptor // immutable; shared with Replica.Segment
 	al       *alloc.Allocator
 	draining bool
+	// suspect: a client reported the provider unreachable; cleared by the
+	// owner's next heartbeat. No new puts or leases land on it meanwhile.
+	suspect bool
 }
+
+// usable reports whether new puts and leases may land on the segment.
+func (sg *segState) usable() bool { return !sg.draining && !sg.suspect }
 
 type clientState struct {
 	info    ClientInfo
 	ttl     time.Duration
 	expires int64
+	// seq identifies this registration (one incarnation of the client id);
+	// puts record it as their writer.
+	seq uint32
+}
+
+// quarantine is a segment allocation the master dropped while readers held
+// leases on it or writers had puts into it: the same (id, generation) may be
+// mounted again only after until, so nothing granted before the drop can
+// touch a range handed out after it.
+type quarantine struct {
+	gen   uint64
+	until int64
 }
 
 // leaseBucket is the granularity of the lease expiry wheel.
@@ -98,14 +130,23 @@ type Service struct {
 		tierCap  [3]uint64 // by segment.Tier
 		tierUsed [3]uint64
 
-		objs    objTable             // records, keys, index of visible and pending keys
-		extra   map[uint32][]replica // all replicas of objects with > inlineReps
-		pending map[uint32]struct{}  // slots of puts in progress
-		leaseQ  map[int64][]uint32   // lease wheel: bucket → slots to look at
-		visible int
-		zombies int
+		bySeq   map[uint32]*clientState // registrations by seq
+		nextSeq uint32
+
+		objs     objTable             // records, keys, index of visible and pending keys
+		extra    map[uint32][]replica // all replicas of objects with > inlineReps
+		pending  map[uint32]struct{}  // slots of puts in progress
+		timedOut map[uint64]uint32    // put token → slot of puts past their timeout (stateTimedOut)
+		leaseQ   map[int64][]uint32   // lease wheel: bucket → slots to look at
+		leases   map[uint64]uint32    // lease period id → slot, while it has unreleased leases
+		visible  int
+		zombies  int
+
+		quarantine map[string]quarantine // segment id → dropped allocation not to be remounted yet
+		segVersion uint64                // changes on every mount and unmount
 
 		nextToken  uint64
+		nextLease  uint64
 		nextClient uint64
 		evictions  uint64
 		rng        *rand.Rand
@@ -134,10 +175,18 @@ func New(cfg Config) (*Service, error) {
 	m.objs = newObjTable()
 	m.extra = map[uint32][]replica{}
 	m.pending = map[uint32]struct{}{}
+	m.timedOut = map[uint64]uint32{}
 	m.leaseQ = map[int64][]uint32{}
+	m.leases = map[uint64]uint32{}
+	m.bySeq = map[uint32]*clientState{}
+	m.quarantine = map[string]quarantine{}
 	seed := uint64(time.Now().UnixNano())
 	m.rng = rand.New(rand.NewPCG(seed, seed>>17|1))
 	m.nextToken = m.rng.Uint64()>>1 | 1
+	m.nextLease = m.rng.Uint64()>>1 | 1
+	// Another master process starts from another version, so its clients
+	// compare their mappings with its segments at their first heartbeat.
+	m.segVersion = m.rng.Uint64()
 	if cfg.ReapInterval > 0 {
 		s.wg.Add(1)
 		go s.reaper()
@@ -204,35 +253,51 @@ func (s *Service) RegisterClient(ctx context.Context, info ClientInfo) (reg Regi
 	if info.ID == "" {
 		s.mu.nextClient++
 		info.ID = fmt.Sprintf("client-%d-%08x", s.mu.nextClient, s.mu.rng.Uint32())
-	} else if _, ok := s.mu.clients[info.ID]; ok {
-		// A new incarnation: the old process's memory is gone.
-		s.dropClientSegmentsLocked(info.ID, now)
+	} else if old, ok := s.mu.clients[info.ID]; ok {
+		// A new incarnation: the old process, its puts and its memory are
+		// gone.
+		s.retireClientLocked(old, now)
 	}
 	ttl := info.TTL
 	if ttl == 0 {
 		ttl = s.cfg.ClientTTL
 	}
 	ttl = min(max(ttl, s.cfg.MinClientTTL), s.cfg.MaxClientTTL)
-	s.mu.clients[info.ID] = &clientState{info: info, ttl: ttl, expires: now + int64(ttl)}
-	return Registration{ID: info.ID, TTL: ttl}, nil
+	s.mu.nextSeq++
+	if s.mu.nextSeq == 0 {
+		s.mu.nextSeq++ // 0 names no writer
+	}
+	c := &clientState{info: info, ttl: ttl, expires: now + int64(ttl), seq: s.mu.nextSeq}
+	s.mu.clients[info.ID] = c
+	s.mu.bySeq[c.seq] = c
+	return Registration{ID: info.ID, TTL: ttl, LeaseTTL: s.cfg.LeaseTTL, PutTimeout: s.cfg.PutTimeout}, nil
 }
 
 // Heartbeat implements Client.
-func (s *Service) Heartbeat(ctx context.Context, clientID string) (err error) {
+func (s *Service) Heartbeat(ctx context.Context, clientID string) (_ HeartbeatInfo, err error) {
 	defer s.met.op(opHeartbeat, time.Now(), &err)
 	if err := validateID("client id", clientID); err != nil {
-		return err
+		return HeartbeatInfo{}, err
 	}
 	if err := s.lock(ctx); err != nil {
-		return err
+		return HeartbeatInfo{}, err
 	}
 	defer s.mu.Unlock()
-	c, err := s.liveClientLocked(clientID, s.now())
+	now := s.now()
+	c, err := s.liveClientLocked(clientID, now)
 	if err != nil {
-		return err
+		return HeartbeatInfo{}, err
 	}
-	c.expires = s.now() + int64(c.ttl)
-	return nil
+	c.expires = now + int64(c.ttl)
+	// Alive: a report that its provider was unreachable was about the
+	// reporter's view, not this process.
+	for _, sg := range s.mu.segs {
+		if sg != nil && sg.suspect && sg.desc.Owner == clientID {
+			sg.suspect = false
+			s.log.Info("master: segment reported unreachable; its provider heartbeats, placing on it again", "segment", sg.desc.Key().String())
+		}
+	}
+	return HeartbeatInfo{SegmentsVersion: s.mu.segVersion}, nil
 }
 
 // liveClientLocked returns a registered client, expiring it first if its
@@ -250,21 +315,39 @@ func (s *Service) liveClientLocked(id string, now int64) (*clientState, error) {
 }
 
 func (s *Service) expireClientLocked(id string, now int64) {
-	n := s.dropClientSegmentsLocked(id, now)
+	c := s.mu.clients[id]
+	puts, segs := s.retireClientLocked(c, now)
 	delete(s.mu.clients, id)
 	s.met.clientExpiries.Inc()
-	s.log.Warn("master: client expired", "client", id, "segments", n)
+	s.log.Warn("master: client expired", "client", id, "segments", segs, "puts revoked", puts)
 }
 
-func (s *Service) dropClientSegmentsLocked(owner string, now int64) int {
-	n := 0
-	for slot, sg := range s.mu.segs {
-		if sg != nil && sg.desc.Owner == owner {
-			s.dropSegmentLocked(uint32(slot), now)
-			n++
+// retireClientLocked ends registration c (expired, or replaced by a new
+// incarnation of its id): its puts are revoked, since a process whose
+// registration ended enqueues no more copies (the client checks its
+// registration and each put's deadline before every batch of copies), and
+// its segments are dropped. It returns how many of each.
+func (s *Service) retireClientLocked(c *clientState, now int64) (puts, segs int) {
+	delete(s.mu.bySeq, c.seq)
+	for slot := range s.mu.pending {
+		if s.mu.objs.at(slot).aux == c.seq {
+			s.freeObjectLocked(slot, now)
+			puts++
 		}
 	}
-	return n
+	for _, slot := range s.mu.timedOut {
+		if s.mu.objs.at(slot).aux == c.seq {
+			s.freeObjectLocked(slot, now)
+			puts++
+		}
+	}
+	for slot, sg := range s.mu.segs {
+		if sg != nil && sg.desc.Owner == c.info.ID {
+			s.dropSegmentLocked(uint32(slot), now)
+			segs++
+		}
+	}
+	return puts, segs
 }
 
 // MountSegment implements Client.
@@ -292,6 +375,11 @@ func (s *Service) MountSegment(ctx context.Context, d segment.Descriptor) (err e
 		}
 		return fmt.Errorf("%w: segment %q is mounted (generation %#x, owner %q)", ErrAlreadyExists, d.ID, old.Generation, old.Owner)
 	}
+	if q, ok := s.mu.quarantine[d.ID]; ok && q.gen == d.Generation && q.until > now {
+		return fmt.Errorf("%w: segment %q generation %#x was dropped while leases or puts on it were outstanding; it may be mounted again after %v (in %v)",
+			ErrHasLease, d.ID, d.Generation, time.Unix(0, q.until).UTC().Format(time.RFC3339Nano), time.Duration(q.until-now))
+	}
+	delete(s.mu.quarantine, d.ID)
 	desc := d
 	sg := &segState{desc: &desc, al: al}
 	var slot uint32
@@ -305,6 +393,7 @@ func (s *Service) MountSegment(ctx context.Context, d segment.Descriptor) (err e
 	}
 	s.mu.segIndex[d.ID] = slot
 	s.mu.tierCap[d.Tier] += al.Size()
+	s.mu.segVersion++
 	return nil
 }
 
@@ -328,7 +417,7 @@ func (s *Service) UnmountSegment(ctx context.Context, k segment.Key) (err error)
 	sg.al.Each(func(_ alloc.Ref, _, _ uint64, tag uint32) {
 		o := s.mu.objs.at(tag)
 		switch {
-		case o.state == statePending:
+		case o.state == statePending || o.state == stateTimedOut:
 			writing++
 		case o.leaseUntil > now:
 			leased++
@@ -355,11 +444,27 @@ func (s *Service) segmentLocked(k segment.Key) (uint32, error) {
 }
 
 // dropSegmentLocked removes a segment whatever its leases: the replicas on
-// it are dropped and objects left without replicas are removed.
+// it are dropped and objects left without replicas are removed. When
+// readers still hold leases on it, or writers have puts into it, the
+// allocation is quarantined: it cannot be mounted again (with the same
+// generation) until those leases and put deadlines have passed.
 func (s *Service) dropSegmentLocked(slot uint32, now int64) {
 	sg := s.mu.segs[slot]
 	var orphans []uint32
+	until := int64(0)
 	sg.al.Each(func(ref alloc.Ref, _, _ uint64, tag uint32) {
+		o := s.mu.objs.at(tag)
+		switch o.state {
+		case statePending:
+			// The writer enqueues no copy after its deadline (o.stamp).
+			until = max(until, o.stamp)
+		case stateTimedOut:
+			// Past its deadline, still registered: a copy it enqueued in
+			// time may still be running. Give it a lease's length.
+			until = max(until, now+int64(s.cfg.LeaseTTL))
+		default:
+			until = max(until, o.leaseUntil)
+		}
 		reps := s.repsLocked(tag)
 		keep := reps[:0:0]
 		for _, r := range reps {
@@ -380,7 +485,12 @@ func (s *Service) dropSegmentLocked(slot uint32, now int64) {
 	delete(s.mu.segIndex, sg.desc.ID)
 	s.mu.segs[slot] = nil
 	s.mu.freeSegs = append(s.mu.freeSegs, slot)
-	s.log.Info("master: segment unmounted", "segment", sg.desc.Key().String(), "orphans", len(orphans))
+	s.mu.segVersion++
+	if until > now {
+		s.mu.quarantine[sg.desc.ID] = quarantine{gen: sg.desc.Generation, until: until}
+	}
+	s.log.Info("master: segment unmounted", "segment", sg.desc.Key().String(), "orphans", len(orphans),
+		"quarantined for", time.Duration(max(0, until-now)))
 }
 
 // ListSegments implements Client.
@@ -443,11 +553,16 @@ func (s *Service) freeObjectLocked(slot uint32, now int64) {
 	case statePending:
 		s.mu.objs.unindex(slot)
 		delete(s.mu.pending, slot)
+	case stateTimedOut:
+		delete(s.mu.timedOut, o.token)
 	case stateVisible:
 		s.mu.objs.unindex(slot)
 		s.mu.visible--
 	case stateZombie:
 		s.mu.zombies--
+	}
+	if (o.state == stateVisible || o.state == stateZombie) && o.aux > 0 {
+		delete(s.mu.leases, o.leaseID)
 	}
 	if o.flags&flagLeaseQueued != 0 && o.leaseUntil <= now {
 		s.met.leaseExpiries.Inc()
@@ -482,11 +597,22 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 	now := s.now()
 	backing := make([]Replica, 0, nrep)
 	var scratch []replica
+	var writer *clientState
 	for i := range reqs {
 		if out[i].Err != nil {
 			continue
 		}
 		r := &reqs[i]
+		// Every put has a registered writer: its range stays reserved past
+		// the put timeout for as long as that writer may still write it.
+		if writer == nil || writer.info.ID != r.Placement.Client {
+			c, err := s.liveClientLocked(r.Placement.Client, now)
+			if err != nil {
+				out[i].Err = fmt.Errorf("key %q: writer (placement client): %w", r.Key, err)
+				continue
+			}
+			writer = c
+		}
 		h := s.mu.objs.hash(r.Key)
 		if _, ok := s.mu.objs.find(h, r.Key); ok {
 			out[i].Err = fmt.Errorf("%w: key %q", ErrAlreadyExists, r.Key)
@@ -499,10 +625,13 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 			continue
 		}
 		o := s.mu.objs.at(slot)
-		*o = object{key: noKey, size: r.Size, token: s.mu.nextToken, stamp: now + int64(s.cfg.PutTimeout), state: statePending}
+		*o = object{key: noKey, size: r.Size, token: s.mu.nextToken, stamp: now + int64(s.cfg.PutTimeout), state: statePending, aux: writer.seq}
 		s.mu.nextToken++
 		if r.Pin {
 			o.flags |= flagPinned
+		}
+		if r.SoftPin {
+			o.flags |= flagSoftPinned
 		}
 		s.setRepsLocked(slot, scratch)
 		s.mu.objs.insert(h, slot, r.Key)
@@ -565,6 +694,17 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 		if ok {
 			o = s.mu.objs.at(slot)
 		}
+		if !ok || o.token != p.Token {
+			if ts, late := s.mu.timedOut[p.Token]; late && s.mu.objs.key(ts) == p.Key {
+				// The writer's copies are done (it ends or revokes only
+				// after them): the range is free at last.
+				s.freeObjectLocked(ts, now)
+				if op == opPutEnd {
+					out[i] = fmt.Errorf("%w: put of key %q timed out after %v; it was not made visible", ErrNotFound, p.Key, s.cfg.PutTimeout)
+				}
+				continue
+			}
+		}
 		switch {
 		case !ok || o.token != p.Token:
 			out[i] = fmt.Errorf("%w: no put of key %q with token %#x in progress (revoked, timed out or never started)", ErrNotFound, p.Key, p.Token)
@@ -573,6 +713,7 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 		case op == opPutEnd:
 			o.state = stateVisible
 			o.stamp = now
+			o.aux = 0 // from writer to reader count
 			delete(s.mu.pending, slot)
 			s.mu.visible++
 		case o.state == stateVisible:
@@ -625,12 +766,12 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 		}
 		start := len(backing)
 		for _, r := range s.repsLocked(slot) {
-			if !s.mu.segs[r.seg].draining {
+			if s.mu.segs[r.seg].usable() {
 				backing = append(backing, s.replicaLocked(r))
 			}
 		}
 		if len(backing) == start {
-			out[i].Err = fmt.Errorf("%w: key %q: all replicas are on draining segments", ErrNotFound, k)
+			out[i].Err = fmt.Errorf("%w: key %q: all replicas are on draining or unreachable segments", ErrNotFound, k)
 			continue
 		}
 		o := s.mu.objs.at(slot)
@@ -640,7 +781,15 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 			o.flags |= flagLeaseQueued
 			s.queueLeaseLocked(slot, o.leaseUntil)
 		}
-		out[i] = GetResult{Size: o.size, Replicas: backing[start:len(backing):len(backing)], LeaseExpiry: expiry, LeaseTTL: s.cfg.LeaseTTL}
+		if o.aux == 0 {
+			o.leaseID = s.mu.nextLease
+			s.mu.nextLease++
+			s.mu.leases[o.leaseID] = slot
+		}
+		if o.aux < ^uint32(0) { // saturated: the period then ends only by expiry
+			o.aux++
+		}
+		out[i] = GetResult{Size: o.size, Replicas: backing[start:len(backing):len(backing)], LeaseExpiry: expiry, LeaseTTL: s.cfg.LeaseTTL, LeaseID: o.leaseID}
 	}
 	s.met.items(opGet, len(keys), func(i int) error { return out[i].Err })
 	return out, nil
@@ -766,13 +915,126 @@ func (s *Service) Reap() {
 	}
 	for slot := range s.mu.pending {
 		if o := s.mu.objs.at(slot); o.stamp <= now {
-			s.log.Info("master: put timed out", "key", s.mu.objs.key(slot))
-			s.freeObjectLocked(slot, now)
-			s.met.putTimeouts.Inc()
+			s.timeOutPutLocked(slot)
+		}
+	}
+	for id, q := range s.mu.quarantine {
+		if q.until <= now {
+			delete(s.mu.quarantine, id)
 		}
 	}
 	s.expireLeasesLocked(now)
 	s.evictToWatermarksLocked(now)
+}
+
+// timeOutPutLocked ends a put in progress that passed its timeout: it can
+// no longer become visible and its key is free for a new put, but its
+// bytes stay reserved (counted as a pending put) until its writer ends or
+// revokes it, or the writer's registration ends. Its writer is registered:
+// a writer's puts are revoked when its registration ends.
+func (s *Service) timeOutPutLocked(slot uint32) {
+	o := s.mu.objs.at(slot)
+	s.log.Info("master: put timed out; its bytes stay reserved until the writer ends or revokes it or its registration ends",
+		"key", s.mu.objs.key(slot), "writer", s.writerLocked(o.aux))
+	s.mu.objs.unindex(slot)
+	delete(s.mu.pending, slot)
+	o.state = stateTimedOut
+	s.mu.timedOut[o.token] = slot
+	s.met.putTimeouts.Inc()
+}
+
+func (s *Service) writerLocked(seq uint32) string {
+	if c, ok := s.mu.bySeq[seq]; ok {
+		return c.info.ID
+	}
+	return ""
+}
+
+// endLeasePeriodLocked forgets slot's current lease period: all its leases
+// were released or have ended.
+func (s *Service) endLeasePeriodLocked(slot uint32) {
+	o := s.mu.objs.at(slot)
+	if (o.state == stateVisible || o.state == stateZombie) && o.aux > 0 {
+		delete(s.mu.leases, o.leaseID)
+		o.aux = 0
+	}
+}
+
+// ReleaseLeases implements Client.
+func (s *Service) ReleaseLeases(ctx context.Context, ids []uint64) (err error) {
+	defer s.met.op(opReleaseLeases, time.Now(), &err)
+	if err := s.checkBatch(len(ids)); err != nil {
+		return err
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	now := s.now()
+	for _, id := range ids {
+		slot, ok := s.mu.leases[id]
+		if !ok {
+			continue // ended (expired, or its object freed) or unknown
+		}
+		o := s.mu.objs.at(slot)
+		if o.aux == ^uint32(0) {
+			continue // saturated count: the period ends by expiry
+		}
+		if o.aux--; o.aux > 0 {
+			continue
+		}
+		// The last reader's copy is done: the object is unleased now.
+		delete(s.mu.leases, id)
+		o.leaseUntil = 0
+		s.met.leaseReleases.Inc()
+		if o.state == stateZombie {
+			s.freeObjectLocked(slot, now)
+		}
+	}
+	return nil
+}
+
+// ReportUnreachable implements Client.
+func (s *Service) ReportUnreachable(ctx context.Context, reporter string, k segment.Key, reason string) (err error) {
+	defer s.met.op(opReportUnreachable, time.Now(), &err)
+	if err := validateID("client id", reporter); err != nil {
+		return err
+	}
+	if err := validateSegmentKey(k); err != nil {
+		return err
+	}
+	if len(reason) > 1024 {
+		reason = reason[:1024]
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	now := s.now()
+	if _, err := s.liveClientLocked(reporter, now); err != nil {
+		return fmt.Errorf("reporter: %w", err)
+	}
+	slot, err := s.segmentLocked(k)
+	if err != nil {
+		return err // gone already
+	}
+	sg := s.mu.segs[slot]
+	if sg.desc.Owner == reporter {
+		return fmt.Errorf("%w: client %q reports its own segment %s unreachable", ErrInvalid, reporter, k)
+	}
+	s.met.unreachableReports.Inc()
+	if !sg.suspect {
+		s.log.Warn("master: segment reported unreachable; no new puts or leases on it until its provider heartbeats",
+			"segment", k.String(), "reporter", reporter, "reason", reason)
+	}
+	sg.suspect = true
+	// Its provider heartbeats every third of its TTL: if it is alive, one
+	// arrives within half the TTL; if not, it is expired then, not at the
+	// full TTL.
+	if c, ok := s.mu.clients[sg.desc.Owner]; ok {
+		c.expires = min(c.expires, now+int64(c.ttl/2))
+	}
+	return nil
 }
 
 // expireLeasesLocked ends the leases that ran out by now, freeing the
@@ -795,6 +1057,7 @@ func (s *Service) expireLeasesLocked(now int64) {
 			}
 			o.flags &^= flagLeaseQueued
 			s.met.leaseExpiries.Inc()
+			s.endLeasePeriodLocked(slot)
 			if o.state == stateZombie {
 				s.freeObjectLocked(slot, now)
 			}
@@ -817,7 +1080,7 @@ func (s *Service) Stats(ctx context.Context) (_ Stats, err error) {
 func (s *Service) statsLocked() Stats {
 	st := Stats{
 		Objects:     s.mu.visible,
-		PendingPuts: len(s.mu.pending),
+		PendingPuts: len(s.mu.pending) + len(s.mu.timedOut),
 		Segments:    len(s.mu.segIndex),
 		Clients:     len(s.mu.clients),
 		Evictions:   s.mu.evictions,

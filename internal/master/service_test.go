@@ -60,7 +60,7 @@ func TestPutGetVisibility(t *testing.T) {
 		if !e.exists("a") || e.exists("b") {
 			t.Fatal("Exists wrong")
 		}
-		if st := e.stats(); st.Objects != 1 || st.PendingPuts != 0 || st.Segments != 1 || st.Clients != 1 {
+		if st := e.stats(); st.Objects != 1 || st.PendingPuts != 0 || st.Segments != 1 || st.Clients != 2 { // the provider and the writer
 			t.Fatalf("stats %+v", st)
 		}
 	})
@@ -71,13 +71,14 @@ func TestBatchPositional(t *testing.T) {
 		c := e.register("p1", "host-a", 0, 0)
 		e.mount(desc("s0", c, "host-a", segment.TierDRAM, 0, 64*MiB))
 		e.put("exists", 10)
+		w := Placement{Client: e.defaultWriter()}
 		reqs := []PutStartReq{
-			{Key: "x", Size: 100},
-			{Key: "exists", Size: 100},
-			{Key: "", Size: 100},
-			{Key: "x", Size: 100}, // duplicate within the batch
-			{Key: "y", Size: 0},
-			{Key: "z", Size: 200},
+			{Key: "x", Size: 100, Placement: w},
+			{Key: "exists", Size: 100, Placement: w},
+			{Key: "", Size: 100, Placement: w},
+			{Key: "x", Size: 100, Placement: w}, // duplicate within the batch
+			{Key: "y", Size: 0, Placement: w},
+			{Key: "z", Size: 200, Placement: w},
 		}
 		res, err := e.c.PutStart(e.ctx, reqs)
 		if err != nil {
@@ -145,15 +146,26 @@ func TestPutTimeoutAndRevoke(t *testing.T) {
 		}
 		e.clk.Advance(time.Second)
 		e.svc.Reap()
-		if st := e.stats(); st.PendingPuts != 0 || e.tierUsed(segment.TierDRAM) != 0 {
+		// Timed out: never visible, the key is free, but the slow writer
+		// may still be copying, so its bytes stay reserved (timeouts keep,
+		// never give).
+		if st := e.stats(); st.PendingPuts != 1 || e.tierUsed(segment.TierDRAM) != 4096 {
 			t.Fatalf("after timeout: %+v", st)
 		}
-		// The slow writer finds out; nothing half-written became visible.
-		wantErr(t, "PutEnd after timeout", e.c.PutEnd(e.ctx, []PutRef{{"slow", slow.Token}})[0], ErrNotFound)
 		wantErr(t, "Get after timeout", e.get("slow").Err, ErrNotFound)
-		// A new writer of the same key is not confused with the old one.
+		// A new writer of the same key gets other bytes and is not confused
+		// with the old one.
 		again := e.putStart("slow", 100)
 		wantErr(t, "PutStart after timeout", again.Err, nil)
+		if again.Replicas[0].Offset == slow.Replicas[0].Offset {
+			t.Fatalf("new put of the key got the timed-out writer's range at %d", again.Replicas[0].Offset)
+		}
+		// The slow writer finds out when it ends its put (after its copies):
+		// nothing half-written became visible, and its range is free now.
+		wantErr(t, "PutEnd after timeout", e.c.PutEnd(e.ctx, []PutRef{{"slow", slow.Token}})[0], ErrNotFound)
+		if st := e.stats(); st.PendingPuts != 1 || e.tierUsed(segment.TierDRAM) != 128 {
+			t.Fatalf("after the slow writer's PutEnd: %+v, used %d", st, e.tierUsed(segment.TierDRAM))
+		}
 		wantErr(t, "stale PutEnd", e.c.PutEnd(e.ctx, []PutRef{{"slow", slow.Token}})[0], ErrNotFound)
 		if e.exists("slow") {
 			t.Fatal("stale PutEnd made the new put visible")
@@ -413,13 +425,18 @@ func TestUnmountDrainsWhileLeased(t *testing.T) {
 			t.Fatalf("ListSegments = %v, %v", segs, err)
 		}
 		// An in-progress put also holds the segment.
-		e.putStart("w", 100)
+		w := e.putStart("w", 100)
 		wantErr(t, "Unmount with a put in progress", e.c.UnmountSegment(e.ctx, s1.Key()), ErrHasLease)
 		e.clk.Advance(5 * time.Second) // lease on "both" ends; "new" and "w" stay pending
 		wantErr(t, "Unmount with puts in progress", e.c.UnmountSegment(e.ctx, s1.Key()), ErrHasLease)
 		e.clk.Advance(30 * time.Second)
 		e.svc.Reap()
-		wantErr(t, "Unmount after the put timeout", e.c.UnmountSegment(e.ctx, s1.Key()), nil)
+		// Timed out, but their writer is registered and may still write.
+		wantErr(t, "Unmount after the put timeout", e.c.UnmountSegment(e.ctx, s1.Key()), ErrHasLease)
+		for _, p := range []PutRef{{"new", r.Token}, {"w", w.Token}} {
+			wantErr(t, "PutRevoke after the timeout", e.c.PutRevoke(e.ctx, []PutRef{p})[0], nil)
+		}
+		wantErr(t, "Unmount once the writer revoked", e.c.UnmountSegment(e.ctx, s1.Key()), nil)
 		if st := e.stats(); st.Objects != 0 || st.Segments != 0 || len(st.Tiers) != 0 {
 			t.Fatalf("stats %+v", st)
 		}
@@ -439,7 +456,8 @@ func TestMountRules(t *testing.T) {
 		if st := e.stats(); st.Segments != 1 || st.Tiers[0].Capacity != 64*MiB {
 			t.Fatalf("stats %+v", st)
 		}
-		wantErr(t, "Heartbeat unknown", e.c.Heartbeat(e.ctx, "ghost"), ErrUnknownClient)
+		_, hbErr := e.c.Heartbeat(e.ctx, "ghost")
+		wantErr(t, "Heartbeat unknown", hbErr, ErrUnknownClient)
 		// Re-registering the same id is a new incarnation: old segments go.
 		e.register("p1", "host-a", 0, 0)
 		if st := e.stats(); st.Segments != 0 {
@@ -473,13 +491,14 @@ func TestClientDeath(t *testing.T) {
 
 		for range 4 {
 			e.clk.Advance(3 * time.Second)
-			if err := e.c.Heartbeat(e.ctx, live); err != nil {
+			if _, err := e.c.Heartbeat(e.ctx, live); err != nil {
 				t.Fatal(err)
 			}
 			e.svc.Reap()
 		}
 		// 12s > TTL 10s: dead expired.
-		wantErr(t, "Heartbeat after expiry", e.c.Heartbeat(e.ctx, dead), ErrUnknownClient)
+		_, hbErr := e.c.Heartbeat(e.ctx, dead)
+		wantErr(t, "Heartbeat after expiry", hbErr, ErrUnknownClient)
 		segs, err := e.c.ListSegments(e.ctx)
 		if err != nil || len(segs) != 1 || segs[0].ID != "live/0" {
 			t.Fatalf("segments after client death: %v, %v", segs, err)
@@ -493,15 +512,26 @@ func TestClientDeath(t *testing.T) {
 			t.Fatalf("on-both after death: %+v", g)
 		}
 		st := e.stats()
-		if st.Objects != 2 || st.PendingPuts != 0 || st.Clients != 1 || st.Segments != 1 {
+		if st.Objects != 2 || st.PendingPuts != 0 || st.Clients != 2 || st.Segments != 1 { // live and the writer
 			t.Fatalf("stats %+v", st)
 		}
 		if u := e.tierUsed(segment.TierDRAM); u != 256 {
 			t.Fatalf("DRAM used %d, want 256", u)
 		}
-		// The dead client can come back, as a new incarnation.
+		// The dead client can come back, as a new incarnation. Its old
+		// allocation was dropped under a live writer's put (deadline in
+		// 18s) and a reader's lease: mounting it again must wait until
+		// neither can touch it, so no range is handed to two owners.
 		e.register(dead, "host-a", 0, 0)
-		e.mount(desc("dead/0", dead, "host-a", segment.TierDRAM, 0, 64*MiB))
+		d0 := desc("dead/0", dead, "host-a", segment.TierDRAM, 0, 64*MiB)
+		wantErr(t, "remount while quarantined", e.c.MountSegment(e.ctx, d0), ErrHasLease)
+		other := d0
+		other.Generation++ // a new allocation: nothing old can touch it
+		other.ID = "dead/2"
+		e.mount(other)
+		e.clk.Advance(18 * time.Second)
+		e.svc.Reap()
+		e.mount(d0)
 	})
 }
 
@@ -517,7 +547,8 @@ func TestClosed(t *testing.T) {
 		_, err := e.c.GetReplicas(e.ctx, []string{"a"})
 		wantErr(t, "Get after Close", err, ErrClosed)
 		wantErr(t, "PutEnd after Close", e.c.PutEnd(e.ctx, []PutRef{{"a", 1}})[0], ErrClosed)
-		wantErr(t, "Heartbeat after Close", e.c.Heartbeat(e.ctx, "p1"), ErrClosed)
+		_, hbErr := e.c.Heartbeat(e.ctx, "p1")
+		wantErr(t, "Heartbeat after Close", hbErr, ErrClosed)
 	})
 }
 
@@ -587,7 +618,7 @@ func TestConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 300 {
 				k := keyN(w*1000 + i%50)
-				res, err := c.PutStart(ctx, []PutStartReq{{Key: k, Size: uint64(1 + i*97%(256*KiB))}})
+				res, err := c.PutStart(ctx, []PutStartReq{{Key: k, Size: uint64(1 + i*97%(256*KiB)), Placement: Placement{Client: reg.ID}}})
 				if err != nil {
 					t.Error(err)
 					return

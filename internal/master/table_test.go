@@ -11,8 +11,8 @@ import (
 )
 
 func TestObjectRecordSize(t *testing.T) {
-	if n := unsafe.Sizeof(object{}); n != 64 {
-		t.Fatalf("object record is %d bytes, want 64", n)
+	if n := unsafe.Sizeof(object{}); n != 72 {
+		t.Fatalf("object record is %d bytes, want 72", n)
 	}
 }
 

@@ -239,7 +239,7 @@ func (m *putStartRequest) wireSize() int {
 	n := 0
 	for i := range m.reqs {
 		q := &m.reqs[i]
-		n += 3 + len(q.Key) + 11 + 11 + 2 + 3 + 11 + 2 + 6 + len(q.Placement.Client) + len(q.Placement.Node) + 22
+		n += 3 + len(q.Key) + 11 + 11 + 2 + 2 + 3 + 11 + 2 + 6 + len(q.Placement.Client) + len(q.Placement.Node) + 22
 		for _, s := range q.Placement.Segments {
 			n += 3 + len(s)
 		}
@@ -278,6 +278,7 @@ func (m *putStartRequest) appendWire(b []byte) ([]byte, error) {
 			}
 		}
 		b = endMsg(b, pl)
+		b = appendBool(b, 6, q.SoftPin)
 		b = endMsg(b, item)
 	}
 	return b, nil
@@ -331,6 +332,8 @@ func (m *putStartRequest) unmarshalWire(b []byte) error {
 				q.Replicas = int(int32(g.v))
 			case g.is(4, protowire.VarintType):
 				q.Pin = g.v != 0
+			case g.is(6, protowire.VarintType):
+				q.SoftPin = g.v != 0
 			case g.is(5, protowire.BytesType):
 				if !seenPl && lastPl != nil && bytes.Equal(g.p, lastPl) {
 					q.Placement = last
@@ -572,7 +575,7 @@ func (m *getResponse) wireSize() int {
 	m.fill()
 	n := m.tab.wireSize()
 	for i := range m.res {
-		n += 3 + 11 + 11 + 11 + 40*len(m.res[i].Replicas) // size, expiry, TTL
+		n += 3 + 11 + 11 + 11 + 9 + 40*len(m.res[i].Replicas) // size, expiry, TTL, lease id
 		if m.res[i].Err != nil {
 			n += 128
 		}
@@ -598,6 +601,7 @@ func (m *getResponse) appendWire(b []byte) ([]byte, error) {
 			b = appendReplicas(b, 3, &m.tab, x.Replicas)
 			b = appendVarintNZ(b, 4, uint64(x.LeaseExpiry.UnixNano()))
 			b = appendVarintNZ(b, 5, uint64(max(0, x.LeaseTTL)))
+			b = appendFixed64NZ(b, 6, x.LeaseID)
 		}
 		b = endMsg(b, r)
 	}
@@ -793,12 +797,13 @@ type wireReplica struct {
 
 // wireResult is one PutStartResult or GetResult as sent.
 type wireResult struct {
-	err    error
-	token  uint64 // PutStart
-	size   uint64 // GetReplicas
-	lease  int64  // GetReplicas: expiry, master clock (unix ns)
-	ttl    int64  // GetReplicas: lease left when sent (ns)
-	lo, hi int    // replicas[lo:hi]
+	err     error
+	token   uint64 // PutStart
+	size    uint64 // GetReplicas
+	lease   int64  // GetReplicas: expiry, master clock (unix ns)
+	ttl     int64  // GetReplicas: lease left when sent (ns)
+	leaseID uint64 // GetReplicas
+	lo, hi  int    // replicas[lo:hi]
 }
 
 // resultsReply is pb.PutStartResponse (get false) or pb.GetReplicasResponse
@@ -876,6 +881,8 @@ func (m *resultsReply) result(b []byte) error {
 			x.lease = int64(f.v)
 		case m.get && f.is(5, protowire.VarintType):
 			x.ttl = int64(f.v)
+		case m.get && f.is(6, protowire.Fixed64Type):
+			x.leaseID = f.v
 		}
 	}
 	if errMsg != nil {

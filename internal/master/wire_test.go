@@ -101,7 +101,7 @@ func TestWirePutStartRequest(t *testing.T) {
 func putStartReqsFromPB(p *pb.PutStartRequest) []PutStartReq {
 	var out []PutStartReq
 	for _, it := range p.Items {
-		out = append(out, PutStartReq{Key: it.Key, Size: it.Size, Replicas: int(it.Replicas), Pin: it.Pin, Placement: placementFromPB(it.Placement)})
+		out = append(out, PutStartReq{Key: it.Key, Size: it.Size, Replicas: int(it.Replicas), Pin: it.Pin, SoftPin: it.SoftPin, Placement: placementFromPB(it.Placement)})
 	}
 	return out
 }
@@ -512,7 +512,8 @@ func TestWireInterceptor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	res, err := c.PutStart(ctx, []PutStartReq{{Key: "k", Size: 10, Placement: NoPlacement}, {Key: "k", Size: 10, Placement: NoPlacement}})
+	pl := Placement{Client: reg.ID, NUMANode: -1, Device: -1}
+	res, err := c.PutStart(ctx, []PutStartReq{{Key: "k", Size: 10, Placement: pl}, {Key: "k", Size: 10, Placement: pl}})
 	if err != nil || res[0].Err != nil || !errors.Is(res[1].Err, ErrAlreadyExists) || len(res[0].Replicas) != 1 || *res[0].Replicas[0].Segment != d {
 		t.Fatalf("PutStart: %+v, %v", res, err)
 	}

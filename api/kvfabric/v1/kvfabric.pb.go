@@ -420,9 +420,13 @@ func (x *RegisterClientRequest) GetDevice() int32 {
 }
 
 type RegisterClientResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	TtlNs         int64                  `protobuf:"varint,2,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	TtlNs int64                  `protobuf:"varint,2,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
+	// The master's read-lease TTL and put timeout, so a client can bound what
+	// it does under a lease or a put in its own clock.
+	LeaseTtlNs    int64 `protobuf:"varint,3,opt,name=lease_ttl_ns,json=leaseTtlNs,proto3" json:"lease_ttl_ns,omitempty"`
+	PutTimeoutNs  int64 `protobuf:"varint,4,opt,name=put_timeout_ns,json=putTimeoutNs,proto3" json:"put_timeout_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -471,6 +475,20 @@ func (x *RegisterClientResponse) GetTtlNs() int64 {
 	return 0
 }
 
+func (x *RegisterClientResponse) GetLeaseTtlNs() int64 {
+	if x != nil {
+		return x.LeaseTtlNs
+	}
+	return 0
+}
+
+func (x *RegisterClientResponse) GetPutTimeoutNs() int64 {
+	if x != nil {
+		return x.PutTimeoutNs
+	}
+	return 0
+}
+
 type HeartbeatRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
@@ -515,10 +533,15 @@ func (x *HeartbeatRequest) GetClientId() string {
 	return ""
 }
 
+// HeartbeatResponse tells a client whether the set of mounted segments
+// changed: segments_version changes on every mount and unmount, so a
+// consumer that sees a new value lists the segments and releases its
+// mappings of those that are gone.
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	SegmentsVersion uint64                 `protobuf:"fixed64,1,opt,name=segments_version,json=segmentsVersion,proto3" json:"segments_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
@@ -549,6 +572,13 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
 	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *HeartbeatResponse) GetSegmentsVersion() uint64 {
+	if x != nil {
+		return x.SegmentsVersion
+	}
+	return 0
 }
 
 type MountSegmentRequest struct {
@@ -813,12 +843,15 @@ func (x *Placement) GetSegments() []string {
 }
 
 type PutStartItem struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Size          uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	Replicas      int32                  `protobuf:"varint,3,opt,name=replicas,proto3" json:"replicas,omitempty"`
-	Pin           bool                   `protobuf:"varint,4,opt,name=pin,proto3" json:"pin,omitempty"`
-	Placement     *Placement             `protobuf:"bytes,5,opt,name=placement,proto3" json:"placement,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Key       string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Size      uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Replicas  int32                  `protobuf:"varint,3,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	Pin       bool                   `protobuf:"varint,4,opt,name=pin,proto3" json:"pin,omitempty"`
+	Placement *Placement             `protobuf:"bytes,5,opt,name=placement,proto3" json:"placement,omitempty"`
+	// soft_pin keeps the object through eviction while unpinned objects can
+	// be evicted instead; under pressure it is evicted last.
+	SoftPin       bool `protobuf:"varint,6,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -886,6 +919,13 @@ func (x *PutStartItem) GetPlacement() *Placement {
 		return x.Placement
 	}
 	return nil
+}
+
+func (x *PutStartItem) GetSoftPin() bool {
+	if x != nil {
+		return x.SoftPin
+	}
+	return false
 }
 
 type PutStartRequest struct {
@@ -1388,7 +1428,9 @@ type GetResult struct {
 	// derive their local deadline from it (their send time + ttl: never later
 	// than the master's), so clock skew between hosts cannot stretch a lease;
 	// lease_expiry_unix_ns is in the master's own clock.
-	LeaseTtlNs    int64 `protobuf:"varint,5,opt,name=lease_ttl_ns,json=leaseTtlNs,proto3" json:"lease_ttl_ns,omitempty"`
+	LeaseTtlNs int64 `protobuf:"varint,5,opt,name=lease_ttl_ns,json=leaseTtlNs,proto3" json:"lease_ttl_ns,omitempty"`
+	// lease_id names this read lease for ReleaseLeases.
+	LeaseId       uint64 `protobuf:"fixed64,6,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1454,6 +1496,13 @@ func (x *GetResult) GetLeaseExpiryUnixNs() int64 {
 func (x *GetResult) GetLeaseTtlNs() int64 {
 	if x != nil {
 		return x.LeaseTtlNs
+	}
+	return 0
+}
+
+func (x *GetResult) GetLeaseId() uint64 {
+	if x != nil {
+		return x.LeaseId
 	}
 	return 0
 }
@@ -1862,6 +1911,197 @@ func (x *ListSegmentsResponse) GetSegments() []*SegmentDescriptor {
 	return nil
 }
 
+// ReleaseLeasesRequest ends read leases whose copies are complete, so the
+// space of objects removed while leased returns without waiting out the TTL.
+// Unknown or ended leases are ignored.
+type ReleaseLeasesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaseIds      []uint64               `protobuf:"fixed64,1,rep,packed,name=lease_ids,json=leaseIds,proto3" json:"lease_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseLeasesRequest) Reset() {
+	*x = ReleaseLeasesRequest{}
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseLeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseLeasesRequest) ProtoMessage() {}
+
+func (x *ReleaseLeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseLeasesRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseLeasesRequest) Descriptor() ([]byte, []int) {
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ReleaseLeasesRequest) GetLeaseIds() []uint64 {
+	if x != nil {
+		return x.LeaseIds
+	}
+	return nil
+}
+
+type ReleaseLeasesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseLeasesResponse) Reset() {
+	*x = ReleaseLeasesResponse{}
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseLeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseLeasesResponse) ProtoMessage() {}
+
+func (x *ReleaseLeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseLeasesResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseLeasesResponse) Descriptor() ([]byte, []int) {
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{34}
+}
+
+// ReportUnreachableRequest tells the master that a client could not reach a
+// segment's provider (its fd-exchange server refused the connection): the
+// master stops placing on the segment at once and confirms the provider's
+// death by its heartbeat.
+type ReportUnreachableRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	SegmentId     string                 `protobuf:"bytes,2,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	Generation    uint64                 `protobuf:"fixed64,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportUnreachableRequest) Reset() {
+	*x = ReportUnreachableRequest{}
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportUnreachableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportUnreachableRequest) ProtoMessage() {}
+
+func (x *ReportUnreachableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportUnreachableRequest.ProtoReflect.Descriptor instead.
+func (*ReportUnreachableRequest) Descriptor() ([]byte, []int) {
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ReportUnreachableRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ReportUnreachableRequest) GetSegmentId() string {
+	if x != nil {
+		return x.SegmentId
+	}
+	return ""
+}
+
+func (x *ReportUnreachableRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ReportUnreachableRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ReportUnreachableResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportUnreachableResponse) Reset() {
+	*x = ReportUnreachableResponse{}
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportUnreachableResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportUnreachableResponse) ProtoMessage() {}
+
+func (x *ReportUnreachableResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportUnreachableResponse.ProtoReflect.Descriptor instead.
+func (*ReportUnreachableResponse) Descriptor() ([]byte, []int) {
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{36}
+}
+
 type UsageStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -1876,7 +2116,7 @@ type UsageStats struct {
 
 func (x *UsageStats) Reset() {
 	*x = UsageStats{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +2128,7 @@ func (x *UsageStats) String() string {
 func (*UsageStats) ProtoMessage() {}
 
 func (x *UsageStats) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +2141,7 @@ func (x *UsageStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageStats.ProtoReflect.Descriptor instead.
 func (*UsageStats) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{33}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UsageStats) GetNode() string {
@@ -1954,7 +2194,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2206,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2219,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{34}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{38}
 }
 
 type StatsResponse struct {
@@ -1997,7 +2237,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2249,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2262,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{35}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StatsResponse) GetObjects() uint64 {
@@ -2104,13 +2344,17 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x15\n" +
 	"\x06ttl_ns\x18\x03 \x01(\x03R\x05ttlNs\x12\x1b\n" +
 	"\tnuma_node\x18\x04 \x01(\x05R\bnumaNode\x12\x16\n" +
-	"\x06device\x18\x05 \x01(\x05R\x06device\"?\n" +
+	"\x06device\x18\x05 \x01(\x05R\x06device\"\x87\x01\n" +
 	"\x16RegisterClientResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
-	"\x06ttl_ns\x18\x02 \x01(\x03R\x05ttlNs\"/\n" +
+	"\x06ttl_ns\x18\x02 \x01(\x03R\x05ttlNs\x12 \n" +
+	"\flease_ttl_ns\x18\x03 \x01(\x03R\n" +
+	"leaseTtlNs\x12$\n" +
+	"\x0eput_timeout_ns\x18\x04 \x01(\x03R\fputTimeoutNs\"/\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
-	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\x13\n" +
-	"\x11HeartbeatResponse\"O\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\">\n" +
+	"\x11HeartbeatResponse\x12)\n" +
+	"\x10segments_version\x18\x01 \x01(\x06R\x0fsegmentsVersion\"O\n" +
 	"\x13MountSegmentRequest\x128\n" +
 	"\asegment\x18\x01 \x01(\v2\x1e.kvfabric.v1.SegmentDescriptorR\asegment\"\x16\n" +
 	"\x14MountSegmentResponse\"G\n" +
@@ -2127,13 +2371,14 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1b\n" +
 	"\tnuma_node\x18\x05 \x01(\x05R\bnumaNode\x12\x16\n" +
 	"\x06device\x18\x06 \x01(\x05R\x06device\x12\x1a\n" +
-	"\bsegments\x18\a \x03(\tR\bsegments\"\x98\x01\n" +
+	"\bsegments\x18\a \x03(\tR\bsegments\"\xb3\x01\n" +
 	"\fPutStartItem\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x1a\n" +
 	"\breplicas\x18\x03 \x01(\x05R\breplicas\x12\x10\n" +
 	"\x03pin\x18\x04 \x01(\bR\x03pin\x124\n" +
-	"\tplacement\x18\x05 \x01(\v2\x16.kvfabric.v1.PlacementR\tplacement\"B\n" +
+	"\tplacement\x18\x05 \x01(\v2\x16.kvfabric.v1.PlacementR\tplacement\x12\x19\n" +
+	"\bsoft_pin\x18\x06 \x01(\bR\asoftPin\"B\n" +
 	"\x0fPutStartRequest\x12/\n" +
 	"\x05items\x18\x01 \x03(\v2\x19.kvfabric.v1.PutStartItemR\x05items\"S\n" +
 	"\aReplica\x12\x18\n" +
@@ -2159,14 +2404,15 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x11PutRevokeResponse\x12.\n" +
 	"\x06errors\x18\x01 \x03(\v2\x16.kvfabric.v1.ItemErrorR\x06errors\"(\n" +
 	"\x12GetReplicasRequest\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\tR\x04keys\"\xd2\x01\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\"\xed\x01\n" +
 	"\tGetResult\x12,\n" +
 	"\x05error\x18\x01 \x01(\v2\x16.kvfabric.v1.ItemErrorR\x05error\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x120\n" +
 	"\breplicas\x18\x03 \x03(\v2\x14.kvfabric.v1.ReplicaR\breplicas\x12/\n" +
 	"\x14lease_expiry_unix_ns\x18\x04 \x01(\x03R\x11leaseExpiryUnixNs\x12 \n" +
 	"\flease_ttl_ns\x18\x05 \x01(\x03R\n" +
-	"leaseTtlNs\"\x83\x01\n" +
+	"leaseTtlNs\x12\x19\n" +
+	"\blease_id\x18\x06 \x01(\x06R\aleaseId\"\x83\x01\n" +
 	"\x13GetReplicasResponse\x12:\n" +
 	"\bsegments\x18\x01 \x03(\v2\x1e.kvfabric.v1.SegmentDescriptorR\bsegments\x120\n" +
 	"\aresults\x18\x02 \x03(\v2\x16.kvfabric.v1.GetResultR\aresults\"#\n" +
@@ -2185,7 +2431,19 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\aremoved\x18\x01 \x01(\x04R\aremoved\"\x15\n" +
 	"\x13ListSegmentsRequest\"R\n" +
 	"\x14ListSegmentsResponse\x12:\n" +
-	"\bsegments\x18\x01 \x03(\v2\x1e.kvfabric.v1.SegmentDescriptorR\bsegments\"\xaf\x01\n" +
+	"\bsegments\x18\x01 \x03(\v2\x1e.kvfabric.v1.SegmentDescriptorR\bsegments\"3\n" +
+	"\x14ReleaseLeasesRequest\x12\x1b\n" +
+	"\tlease_ids\x18\x01 \x03(\x06R\bleaseIds\"\x17\n" +
+	"\x15ReleaseLeasesResponse\"\x8e\x01\n" +
+	"\x18ReportUnreachableRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
+	"\n" +
+	"segment_id\x18\x02 \x01(\tR\tsegmentId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x06R\n" +
+	"generation\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x1b\n" +
+	"\x19ReportUnreachableResponse\"\xaf\x01\n" +
 	"\n" +
 	"UsageStats\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12%\n" +
@@ -2211,7 +2469,7 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"HandleKind\x12\x1b\n" +
 	"\x17HANDLE_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12HANDLE_KIND_FABRIC\x10\x01\x12\x18\n" +
-	"\x14HANDLE_KIND_POSIX_FD\x10\x022\xf0\a\n" +
+	"\x14HANDLE_KIND_POSIX_FD\x10\x022\xac\t\n" +
 	"\x06Master\x12Y\n" +
 	"\x0eRegisterClient\x12\".kvfabric.v1.RegisterClientRequest\x1a#.kvfabric.v1.RegisterClientResponse\x12J\n" +
 	"\tHeartbeat\x12\x1d.kvfabric.v1.HeartbeatRequest\x1a\x1e.kvfabric.v1.HeartbeatResponse\x12S\n" +
@@ -2225,7 +2483,9 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x06Remove\x12\x1a.kvfabric.v1.RemoveRequest\x1a\x1b.kvfabric.v1.RemoveResponse\x12J\n" +
 	"\tRemoveAll\x12\x1d.kvfabric.v1.RemoveAllRequest\x1a\x1e.kvfabric.v1.RemoveAllResponse\x12S\n" +
 	"\fListSegments\x12 .kvfabric.v1.ListSegmentsRequest\x1a!.kvfabric.v1.ListSegmentsResponse\x12>\n" +
-	"\x05Stats\x12\x19.kvfabric.v1.StatsRequest\x1a\x1a.kvfabric.v1.StatsResponseB9Z7github.com/kvfabric/kvfabric/api/kvfabric/v1;kvfabricv1b\x06proto3"
+	"\x05Stats\x12\x19.kvfabric.v1.StatsRequest\x1a\x1a.kvfabric.v1.StatsResponse\x12V\n" +
+	"\rReleaseLeases\x12!.kvfabric.v1.ReleaseLeasesRequest\x1a\".kvfabric.v1.ReleaseLeasesResponse\x12b\n" +
+	"\x11ReportUnreachable\x12%.kvfabric.v1.ReportUnreachableRequest\x1a&.kvfabric.v1.ReportUnreachableResponseB9Z7github.com/kvfabric/kvfabric/api/kvfabric/v1;kvfabricv1b\x06proto3"
 
 var (
 	file_kvfabric_v1_kvfabric_proto_rawDescOnce sync.Once
@@ -2240,46 +2500,50 @@ func file_kvfabric_v1_kvfabric_proto_rawDescGZIP() []byte {
 }
 
 var file_kvfabric_v1_kvfabric_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kvfabric_v1_kvfabric_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_kvfabric_v1_kvfabric_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_kvfabric_v1_kvfabric_proto_goTypes = []any{
-	(Tier)(0),                      // 0: kvfabric.v1.Tier
-	(HandleKind)(0),                // 1: kvfabric.v1.HandleKind
-	(*Handle)(nil),                 // 2: kvfabric.v1.Handle
-	(*SegmentDescriptor)(nil),      // 3: kvfabric.v1.SegmentDescriptor
-	(*ItemError)(nil),              // 4: kvfabric.v1.ItemError
-	(*RegisterClientRequest)(nil),  // 5: kvfabric.v1.RegisterClientRequest
-	(*RegisterClientResponse)(nil), // 6: kvfabric.v1.RegisterClientResponse
-	(*HeartbeatRequest)(nil),       // 7: kvfabric.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 8: kvfabric.v1.HeartbeatResponse
-	(*MountSegmentRequest)(nil),    // 9: kvfabric.v1.MountSegmentRequest
-	(*MountSegmentResponse)(nil),   // 10: kvfabric.v1.MountSegmentResponse
-	(*UnmountSegmentRequest)(nil),  // 11: kvfabric.v1.UnmountSegmentRequest
-	(*UnmountSegmentResponse)(nil), // 12: kvfabric.v1.UnmountSegmentResponse
-	(*Placement)(nil),              // 13: kvfabric.v1.Placement
-	(*PutStartItem)(nil),           // 14: kvfabric.v1.PutStartItem
-	(*PutStartRequest)(nil),        // 15: kvfabric.v1.PutStartRequest
-	(*Replica)(nil),                // 16: kvfabric.v1.Replica
-	(*PutStartResult)(nil),         // 17: kvfabric.v1.PutStartResult
-	(*PutStartResponse)(nil),       // 18: kvfabric.v1.PutStartResponse
-	(*PutRef)(nil),                 // 19: kvfabric.v1.PutRef
-	(*PutEndRequest)(nil),          // 20: kvfabric.v1.PutEndRequest
-	(*PutEndResponse)(nil),         // 21: kvfabric.v1.PutEndResponse
-	(*PutRevokeRequest)(nil),       // 22: kvfabric.v1.PutRevokeRequest
-	(*PutRevokeResponse)(nil),      // 23: kvfabric.v1.PutRevokeResponse
-	(*GetReplicasRequest)(nil),     // 24: kvfabric.v1.GetReplicasRequest
-	(*GetResult)(nil),              // 25: kvfabric.v1.GetResult
-	(*GetReplicasResponse)(nil),    // 26: kvfabric.v1.GetReplicasResponse
-	(*ExistsRequest)(nil),          // 27: kvfabric.v1.ExistsRequest
-	(*ExistsResponse)(nil),         // 28: kvfabric.v1.ExistsResponse
-	(*RemoveRequest)(nil),          // 29: kvfabric.v1.RemoveRequest
-	(*RemoveResponse)(nil),         // 30: kvfabric.v1.RemoveResponse
-	(*RemoveAllRequest)(nil),       // 31: kvfabric.v1.RemoveAllRequest
-	(*RemoveAllResponse)(nil),      // 32: kvfabric.v1.RemoveAllResponse
-	(*ListSegmentsRequest)(nil),    // 33: kvfabric.v1.ListSegmentsRequest
-	(*ListSegmentsResponse)(nil),   // 34: kvfabric.v1.ListSegmentsResponse
-	(*UsageStats)(nil),             // 35: kvfabric.v1.UsageStats
-	(*StatsRequest)(nil),           // 36: kvfabric.v1.StatsRequest
-	(*StatsResponse)(nil),          // 37: kvfabric.v1.StatsResponse
+	(Tier)(0),                         // 0: kvfabric.v1.Tier
+	(HandleKind)(0),                   // 1: kvfabric.v1.HandleKind
+	(*Handle)(nil),                    // 2: kvfabric.v1.Handle
+	(*SegmentDescriptor)(nil),         // 3: kvfabric.v1.SegmentDescriptor
+	(*ItemError)(nil),                 // 4: kvfabric.v1.ItemError
+	(*RegisterClientRequest)(nil),     // 5: kvfabric.v1.RegisterClientRequest
+	(*RegisterClientResponse)(nil),    // 6: kvfabric.v1.RegisterClientResponse
+	(*HeartbeatRequest)(nil),          // 7: kvfabric.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 8: kvfabric.v1.HeartbeatResponse
+	(*MountSegmentRequest)(nil),       // 9: kvfabric.v1.MountSegmentRequest
+	(*MountSegmentResponse)(nil),      // 10: kvfabric.v1.MountSegmentResponse
+	(*UnmountSegmentRequest)(nil),     // 11: kvfabric.v1.UnmountSegmentRequest
+	(*UnmountSegmentResponse)(nil),    // 12: kvfabric.v1.UnmountSegmentResponse
+	(*Placement)(nil),                 // 13: kvfabric.v1.Placement
+	(*PutStartItem)(nil),              // 14: kvfabric.v1.PutStartItem
+	(*PutStartRequest)(nil),           // 15: kvfabric.v1.PutStartRequest
+	(*Replica)(nil),                   // 16: kvfabric.v1.Replica
+	(*PutStartResult)(nil),            // 17: kvfabric.v1.PutStartResult
+	(*PutStartResponse)(nil),          // 18: kvfabric.v1.PutStartResponse
+	(*PutRef)(nil),                    // 19: kvfabric.v1.PutRef
+	(*PutEndRequest)(nil),             // 20: kvfabric.v1.PutEndRequest
+	(*PutEndResponse)(nil),            // 21: kvfabric.v1.PutEndResponse
+	(*PutRevokeRequest)(nil),          // 22: kvfabric.v1.PutRevokeRequest
+	(*PutRevokeResponse)(nil),         // 23: kvfabric.v1.PutRevokeResponse
+	(*GetReplicasRequest)(nil),        // 24: kvfabric.v1.GetReplicasRequest
+	(*GetResult)(nil),                 // 25: kvfabric.v1.GetResult
+	(*GetReplicasResponse)(nil),       // 26: kvfabric.v1.GetReplicasResponse
+	(*ExistsRequest)(nil),             // 27: kvfabric.v1.ExistsRequest
+	(*ExistsResponse)(nil),            // 28: kvfabric.v1.ExistsResponse
+	(*RemoveRequest)(nil),             // 29: kvfabric.v1.RemoveRequest
+	(*RemoveResponse)(nil),            // 30: kvfabric.v1.RemoveResponse
+	(*RemoveAllRequest)(nil),          // 31: kvfabric.v1.RemoveAllRequest
+	(*RemoveAllResponse)(nil),         // 32: kvfabric.v1.RemoveAllResponse
+	(*ListSegmentsRequest)(nil),       // 33: kvfabric.v1.ListSegmentsRequest
+	(*ListSegmentsResponse)(nil),      // 34: kvfabric.v1.ListSegmentsResponse
+	(*ReleaseLeasesRequest)(nil),      // 35: kvfabric.v1.ReleaseLeasesRequest
+	(*ReleaseLeasesResponse)(nil),     // 36: kvfabric.v1.ReleaseLeasesResponse
+	(*ReportUnreachableRequest)(nil),  // 37: kvfabric.v1.ReportUnreachableRequest
+	(*ReportUnreachableResponse)(nil), // 38: kvfabric.v1.ReportUnreachableResponse
+	(*UsageStats)(nil),                // 39: kvfabric.v1.UsageStats
+	(*StatsRequest)(nil),              // 40: kvfabric.v1.StatsRequest
+	(*StatsResponse)(nil),             // 41: kvfabric.v1.StatsResponse
 }
 var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	1,  // 0: kvfabric.v1.Handle.kind:type_name -> kvfabric.v1.HandleKind
@@ -2304,8 +2568,8 @@ var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	4,  // 19: kvfabric.v1.RemoveResponse.errors:type_name -> kvfabric.v1.ItemError
 	3,  // 20: kvfabric.v1.ListSegmentsResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
 	0,  // 21: kvfabric.v1.UsageStats.tier:type_name -> kvfabric.v1.Tier
-	35, // 22: kvfabric.v1.StatsResponse.tiers:type_name -> kvfabric.v1.UsageStats
-	35, // 23: kvfabric.v1.StatsResponse.locations:type_name -> kvfabric.v1.UsageStats
+	39, // 22: kvfabric.v1.StatsResponse.tiers:type_name -> kvfabric.v1.UsageStats
+	39, // 23: kvfabric.v1.StatsResponse.locations:type_name -> kvfabric.v1.UsageStats
 	5,  // 24: kvfabric.v1.Master.RegisterClient:input_type -> kvfabric.v1.RegisterClientRequest
 	7,  // 25: kvfabric.v1.Master.Heartbeat:input_type -> kvfabric.v1.HeartbeatRequest
 	9,  // 26: kvfabric.v1.Master.MountSegment:input_type -> kvfabric.v1.MountSegmentRequest
@@ -2318,22 +2582,26 @@ var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	29, // 33: kvfabric.v1.Master.Remove:input_type -> kvfabric.v1.RemoveRequest
 	31, // 34: kvfabric.v1.Master.RemoveAll:input_type -> kvfabric.v1.RemoveAllRequest
 	33, // 35: kvfabric.v1.Master.ListSegments:input_type -> kvfabric.v1.ListSegmentsRequest
-	36, // 36: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
-	6,  // 37: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
-	8,  // 38: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
-	10, // 39: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
-	12, // 40: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
-	18, // 41: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
-	21, // 42: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
-	23, // 43: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
-	26, // 44: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
-	28, // 45: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
-	30, // 46: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
-	32, // 47: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
-	34, // 48: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
-	37, // 49: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
-	37, // [37:50] is the sub-list for method output_type
-	24, // [24:37] is the sub-list for method input_type
+	40, // 36: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
+	35, // 37: kvfabric.v1.Master.ReleaseLeases:input_type -> kvfabric.v1.ReleaseLeasesRequest
+	37, // 38: kvfabric.v1.Master.ReportUnreachable:input_type -> kvfabric.v1.ReportUnreachableRequest
+	6,  // 39: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
+	8,  // 40: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
+	10, // 41: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
+	12, // 42: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
+	18, // 43: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
+	21, // 44: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
+	23, // 45: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
+	26, // 46: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
+	28, // 47: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
+	30, // 48: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
+	32, // 49: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
+	34, // 50: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
+	41, // 51: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
+	36, // 52: kvfabric.v1.Master.ReleaseLeases:output_type -> kvfabric.v1.ReleaseLeasesResponse
+	38, // 53: kvfabric.v1.Master.ReportUnreachable:output_type -> kvfabric.v1.ReportUnreachableResponse
+	39, // [39:54] is the sub-list for method output_type
+	24, // [24:39] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -2350,7 +2618,7 @@ func file_kvfabric_v1_kvfabric_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvfabric_v1_kvfabric_proto_rawDesc), len(file_kvfabric_v1_kvfabric_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

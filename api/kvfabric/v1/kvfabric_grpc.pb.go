@@ -19,19 +19,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Master_RegisterClient_FullMethodName = "/kvfabric.v1.Master/RegisterClient"
-	Master_Heartbeat_FullMethodName      = "/kvfabric.v1.Master/Heartbeat"
-	Master_MountSegment_FullMethodName   = "/kvfabric.v1.Master/MountSegment"
-	Master_UnmountSegment_FullMethodName = "/kvfabric.v1.Master/UnmountSegment"
-	Master_PutStart_FullMethodName       = "/kvfabric.v1.Master/PutStart"
-	Master_PutEnd_FullMethodName         = "/kvfabric.v1.Master/PutEnd"
-	Master_PutRevoke_FullMethodName      = "/kvfabric.v1.Master/PutRevoke"
-	Master_GetReplicas_FullMethodName    = "/kvfabric.v1.Master/GetReplicas"
-	Master_Exists_FullMethodName         = "/kvfabric.v1.Master/Exists"
-	Master_Remove_FullMethodName         = "/kvfabric.v1.Master/Remove"
-	Master_RemoveAll_FullMethodName      = "/kvfabric.v1.Master/RemoveAll"
-	Master_ListSegments_FullMethodName   = "/kvfabric.v1.Master/ListSegments"
-	Master_Stats_FullMethodName          = "/kvfabric.v1.Master/Stats"
+	Master_RegisterClient_FullMethodName    = "/kvfabric.v1.Master/RegisterClient"
+	Master_Heartbeat_FullMethodName         = "/kvfabric.v1.Master/Heartbeat"
+	Master_MountSegment_FullMethodName      = "/kvfabric.v1.Master/MountSegment"
+	Master_UnmountSegment_FullMethodName    = "/kvfabric.v1.Master/UnmountSegment"
+	Master_PutStart_FullMethodName          = "/kvfabric.v1.Master/PutStart"
+	Master_PutEnd_FullMethodName            = "/kvfabric.v1.Master/PutEnd"
+	Master_PutRevoke_FullMethodName         = "/kvfabric.v1.Master/PutRevoke"
+	Master_GetReplicas_FullMethodName       = "/kvfabric.v1.Master/GetReplicas"
+	Master_Exists_FullMethodName            = "/kvfabric.v1.Master/Exists"
+	Master_Remove_FullMethodName            = "/kvfabric.v1.Master/Remove"
+	Master_RemoveAll_FullMethodName         = "/kvfabric.v1.Master/RemoveAll"
+	Master_ListSegments_FullMethodName      = "/kvfabric.v1.Master/ListSegments"
+	Master_Stats_FullMethodName             = "/kvfabric.v1.Master/Stats"
+	Master_ReleaseLeases_FullMethodName     = "/kvfabric.v1.Master/ReleaseLeases"
+	Master_ReportUnreachable_FullMethodName = "/kvfabric.v1.Master/ReportUnreachable"
 )
 
 // MasterClient is the client API for Master service.
@@ -61,6 +63,8 @@ type MasterClient interface {
 	RemoveAll(ctx context.Context, in *RemoveAllRequest, opts ...grpc.CallOption) (*RemoveAllResponse, error)
 	ListSegments(ctx context.Context, in *ListSegmentsRequest, opts ...grpc.CallOption) (*ListSegmentsResponse, error)
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
+	ReleaseLeases(ctx context.Context, in *ReleaseLeasesRequest, opts ...grpc.CallOption) (*ReleaseLeasesResponse, error)
+	ReportUnreachable(ctx context.Context, in *ReportUnreachableRequest, opts ...grpc.CallOption) (*ReportUnreachableResponse, error)
 }
 
 type masterClient struct {
@@ -201,6 +205,26 @@ func (c *masterClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *masterClient) ReleaseLeases(ctx context.Context, in *ReleaseLeasesRequest, opts ...grpc.CallOption) (*ReleaseLeasesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseLeasesResponse)
+	err := c.cc.Invoke(ctx, Master_ReleaseLeases_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) ReportUnreachable(ctx context.Context, in *ReportUnreachableRequest, opts ...grpc.CallOption) (*ReportUnreachableResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportUnreachableResponse)
+	err := c.cc.Invoke(ctx, Master_ReportUnreachable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -228,6 +252,8 @@ type MasterServer interface {
 	RemoveAll(context.Context, *RemoveAllRequest) (*RemoveAllResponse, error)
 	ListSegments(context.Context, *ListSegmentsRequest) (*ListSegmentsResponse, error)
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
+	ReleaseLeases(context.Context, *ReleaseLeasesRequest) (*ReleaseLeasesResponse, error)
+	ReportUnreachable(context.Context, *ReportUnreachableRequest) (*ReportUnreachableResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -276,6 +302,12 @@ func (UnimplementedMasterServer) ListSegments(context.Context, *ListSegmentsRequ
 }
 func (UnimplementedMasterServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedMasterServer) ReleaseLeases(context.Context, *ReleaseLeasesRequest) (*ReleaseLeasesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseLeases not implemented")
+}
+func (UnimplementedMasterServer) ReportUnreachable(context.Context, *ReportUnreachableRequest) (*ReportUnreachableResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportUnreachable not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -532,6 +564,42 @@ func _Master_Stats_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_ReleaseLeases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseLeasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ReleaseLeases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ReleaseLeases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ReleaseLeases(ctx, req.(*ReleaseLeasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_ReportUnreachable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportUnreachableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ReportUnreachable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ReportUnreachable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ReportUnreachable(ctx, req.(*ReportUnreachableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -590,6 +658,14 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _Master_Stats_Handler,
+		},
+		{
+			MethodName: "ReleaseLeases",
+			Handler:    _Master_ReleaseLeases_Handler,
+		},
+		{
+			MethodName: "ReportUnreachable",
+			Handler:    _Master_ReportUnreachable_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

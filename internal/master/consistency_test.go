@@ -1,0 +1,260 @@
+package master
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvfabric/kvfabric/internal/segment"
+)
+
+// The tests of this file break one of the ownership rules of DESIGN §9 on
+// purpose and check that no range ends up with two owners.
+
+// TestTimedOutPutKeepsRangeWhileWriterLives: a put past its timeout is
+// never visible and frees its key, but its range is handed to nobody while
+// its writer is registered — a slow writer's queued copy would land on the
+// next owner's bytes (issue 10, item 2).
+func TestTimedOutPutKeepsRangeWhileWriterLives(t *testing.T) {
+	cfg := testConfig()
+	cfg.PutTimeout = 2 * time.Second
+	forEachTransport(t, cfg, func(t *testing.T, e *env) {
+		p := e.register("p1", "host-a", 0, 0)
+		// A segment with room for exactly two objects: any reuse of the slow
+		// writer's range would show.
+		e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 2*64*KiB))
+		slow := e.registerTTL("slow", 10*time.Second)
+		fast := e.registerTTL("fast", 10*time.Second)
+		s := e.putStart("slow", 64*KiB, withClient(slow))
+		wantErr(t, "slow PutStart", s.Err, nil)
+		e.clk.Advance(3 * time.Second)
+		e.svc.Reap()
+		heartbeat(t, e, slow, fast)
+		// Timed out: the key is free and the object never shows up...
+		wantErr(t, "Get of a timed-out put", e.get("slow").Err, ErrNotFound)
+		// ...but its bytes are still the slow writer's: a new writer gets the
+		// other half, and then nothing.
+		a := e.putStart("a", 64*KiB, withClient(fast))
+		wantErr(t, "PutStart a", a.Err, nil)
+		if a.Replicas[0].Offset == s.Replicas[0].Offset {
+			t.Fatalf("new put got the timed-out writer's range at %d", a.Replicas[0].Offset)
+		}
+		wantErr(t, "PutStart into the reserved range", e.putStart("b", 64*KiB, withClient(fast)).Err, ErrNoSpace)
+		// The slow writer's copy is done: its PutEnd fails and frees it.
+		wantErr(t, "late PutEnd", e.c.PutEnd(e.ctx, []PutRef{{"slow", s.Token}})[0], ErrNotFound)
+		b := e.putStart("b", 64*KiB, withClient(fast))
+		wantErr(t, "PutStart after the late PutEnd", b.Err, nil)
+		if b.Replicas[0].Offset != s.Replicas[0].Offset {
+			t.Fatalf("freed range not reused: got %d", b.Replicas[0].Offset)
+		}
+	})
+}
+
+// TestDeadWritersPutsRevokedAtExpiry: a writer whose registration expires
+// loses its puts at once — pending or past their timeout — not at the put
+// timeout (issue 10, item 7).
+func TestDeadWritersPutsRevokedAtExpiry(t *testing.T) {
+	cfg := testConfig()
+	cfg.PutTimeout = 30 * time.Second
+	forEachTransport(t, cfg, func(t *testing.T, e *env) {
+		p := e.registerTTL("p1", time.Hour)
+		e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 64*MiB))
+		w := e.registerTTL("w", 10*time.Second)
+		e.putStart("a", MiB, withClient(w))
+		e.putStart("b", MiB, withClient(w))
+		if st := e.stats(); st.PendingPuts != 2 {
+			t.Fatalf("stats %+v", st)
+		}
+		e.clk.Advance(11 * time.Second) // past w's TTL, far from the put timeout
+		e.svc.Reap()
+		if st := e.stats(); st.PendingPuts != 0 || e.tierUsed(segment.TierDRAM) != 0 {
+			t.Fatalf("dead writer's puts held: %+v", st)
+		}
+		// A put by an unknown or expired writer is refused.
+		wantErr(t, "PutStart by an expired writer", e.putStart("c", 10, withClient(w)).Err, ErrUnknownClient)
+		wantErr(t, "PutStart by nobody", e.putStart("c", 10, withClient("ghost")).Err, ErrUnknownClient)
+	})
+}
+
+// TestRemountWaitsForOldLeases: a provider that expired and comes back
+// with the same allocation cannot mount it while a reader's lease from
+// before may still be copying out of it; a new writer would be handed
+// offset 0 again (issue 10, item 1).
+func TestRemountWaitsForOldLeases(t *testing.T) {
+	forEachTransport(t, testConfig(), func(t *testing.T, e *env) {
+		p := e.registerTTL("p1", 10*time.Second)
+		d := e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 64*MiB))
+		e.put("k", 4096)
+		g := e.get("k") // a reader's lease: 5 s
+		wantErr(t, "Get", g.Err, nil)
+		e.clk.Advance(2 * time.Second)
+		// The provider is replaced by a new incarnation (or expired): the
+		// segment goes, the reader's lease is still running.
+		e.registerTTL("p1", 10*time.Second)
+		if e.exists("k") {
+			t.Fatal("object survived its segment")
+		}
+		wantErr(t, "remount under a live lease", e.c.MountSegment(e.ctx, d), ErrHasLease)
+		e.clk.Advance(3 * time.Second) // the lease has ended
+		e.svc.Reap()
+		e.mount(d)
+		w := e.putStart("new", 4096)
+		wantErr(t, "PutStart after the remount", w.Err, nil)
+		wantErr(t, "PutRevoke", e.c.PutRevoke(e.ctx, []PutRef{{"new", w.Token}})[0], nil)
+		// Without a lease or put outstanding at the drop there is no
+		// quarantine.
+		e.registerTTL("p1", 10*time.Second)
+		e.mount(d)
+	})
+}
+
+// TestReleaseLeases: a force-removed object's space returns when its last
+// reader releases, not at the lease's end; a stale release from an ended
+// lease period never ends a newer reader's lease (issue 10, item 5).
+func TestReleaseLeases(t *testing.T) {
+	forEachTransport(t, testConfig(), func(t *testing.T, e *env) {
+		p := e.register("p1", "host-a", 0, 0)
+		e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 64*MiB))
+		e.put("k", 4096)
+		r1, r2 := e.get("k"), e.get("k")
+		if r1.LeaseID == 0 || r1.LeaseID != r2.LeaseID {
+			t.Fatalf("lease ids %#x %#x: want one period", r1.LeaseID, r2.LeaseID)
+		}
+		wantErr(t, "Remove leased", e.c.Remove(e.ctx, []string{"k"}, false)[0], ErrHasLease)
+		wantErr(t, "Remove force", e.c.Remove(e.ctx, []string{"k"}, true)[0], nil)
+		release(t, e, r1.LeaseID)
+		if e.tierUsed(segment.TierDRAM) != 4096 {
+			t.Fatal("freed while a reader still copies")
+		}
+		release(t, e, r2.LeaseID)
+		if u := e.tierUsed(segment.TierDRAM); u != 0 {
+			t.Fatalf("used %d after the last release, want 0", u)
+		}
+
+		// A period that ended by expiry: its late release is ignored.
+		e.put("j", 4096)
+		old := e.get("j")
+		e.clk.Advance(6 * time.Second)
+		e.svc.Reap()
+		cur := e.get("j")
+		if cur.LeaseID == old.LeaseID {
+			t.Fatal("a new lease period reused the old id")
+		}
+		release(t, e, old.LeaseID)
+		wantErr(t, "Remove while the current reader holds its lease", e.c.Remove(e.ctx, []string{"j"}, false)[0], ErrHasLease)
+		release(t, e, cur.LeaseID)
+		wantErr(t, "Remove after the release", e.c.Remove(e.ctx, []string{"j"}, false)[0], nil)
+		release(t, e, 12345, cur.LeaseID) // unknown and repeated ids are ignored
+	})
+}
+
+// TestReportUnreachable: a segment reported unreachable gets no new puts or
+// leases at once; its provider is expired at half its TTL unless it
+// heartbeats, which clears the suspicion (issue 10, item 8).
+func TestReportUnreachable(t *testing.T) {
+	forEachTransport(t, testConfig(), func(t *testing.T, e *env) {
+		p := e.registerTTL("p1", 10*time.Second)
+		q := e.registerTTL("p2", time.Hour)
+		c := e.registerTTL("consumer", time.Hour)
+		d := e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 64*MiB))
+		e.mount(desc("s1", q, "host-b", segment.TierDRAM, 0, MiB))
+		e.put("k", 4096, func(r *PutStartReq) { r.Placement.Segments = []string{"s0"} })
+		wantErr(t, "report by nobody", e.c.ReportUnreachable(e.ctx, "ghost", d.Key(), "x"), ErrUnknownClient)
+		wantErr(t, "report by the owner", e.c.ReportUnreachable(e.ctx, p, d.Key(), "x"), ErrInvalid)
+		wantErr(t, "report", e.c.ReportUnreachable(e.ctx, c, d.Key(), "connection refused"), nil)
+		r := e.putStart("new", 4096, func(r *PutStartReq) { r.Placement.Segments = []string{"s0"} })
+		if r.Err != nil || r.Replicas[0].Segment.ID != "s1" {
+			t.Fatalf("put after the report: %+v", r)
+		}
+		wantErr(t, "Get of an object on a suspect segment", e.get("k").Err, ErrNotFound)
+		// The provider heartbeats: it is alive, the segment is usable again.
+		heartbeat(t, e, p)
+		wantErr(t, "Get after the provider's heartbeat", e.get("k").Err, nil)
+		// Reported again and silent: expired at half its TTL, not the full.
+		wantErr(t, "report", e.c.ReportUnreachable(e.ctx, c, d.Key(), "connection refused"), nil)
+		e.clk.Advance(5*time.Second + time.Millisecond)
+		e.svc.Reap()
+		_, err := e.c.Heartbeat(e.ctx, p)
+		wantErr(t, "provider heartbeat after the probe window", err, ErrUnknownClient)
+		wantErr(t, "report of a gone segment", e.c.ReportUnreachable(e.ctx, c, d.Key(), "x"), ErrUnknownSegment)
+	})
+}
+
+// TestSegmentsVersion: every mount and unmount changes the version
+// heartbeats carry (consumers then drop mappings of gone segments).
+func TestSegmentsVersion(t *testing.T) {
+	forEachTransport(t, testConfig(), func(t *testing.T, e *env) {
+		p := e.register("p1", "host-a", 0, 0)
+		v0 := heartbeat(t, e, p)
+		d := e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, MiB))
+		v1 := heartbeat(t, e, p)
+		wantErr(t, "unmount", e.c.UnmountSegment(e.ctx, d.Key()), nil)
+		v2 := heartbeat(t, e, p)
+		if v0 == v1 || v1 == v2 || v0 == v2 {
+			t.Fatalf("versions %d %d %d: want all different", v0, v1, v2)
+		}
+		if v := heartbeat(t, e, p); v != v2 {
+			t.Fatalf("version changed without a mount: %d → %d", v2, v)
+		}
+	})
+}
+
+// TestSoftPinEvictedLast: soft-pinned objects survive eviction while
+// unpinned ones can go, and still go under pressure.
+func TestSoftPinEvictedLast(t *testing.T) {
+	cfg := testConfig()
+	cfg.DRAM = Watermarks{High: 1, Low: 1}
+	cfg.EvictSample = 1000 // sample everything: exact LRU, deterministic
+	forEachTransport(t, cfg, func(t *testing.T, e *env) {
+		p := e.register("p1", "host-a", 0, 0)
+		e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 4*MiB))
+		soft := func(r *PutStartReq) { r.SoftPin = true }
+		e.put("soft-old", MiB, soft)
+		e.clk.Advance(time.Millisecond)
+		e.put("soft-old2", MiB, soft)
+		e.clk.Advance(time.Millisecond)
+		e.put("plain", MiB)
+		e.clk.Advance(time.Millisecond)
+		e.put("plain2", MiB)
+		e.clk.Advance(time.Millisecond)
+		e.put("new", MiB) // evicts an unpinned one although soft ones are older
+		e.clk.Advance(time.Millisecond)
+		if !e.exists("soft-old") || !e.exists("soft-old2") || e.exists("plain") {
+			t.Fatal("soft-pinned object evicted before an unpinned one")
+		}
+		e.put("new2", MiB) // plain2 goes (the oldest unpinned)
+		if e.exists("plain2") || !e.exists("soft-old") {
+			t.Fatal("wrong victim")
+		}
+		// Nothing but soft-pinned objects: under pressure they go too,
+		// oldest first.
+		for _, err := range e.c.Remove(e.ctx, []string{"new", "new2"}, false) {
+			wantErr(t, "remove", err, nil)
+		}
+		e.put("soft3", MiB, soft)
+		e.put("soft4", MiB, soft)
+		e.put("last", MiB)
+		if e.exists("soft-old") || !e.exists("soft-old2") || !e.exists("last") {
+			t.Fatal("soft-pinned objects not evicted oldest first under pressure")
+		}
+	})
+}
+
+func heartbeat(t *testing.T, e *env, ids ...string) uint64 {
+	t.Helper()
+	var v uint64
+	for _, id := range ids {
+		hb, err := e.c.Heartbeat(e.ctx, id)
+		if err != nil {
+			t.Fatalf("Heartbeat(%q): %v", id, err)
+		}
+		v = hb.SegmentsVersion
+	}
+	return v
+}
+
+func release(t *testing.T, e *env, ids ...uint64) {
+	t.Helper()
+	if err := e.c.ReleaseLeases(e.ctx, ids); err != nil {
+		t.Fatalf("ReleaseLeases: %v", err)
+	}
+}
