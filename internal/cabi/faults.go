@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/kvfabric/kvfabric/internal/config"
 	"github.com/kvfabric/kvfabric/internal/cuda"
 	"github.com/kvfabric/kvfabric/internal/cuda/sim"
+	"github.com/kvfabric/kvfabric/internal/teardown"
 )
 
 // EnvTestFaults is a test hook: a JSON list of simulator faults, e.g.
@@ -58,15 +60,28 @@ func faultDriver(cfg config.Config) (*sim.Driver, error) {
 }
 
 // ownedDriver is a Store opened on a driver that cabi created: the driver
-// is closed once the Store's teardown has succeeded.
+// is closed once the Store's teardown has succeeded. Close is safe for
+// concurrent use (closeMu serializes it).
 type ownedDriver struct {
 	Backend
 	drv cuda.Driver
+
+	closeMu sync.Mutex
+	done    teardown.Record // guarded by closeMu: Close steps that succeeded
 }
 
+// Close tears down, in order:
+//
+//  1. the Store (see client.Store.Close);
+//  2. the driver, once the Store is closed.
+//
+// A retry does only what is left; nil once both are done.
 func (o *ownedDriver) Close() error {
-	if err := o.Backend.Close(); err != nil {
-		return err
-	}
-	return o.drv.Close() // idempotent
+	o.closeMu.Lock()
+	defer o.closeMu.Unlock()
+	const closeStore = "close store"
+	return o.done.Run(
+		teardown.Step{Name: closeStore, Do: o.Backend.Close},
+		teardown.Step{Name: "close driver", Needs: []string{closeStore}, Do: o.drv.Close},
+	)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kvfabric/kvfabric/internal/master"
 	"github.com/kvfabric/kvfabric/internal/pool"
 	"github.com/kvfabric/kvfabric/internal/segment"
+	"github.com/kvfabric/kvfabric/internal/teardown"
 	"github.com/kvfabric/kvfabric/internal/transfer"
 )
 
@@ -134,7 +135,7 @@ type Store struct {
 	mu struct {
 		sync.Mutex
 		regs map[uintptr]*registration
-		done closeSteps
+		done teardown.Record // teardown steps that succeeded
 	}
 }
 
@@ -142,11 +143,6 @@ type registration struct {
 	ptr, size uint64
 	ours      bool // registered with the driver by us (else device or already page-locked memory)
 	pending   bool // RegisterBuffer is classifying/pinning it: reserved, not usable yet
-}
-
-// closeSteps records which teardown steps succeeded (retry does the rest).
-type closeSteps struct {
-	heartbeat, pool, fds, maps, xfer, regs, staging, master, ctx, driver bool
 }
 
 var storeSeq atomic.Int64
@@ -530,8 +526,10 @@ const CloseTimeout = 30 * time.Second
 //  9. release the primary context and close the driver it opened.
 //
 // A failed step keeps what it holds and every step that depends on it is
-// skipped; the error wraps ErrCleanupPending and a later Close retries
-// exactly the remaining steps. Close is idempotent: nil once all is done.
+// skipped (the fd exchange and the master need the pool closed; the context
+// needs steps 3 and 5-7; the driver needs the context); the error wraps
+// ErrCleanupPending and a later Close retries exactly the remaining steps.
+// Close is idempotent: nil once all is done.
 func (s *Store) Close() error {
 	s.gate.Lock()
 	s.gate.closing = true
@@ -563,8 +561,7 @@ func (s *Store) CleanupPending() bool {
 	s.gate.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d := s.mu.done
-	return closing && !(d.pool && d.fds && d.maps && d.xfer && d.regs && d.staging && d.master && d.ctx && d.driver)
+	return closing && !s.mu.done.Done()
 }
 
 // teardown runs the remaining teardown steps (see Close).
@@ -574,89 +571,104 @@ func (s *Store) teardown() error {
 	s.gate.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d := &s.mu.done
-	var errs []error
-	step := func(done *bool, ok bool, name string, fn func() error) bool {
-		if *done {
-			return true
-		}
-		if !ok {
-			return false
-		}
-		if err := fn(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
-			return false
-		}
-		*done = true
-		return true
-	}
-	step(&d.heartbeat, true, "stop heartbeats", func() error {
-		if s.hbStop != nil {
-			close(s.hbStop)
-			<-s.hbDone
-			s.hbStop = nil
-		}
-		return nil
-	})
-	poolOK := step(&d.pool, true, "close provider pool", s.closePoolLocked)
-	step(&d.fds, poolOK, "close fd exchange", func() error {
-		if s.fds != nil {
-			return s.fds.Close()
-		}
-		return nil
-	})
-	mapsOK := step(&d.maps, true, "close mapping cache", func() error {
-		if s.maps != nil {
-			return s.maps.Close()
-		}
-		return nil
-	})
-	xferOK := step(&d.xfer, true, "close transfer engine", func() error {
-		if s.xfer != nil {
-			return s.xfer.Close()
-		}
-		return nil
-	})
-	regsOK := step(&d.regs, true, "unregister buffers", s.unregisterAllLocked)
-	stagingOK := step(&d.staging, true, "free staging buffer", func() error {
-		if s.staging != nil {
-			return s.staging.free(s.drv, s.cctx)
-		}
-		return nil
-	})
-	masterOK := step(&d.master, poolOK, "close master", func() error {
-		if s.m == nil || !s.ownMaster {
+	const (
+		closePool   = "close provider pool"
+		closeMaps   = "close mapping cache"
+		closeXfer   = "close transfer engine"
+		unregister  = "unregister buffers"
+		freeStaging = "free staging buffer"
+		releaseCtx  = "release context"
+	)
+	err := s.mu.done.Run(
+		teardown.Step{Name: "stop heartbeats", Do: func() error {
+			if s.hbStop != nil {
+				close(s.hbStop)
+				<-s.hbDone
+				s.hbStop = nil
+			}
 			return nil
-		}
-		var err error
-		if cerr := s.m.Close(); cerr != nil {
-			err = cerr
-		}
-		if s.svc != nil {
-			if cerr := s.svc.Close(); cerr != nil {
-				err = errors.Join(err, cerr)
-			}
-		}
-		return err
-	})
-	_ = masterOK
-	ctxOK := step(&d.ctx, poolOK && mapsOK && xferOK && regsOK && stagingOK, "release context", func() error {
-		if s.ctxHeld {
-			if err := s.drv.PrimaryCtxRelease(s.dev); err != nil {
-				return err
-			}
-			s.ctxHeld = false
-		}
+		}},
+		teardown.Step{Name: closePool, Do: s.closePoolLocked},
+		teardown.Step{Name: "close fd exchange", Needs: []string{closePool}, Do: s.closeFDExchangeLocked},
+		teardown.Step{Name: closeMaps, Do: s.closeMapsLocked},
+		teardown.Step{Name: closeXfer, Do: s.closeXferLocked},
+		teardown.Step{Name: unregister, Do: s.unregisterAllLocked},
+		teardown.Step{Name: freeStaging, Do: s.freeStagingLocked},
+		teardown.Step{Name: "close master", Needs: []string{closePool}, Do: s.closeMasterLocked},
+		teardown.Step{Name: releaseCtx, Needs: []string{closePool, closeMaps, closeXfer, unregister, freeStaging}, Do: s.releaseCtxLocked},
+		teardown.Step{Name: "close driver", Needs: []string{releaseCtx}, Do: s.closeDriverLocked},
+	)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrCleanupPending, err)
+	}
+	return nil
+}
+
+// closeFDExchangeLocked closes the fd-exchange server (Close step 4).
+func (s *Store) closeFDExchangeLocked() error {
+	if s.fds != nil {
+		return s.fds.Close()
+	}
+	return nil
+}
+
+// closeMapsLocked closes the mapping cache (Close step 5).
+func (s *Store) closeMapsLocked() error {
+	if s.maps != nil {
+		return s.maps.Close()
+	}
+	return nil
+}
+
+// closeXferLocked closes the transfer engine (Close step 6).
+func (s *Store) closeXferLocked() error {
+	if s.xfer != nil {
+		return s.xfer.Close()
+	}
+	return nil
+}
+
+// freeStagingLocked frees the staging buffer (Close step 7).
+func (s *Store) freeStagingLocked() error {
+	if s.staging != nil {
+		return s.staging.free(s.drv, s.cctx)
+	}
+	return nil
+}
+
+// closeMasterLocked closes the master client and the embedded master, when
+// this Store owns them (Close step 8).
+func (s *Store) closeMasterLocked() error {
+	if s.m == nil || !s.ownMaster {
 		return nil
-	})
-	step(&d.driver, ctxOK, "close driver", func() error {
-		if s.drv != nil && s.ownDriver {
-			return s.drv.Close()
+	}
+	var err error
+	if cerr := s.m.Close(); cerr != nil {
+		err = cerr
+	}
+	if s.svc != nil {
+		if cerr := s.svc.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
 		}
-		return nil
-	})
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrCleanupPending, errors.Join(errs...))
+	}
+	return err
+}
+
+// releaseCtxLocked releases the primary context (Close step 9).
+func (s *Store) releaseCtxLocked() error {
+	if s.ctxHeld {
+		if err := s.drv.PrimaryCtxRelease(s.dev); err != nil {
+			return err
+		}
+		s.ctxHeld = false
+	}
+	return nil
+}
+
+// closeDriverLocked closes the driver this Store opened (Close step 9).
+func (s *Store) closeDriverLocked() error {
+	if s.drv != nil && s.ownDriver {
+		return s.drv.Close()
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvfabric/kvfabric/internal/segment"
+	"github.com/kvfabric/kvfabric/internal/teardown"
 )
 
 // Options configures a Server. The zero value is useful.
@@ -67,12 +68,10 @@ type Server struct {
 		// retry contract) instead of reporting ErrNotRegistered.
 		closeFailed map[segment.Key]struct{}
 	}
-	closeMu  sync.Mutex // serialises Close
-	closeSt  closeSteps // guarded by closeMu
-	closeErr error      // guarded by closeMu: first Close's result for joined retries
+	closeMu  sync.Mutex      // serialises Close
+	closeSt  teardown.Record // guarded by closeMu: Close steps that succeeded
+	closeErr error           // guarded by closeMu: first Close's result for joined retries
 }
-
-type closeSteps struct{ listener, conns, joined, socket, fds bool }
 
 // maxSocketPath is sizeof(sockaddr_un.sun_path) minus the terminating NUL.
 const maxSocketPath = 107
@@ -244,68 +243,80 @@ var closeFD = syscall.Close
 //  5. the socket file is removed (only if it is still the one Listen made);
 //  6. every still-registered fd is closed.
 //
-// Close is idempotent: a second call redoes only failed steps and returns nil
-// once all have succeeded.
+// Close is idempotent: a second call redoes only failed steps (and step 4,
+// which needs step 2) and returns nil once all have succeeded.
 func (s *Server) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
-	st := &s.closeSt
-	var errs []error
-
 	s.mu.Lock()
 	s.mu.closed = true
 	s.mu.Unlock()
 
-	if !st.listener {
-		if err := s.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			errs = append(errs, fmt.Errorf("fdx: close listener %s: %w", s.path, err))
-		} else {
-			st.listener = true
-		}
+	const listener = "fdx: close listener"
+	return s.closeSt.Run(
+		teardown.Step{Name: listener, Do: s.closeListener},
+		teardown.Step{Name: "fdx: close connections", Do: s.closeConns},
+		teardown.Step{Name: "fdx: join goroutines", Needs: []string{listener}, Do: func() error {
+			s.wg.Wait() // bounded: the listener and every connection are closed
+			return nil
+		}},
+		teardown.Step{Name: "fdx: remove socket", Do: s.removeSocket},
+		teardown.Step{Name: "fdx: close registered fds", Do: s.closeFDs},
+	)
+}
+
+// closeListener closes the listener (Close step 2; closeMu held).
+func (s *Server) closeListener() error {
+	if err := s.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("%s: %w", s.path, err)
 	}
-	if !st.conns {
-		s.mu.Lock()
-		for c := range s.mu.conns {
-			c.Close() // the serving goroutine reports and forgets it
-		}
-		s.mu.Unlock()
-		st.conns = true
+	return nil
+}
+
+// closeConns closes the connections being served (Close step 3; closeMu
+// held); each serving goroutine reports and forgets its own.
+func (s *Server) closeConns() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.mu.conns {
+		c.Close()
 	}
-	if st.listener && !st.joined {
-		s.wg.Wait() // bounded: the listener and every connection are closed
-		st.joined = true
+	return nil
+}
+
+// removeSocket removes the socket file if it is still the one Listen made
+// (Close step 5; closeMu held).
+func (s *Server) removeSocket() error {
+	fi, err := os.Lstat(s.path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("stat %s: %w", s.path, err)
+	case !os.SameFile(fi, s.sockStat):
+		return nil // someone else's now; not ours to remove
 	}
-	if !st.socket {
-		fi, err := os.Lstat(s.path)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			st.socket = true
-		case err != nil:
-			errs = append(errs, fmt.Errorf("fdx: stat socket %s: %w", s.path, err))
-		case !os.SameFile(fi, s.sockStat):
-			st.socket = true // someone else's now; not ours to remove
-		default:
-			if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, fmt.Errorf("fdx: remove socket %s: %w", s.path, err))
-			} else {
-				st.socket = true
-			}
-		}
+	if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s: %w", s.path, err)
 	}
-	if !st.fds {
-		s.mu.Lock()
-		fds := s.mu.fds
-		s.mu.fds = map[segment.Key]int{}
-		s.mu.gens = map[string]int{}
-		s.mu.Unlock()
-		for k, fd := range fds {
-			// Linux releases the fd even when close reports an error, so
-			// this step is never retried per fd.
-			if err := syscall.Close(fd); err != nil {
-				errs = append(errs, fmt.Errorf("fdx: close fd %d of %v: %w", fd, k, err))
-			}
+	return nil
+}
+
+// closeFDs closes every still-registered fd (Close step 6; closeMu held).
+// Linux releases an fd even when close reports an error, so no fd is ever
+// closed twice: the fds are forgotten first, and a retry after an error
+// finds none left.
+func (s *Server) closeFDs() error {
+	s.mu.Lock()
+	fds := s.mu.fds
+	s.mu.fds = map[segment.Key]int{}
+	s.mu.gens = map[string]int{}
+	s.mu.Unlock()
+	var errs []error
+	for k, fd := range fds {
+		if err := syscall.Close(fd); err != nil {
+			errs = append(errs, fmt.Errorf("fd %d of %v: %w", fd, k, err))
 		}
-		st.fds = true
 	}
 	return errors.Join(errs...)
 }

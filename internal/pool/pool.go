@@ -88,6 +88,12 @@ type Deps struct {
 // step is one resource a chunk holds. The order is the teardown order: a
 // step is undone only once every step before it has been undone, so a chunk
 // whose teardown failed keeps everything after the failure.
+//
+// The held bits are not a teardown.Record: setup sets them as it acquires
+// resources (Remount and Nodes read them), and teardown takes each step
+// across all chunks before the next, every chunk advancing on its own, so
+// one chunk's failure holds back only that chunk. A Record runs one list
+// for one owner.
 type step uint8
 
 const (

@@ -26,6 +26,7 @@ import (
 	"unsafe"
 
 	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/teardown"
 	"github.com/kvfabric/kvfabric/kernels"
 )
 
@@ -156,8 +157,8 @@ type Engine struct {
 		s cuda.Stream
 	}
 
-	closeMu sync.Mutex // serialises Close
-	done    closeSteps // guarded by closeMu
+	closeMu sync.Mutex      // serialises Close
+	done    teardown.Record // guarded by closeMu: Close steps that succeeded
 }
 
 type slot struct {
@@ -169,10 +170,6 @@ type slot struct {
 	ev       cuda.Event
 	inflight bool // ev was recorded after the slot's last use
 	broken   bool // its last use could not be fenced; never reused
-}
-
-type closeSteps struct {
-	drained, side, events, devBuf, hostReg, hostMap, module bool
 }
 
 // New loads the copy kernel into ctx (a context of device dev) and
@@ -695,116 +692,134 @@ func (e *Engine) Close() error {
 	e.closed = true
 	e.life.Unlock()
 
+	const drained, hostReg = "transfer: drain descriptor ring", "transfer: unregister host descriptor ring"
+	return e.done.Run(
+		teardown.Step{Name: drained, Do: e.drainRing},
+		teardown.Step{Name: "transfer: destroy side stream", Needs: []string{drained}, Do: e.destroySide},
+		teardown.Step{Name: "transfer: destroy events", Needs: []string{drained}, Do: e.destroyEvents},
+		teardown.Step{Name: "transfer: free device descriptor ring", Needs: []string{drained}, Do: e.freeDevBuf},
+		teardown.Step{Name: hostReg, Needs: []string{drained}, Do: e.unregisterHost},
+		teardown.Step{Name: "transfer: unmap host descriptor ring", Needs: []string{hostReg}, Do: e.unmapHost},
+		teardown.Step{Name: "transfer: unload module", Needs: []string{drained}, Do: e.unloadModule},
+	)
+}
+
+// drainRing waits for the launches still reading the descriptor ring
+// (Close step 2; closeMu held). A slot that drained is not waited for
+// again.
+func (e *Engine) drainRing() error {
+	e.ring.Lock()
+	defer e.ring.Unlock()
 	var errs []error
-	st := &e.done
-	if !st.drained {
-		e.ring.Lock()
-		ok := true
-		for i := range e.ring.slots {
-			sl := &e.ring.slots[i]
-			if !sl.inflight {
-				continue
-			}
-			if err := e.drv.EventSynchronize(e.ctx, sl.ev); err != nil {
-				errs = append(errs, fmt.Errorf("transfer: drain descriptor slot %d: %w", i, err))
-				ok = false
-				continue
-			}
-			sl.inflight = false
+	for i := range e.ring.slots {
+		sl := &e.ring.slots[i]
+		if !sl.inflight {
+			continue
 		}
-		e.ring.Unlock()
-		st.drained = ok
-	}
-	if st.drained && !st.side {
-		e.side.Lock()
-		if e.side.s != 0 {
-			if err := e.drv.StreamSynchronize(e.ctx, e.side.s); err != nil {
-				errs = append(errs, fmt.Errorf("transfer: drain side stream: %w", err))
-			} else if err := e.drv.StreamDestroy(e.ctx, e.side.s); err != nil {
-				errs = append(errs, fmt.Errorf("transfer: destroy side stream: %w", err))
-			} else {
-				e.side.s = 0
-			}
+		if err := e.drv.EventSynchronize(e.ctx, sl.ev); err != nil {
+			errs = append(errs, fmt.Errorf("slot %d: %w", i, err))
+			continue
 		}
-		st.side = e.side.s == 0
-		e.side.Unlock()
-	}
-	if st.drained && !st.events {
-		ok := true
-		e.ring.Lock()
-		for i := range e.ring.slots {
-			sl := &e.ring.slots[i]
-			if sl.ev == 0 {
-				continue
-			}
-			if err := e.drv.EventDestroy(e.ctx, sl.ev); err != nil {
-				errs = append(errs, fmt.Errorf("transfer: destroy ring event %d: %w", i, err))
-				ok = false
-				continue
-			}
-			sl.ev = 0
-		}
-		e.ring.Unlock()
-		e.events.Lock()
-		for ev := range e.events.all {
-			if err := e.drv.EventDestroy(e.ctx, ev); err != nil {
-				errs = append(errs, fmt.Errorf("transfer: destroy completion event: %w", err))
-				ok = false
-				continue
-			}
-			delete(e.events.all, ev)
-		}
-		e.events.free = nil
-		e.events.Unlock()
-		st.events = ok
-	}
-	if st.drained && !st.devBuf {
-		if e.devBuf != 0 {
-			if err := e.drv.MemFree(e.ctx, e.devBuf); err != nil {
-				errs = append(errs, fmt.Errorf("transfer: free device descriptor ring: %w", err))
-			} else {
-				e.devBuf = 0
-				st.devBuf = true
-			}
-		} else {
-			st.devBuf = true
-		}
-	}
-	if st.drained && !st.hostReg {
-		if e.hostReg {
-			if err := e.drv.MemHostUnregister(e.ctx, e.hostAddr()); err != nil {
-				errs = append(errs, fmt.Errorf("transfer: unregister host descriptor ring: %w", err))
-			} else {
-				e.hostReg = false
-				st.hostReg = true
-			}
-		} else {
-			st.hostReg = true
-		}
-	}
-	if st.hostReg && !st.hostMap {
-		if e.host != nil {
-			if err := syscall.Munmap(e.host); err != nil {
-				errs = append(errs, fmt.Errorf("transfer: unmap host descriptor ring: %w", err))
-			} else {
-				e.host = nil
-				st.hostMap = true
-			}
-		} else {
-			st.hostMap = true
-		}
-	}
-	if st.drained && !st.module {
-		if e.mod != 0 {
-			if err := e.drv.ModuleUnload(e.ctx, e.mod); err != nil {
-				errs = append(errs, fmt.Errorf("transfer: unload module: %w", err))
-			} else {
-				e.mod = 0
-				st.module = true
-			}
-		} else {
-			st.module = true
-		}
+		sl.inflight = false
 	}
 	return errors.Join(errs...)
+}
+
+// destroySide synchronizes and destroys the side stream (Close step 3;
+// closeMu held).
+func (e *Engine) destroySide() error {
+	e.side.Lock()
+	defer e.side.Unlock()
+	if e.side.s == 0 {
+		return nil
+	}
+	if err := e.drv.StreamSynchronize(e.ctx, e.side.s); err != nil {
+		return fmt.Errorf("synchronize: %w", err)
+	}
+	if err := e.drv.StreamDestroy(e.ctx, e.side.s); err != nil {
+		return err
+	}
+	e.side.s = 0
+	return nil
+}
+
+// destroyEvents destroys the ring and completion events (Close step 3;
+// closeMu held). An event that was destroyed is forgotten, so a retry
+// destroys only the rest.
+func (e *Engine) destroyEvents() error {
+	var errs []error
+	e.ring.Lock()
+	for i := range e.ring.slots {
+		sl := &e.ring.slots[i]
+		if sl.ev == 0 {
+			continue
+		}
+		if err := e.drv.EventDestroy(e.ctx, sl.ev); err != nil {
+			errs = append(errs, fmt.Errorf("ring event %d: %w", i, err))
+			continue
+		}
+		sl.ev = 0
+	}
+	e.ring.Unlock()
+	e.events.Lock()
+	for ev := range e.events.all {
+		if err := e.drv.EventDestroy(e.ctx, ev); err != nil {
+			errs = append(errs, fmt.Errorf("completion event: %w", err))
+			continue
+		}
+		delete(e.events.all, ev)
+	}
+	e.events.free = nil
+	e.events.Unlock()
+	return errors.Join(errs...)
+}
+
+// freeDevBuf frees the device descriptor ring (Close step 4; closeMu held).
+func (e *Engine) freeDevBuf() error {
+	if e.devBuf == 0 {
+		return nil
+	}
+	if err := e.drv.MemFree(e.ctx, e.devBuf); err != nil {
+		return err
+	}
+	e.devBuf = 0
+	return nil
+}
+
+// unregisterHost unregisters the host descriptor ring from the driver
+// (Close step 5; closeMu held).
+func (e *Engine) unregisterHost() error {
+	if !e.hostReg {
+		return nil
+	}
+	if err := e.drv.MemHostUnregister(e.ctx, e.hostAddr()); err != nil {
+		return err
+	}
+	e.hostReg = false
+	return nil
+}
+
+// unmapHost unmaps the host descriptor ring (Close step 5; closeMu held).
+func (e *Engine) unmapHost() error {
+	if e.host == nil {
+		return nil
+	}
+	if err := syscall.Munmap(e.host); err != nil {
+		return err
+	}
+	e.host = nil
+	return nil
+}
+
+// unloadModule unloads the copy kernel's module (Close step 6; closeMu
+// held).
+func (e *Engine) unloadModule() error {
+	if e.mod == 0 {
+		return nil
+	}
+	if err := e.drv.ModuleUnload(e.ctx, e.mod); err != nil {
+		return err
+	}
+	e.mod = 0
+	return nil
 }
