@@ -37,6 +37,7 @@ var poolFlags = []struct{ flag, key, usage string }{
 	{"local-buffer-size", "local_buffer_size", "Mooncake local buffer (must be 0 with the EGM pool)"},
 	{"local-hostname", "local_hostname", "host identity in segment ids"},
 	{"socket-dir", "socket_dir", "directory of the posix_fd exchange socket"},
+	{"client-ttl", "client_ttl", "registration TTL asked of the master, e.g. 10s (heartbeats every third of it)"},
 }
 
 func init() {

@@ -207,6 +207,12 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		if mc.Logger == nil {
 			mc.Logger = log
 		}
+		if cfg.LeaseTTL > 0 {
+			mc.LeaseTTL = cfg.LeaseTTL
+		}
+		if cfg.PutTimeout > 0 {
+			mc.PutTimeout = cfg.PutTimeout
+		}
 		if s.svc, err = master.New(mc); err != nil {
 			return nil, fmt.Errorf("embedded master: %w", err)
 		}
@@ -224,8 +230,12 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	if s.clientID == "" {
 		s.clientID = fmt.Sprintf("%s-%d-%d", cfg.LocalHostname, os.Getpid(), storeSeq.Add(1))
 	}
+	ttl := opts.ClientTTL
+	if ttl == 0 {
+		ttl = cfg.ClientTTL
+	}
 	s.regInfo = master.ClientInfo{
-		ID: s.clientID, Node: cfg.LocalHostname, TTL: opts.ClientTTL,
+		ID: s.clientID, Node: cfg.LocalHostname, TTL: ttl,
 		NUMANode: s.numa, Device: int32(cfg.Device),
 	}
 	sent := timeNow()

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -82,6 +83,15 @@ type Config struct {
 	CopyEngineMinBytes uint64 `json:"copy_engine_min_bytes"`
 	// SocketDir is where posix_fd providers create their fd-exchange socket.
 	SocketDir string `json:"socket_dir"`
+	// LeaseTTL and PutTimeout configure the embedded master (0: its
+	// defaults, 5s and 30s); a remote master has its own flags, so setting
+	// them with a host:port master_server_addr is an error.
+	LeaseTTL   time.Duration `json:"lease_ttl"`
+	PutTimeout time.Duration `json:"put_timeout"`
+	// ClientTTL is the registration TTL this client asks of the master (0:
+	// the master's default, 10s): it heartbeats every third of it, and a
+	// process that stops heartbeating loses its segments and puts after it.
+	ClientTTL time.Duration `json:"client_ttl"`
 }
 
 // Defaults returns the default configuration.
@@ -137,6 +147,17 @@ func (c *Config) Validate() error {
 	}
 	if c.MasterServerAddr == "" {
 		return invalid("master_server_addr", c.MasterServerAddr, "want embedded or host:port")
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"lease_ttl", c.LeaseTTL}, {"put_timeout", c.PutTimeout}, {"client_ttl", c.ClientTTL}} {
+		if d.v < 0 || d.v > 24*time.Hour {
+			return invalid(d.key, d.v, "want 0 (the default) up to 24h")
+		}
+		if d.key != "client_ttl" && d.v != 0 && c.MasterServerAddr != MasterEmbedded {
+			return invalid(d.key, d.v, "sets the embedded master only; a remote master ("+c.MasterServerAddr+") takes it as its own flag")
+		}
 	}
 	if c.MasterServerAddr != MasterEmbedded && !strings.Contains(c.MasterServerAddr, ":") {
 		return invalid("master_server_addr", c.MasterServerAddr, "want embedded or host:port")
@@ -208,6 +229,9 @@ var setters = map[string]setter{
 	"driver":                stringKey("driver", func(c *Config, s string) { c.Driver = strings.ToLower(s) }),
 	"local_hostname":        stringKey("local_hostname", func(c *Config, s string) { c.LocalHostname = s }),
 	"socket_dir":            stringKey("socket_dir", func(c *Config, s string) { c.SocketDir = s }),
+	"lease_ttl":             durationKey("lease_ttl", func(c *Config, d time.Duration) { c.LeaseTTL = d }),
+	"put_timeout":           durationKey("put_timeout", func(c *Config, d time.Duration) { c.PutTimeout = d }),
+	"client_ttl":            durationKey("client_ttl", func(c *Config, d time.Duration) { c.ClientTTL = d }),
 	"device": func(c *Config, v any) error {
 		n, err := toInt(v)
 		if err != nil || n < 0 {
@@ -303,6 +327,48 @@ func (c *Config) Map() map[string]any {
 		"device":                c.Device,
 		"copy_engine_min_bytes": c.CopyEngineMinBytes,
 		"socket_dir":            c.SocketDir,
+		"lease_ttl":             c.LeaseTTL.String(),
+		"put_timeout":           c.PutTimeout.String(),
+		"client_ttl":            c.ClientTTL.String(),
+	}
+}
+
+// durationKey accepts a Go duration string ("5s", "1m30s") or a number of
+// seconds.
+func durationKey(key string, set func(*Config, time.Duration)) setter {
+	return func(c *Config, v any) error {
+		var d time.Duration
+		switch x := v.(type) {
+		case string:
+			t := strings.TrimSpace(x)
+			var err error
+			if d, err = time.ParseDuration(t); err != nil {
+				f, ferr := strconv.ParseFloat(t, 64)
+				if ferr != nil {
+					return invalid(key, strconv.Quote(x), "want a duration like 5s or a number of seconds")
+				}
+				d = time.Duration(f * float64(time.Second))
+			}
+		case json.Number:
+			f, err := x.Float64()
+			if err != nil {
+				return invalid(key, x, "want a duration like 5s or a number of seconds")
+			}
+			d = time.Duration(f * float64(time.Second))
+		case float64:
+			d = time.Duration(x * float64(time.Second))
+		case int:
+			d = time.Duration(x) * time.Second
+		case int64:
+			d = time.Duration(x) * time.Second
+		default:
+			return invalid(key, v, "want a duration like 5s or a number of seconds")
+		}
+		if d < 0 || d > 24*time.Hour {
+			return invalid(key, v, "want 0 (the default) up to 24h")
+		}
+		set(c, d)
+		return nil
 	}
 }
 

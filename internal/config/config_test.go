@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // egm is a valid EGM-pool configuration the rule tests start from.
@@ -114,6 +115,14 @@ func TestFieldRules(t *testing.T) {
 		{"driver", "cuda", ""},
 		{"driver", "sim", ""},
 		{"driver", "rocm", "driver=rocm"},
+		{"lease_ttl", "2s", ""},
+		{"lease_ttl", 1.5, ""},
+		{"lease_ttl", "500ms", ""},
+		{"lease_ttl", "-1s", "lease_ttl=-1s"},
+		{"lease_ttl", "forever", "lease_ttl=\"forever\""},
+		{"put_timeout", "48h", "put_timeout=48h"},
+		{"put_timeout", true, "put_timeout=true"},
+		{"client_ttl", "10s", ""},
 		{"master_server_addr", "embedded", ""},
 		{"master_server_addr", "10.0.0.1:50051", ""},
 		{"master_server_addr", "", "master_server_addr="},
@@ -165,6 +174,22 @@ func toString(v any) string {
 
 // TestValidateStruct covers the rules that only a Config built in Go (not
 // through the setters) can break.
+// TestMasterSettingsNeedEmbedded: lease_ttl and put_timeout configure the
+// embedded master; with a remote one they would silently do nothing.
+func TestMasterSettingsNeedEmbedded(t *testing.T) {
+	c, err := FromMap(map[string]any{"lease_ttl": "2s", "put_timeout": "10s", "client_ttl": "3s"})
+	if err != nil || c.LeaseTTL != 2*time.Second || c.PutTimeout != 10*time.Second || c.ClientTTL != 3*time.Second {
+		t.Fatalf("FromMap = %+v, %v", c, err)
+	}
+	_, err = FromMap(map[string]any{"lease_ttl": "2s", "master_server_addr": "10.0.0.1:50051"})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "lease_ttl=2s") {
+		t.Fatalf("lease_ttl with a remote master: %v", err)
+	}
+	if _, err := FromMap(map[string]any{"client_ttl": "2s", "master_server_addr": "10.0.0.1:50051"}); err != nil {
+		t.Fatalf("client_ttl with a remote master: %v", err)
+	}
+}
+
 func TestValidateStruct(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
