@@ -77,6 +77,7 @@ extern "C" {
 
 /* kvfabric_put* flags */
 #define KVFABRIC_PUT_PIN 0x1u /* keep from eviction until removed */
+#define KVFABRIC_PUT_SOFT_PIN 0x2u /* evicted only after every unpinned object */
 
 /* KVFABRIC_ABI_VERSION of the loaded library. */
 int32_t kvfabric_abi_version(void);

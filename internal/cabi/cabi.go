@@ -37,8 +37,10 @@ type Backend interface {
 // Put flags (kvfabric.h KVFABRIC_PUT_*).
 const (
 	// FlagPin keeps the object from eviction until removed.
-	FlagPin    uint32 = 1 << 0
-	flagsKnown        = FlagPin
+	FlagPin uint32 = 1 << 0
+	// FlagSoftPin makes the object evicted only after every unpinned one.
+	FlagSoftPin uint32 = 1 << 1
+	flagsKnown         = FlagPin | FlagSoftPin
 )
 
 // maxBatch bounds n in batch calls: a larger value is a caller bug (or a
@@ -152,7 +154,7 @@ func putOptions(replicas int32, flags uint32, preferred unsafe.Pointer, preferre
 	if flags&^flagsKnown != 0 {
 		return client.PutOptions{}, fmt.Errorf("%w: flags=%#x: unknown bits %#x", client.ErrInvalidArgument, flags, flags&^flagsKnown)
 	}
-	o := client.PutOptions{Replicas: int(replicas), Pin: flags&FlagPin != 0}
+	o := client.PutOptions{Replicas: int(replicas), Pin: flags&FlagPin != 0, SoftPin: flags&FlagSoftPin != 0}
 	for _, s := range strings.Split(str(preferred, preferredLen), ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.PreferredSegments = append(o.PreferredSegments, s)

@@ -24,6 +24,11 @@ from .errors import (
 )
 
 PUT_PIN = 0x1
+PUT_SOFT_PIN = 0x2
+
+
+def _put_flags(pin: bool, soft_pin: bool) -> int:
+    return (PUT_PIN if pin else 0) | (PUT_SOFT_PIN if soft_pin else 0)
 
 _STATUS_NAMES = {
     getattr(_errors, n): n
@@ -224,15 +229,17 @@ class Store:
     # ---- single-key operations -------------------------------------------------
 
     def put(self, key, data, stream=None, *, replicas: int = 0, pin: bool = False,
-            preferred_segments: Sequence[str] | None = None) -> None:
+            preferred_segments: Sequence[str] | None = None, soft_pin: bool = False) -> None:
         """Stores data under key. Raises AlreadyExistsError if key exists,
-        StoreFullError when there is no space."""
-        rc, h = self._put(_key(key), _parts(data, False), _stream_handle(stream), replicas, pin, preferred_segments)
+        StoreFullError when there is no space. ``pin`` keeps the object from
+        eviction until removed; ``soft_pin`` makes it evicted only after
+        every unpinned object."""
+        rc, h = self._put(_key(key), _parts(data, False), _stream_handle(stream), replicas,
+                          _put_flags(pin, soft_pin), preferred_segments)
         self._raise(rc, h)
 
-    def _put(self, k: bytes, bufs: list[Buf], stream, replicas=0, pin=False, preferred=None) -> tuple[int, int]:
+    def _put(self, k: bytes, bufs: list[Buf], stream, replicas=0, flags=0, preferred=None) -> tuple[int, int]:
         h = self._handle()
-        flags = PUT_PIN if pin else 0
         pref = ",".join(preferred or ()).encode()
         if all(self._direct(b) for b in bufs):
             s = stream if stream is not None else next((b.stream for b in bufs if b.stream is not None), 0)
@@ -283,13 +290,13 @@ class Store:
         return rc, n.value, h
 
     def put_bytes(self, key, data, *, replicas: int = 0, pin: bool = False,
-                  preferred_segments: Sequence[str] | None = None) -> None:
+                  preferred_segments: Sequence[str] | None = None, soft_pin: bool = False) -> None:
         """Stores host bytes (any bytes-like object), staged."""
         b = resolve(data)
         k = _key(key)
         h = self._handle()
         pref = ",".join(preferred_segments or ()).encode()
-        rc = self._lib.kvfabric_put_bytes(h, k, len(k), b.ptr, b.nbytes, replicas, PUT_PIN if pin else 0, pref, len(pref))
+        rc = self._lib.kvfabric_put_bytes(h, k, len(k), b.ptr, b.nbytes, replicas, _put_flags(pin, soft_pin), pref, len(pref))
         self._raise(rc, h)
 
     def get_bytes(self, key) -> bytes:
@@ -374,25 +381,25 @@ class Store:
         return rc, list(out)
 
     def batch_put(self, keys: Sequence, datas: Sequence, stream=None, *, replicas: int = 0, pin: bool = False,
-                  preferred_segments: Sequence[str] | None = None) -> list[KvfabricError | None]:
+                  preferred_segments: Sequence[str] | None = None,
+                  soft_pin: bool = False) -> list[KvfabricError | None]:
         """Puts many keys with one native call for the directly copyable
         ones. Returns one entry per key: None on success, else the exception
         (not raised). Raises only when the batch as a whole is rejected."""
         ks = [_key(k) for k in keys]
         if len(ks) != len(datas):
             raise InvalidArgumentError(f"kvfabric: {len(ks)} keys but {len(datas)} buffers")
-        codes, h = self._batch_put(ks, [_parts(d, False) for d in datas], _stream_handle(stream), replicas, pin,
-                                   preferred_segments)
+        codes, h = self._batch_put(ks, [_parts(d, False) for d in datas], _stream_handle(stream), replicas,
+                                   _put_flags(pin, soft_pin), preferred_segments)
         return self._results(ks, codes, h)
 
-    def _batch_put(self, ks, parts: list[list[Buf]], stream, replicas=0, pin=False, preferred=None):
+    def _batch_put(self, ks, parts: list[list[Buf]], stream, replicas=0, flags=0, preferred=None):
         h = self._handle()
         codes = [0] * len(ks)
         direct = [i for i, bufs in enumerate(parts) if all(self._direct(b) for b in bufs)]
         dset = set(direct)
         staged = [i for i in range(len(ks)) if i not in dset]
         if direct:
-            flags = PUT_PIN if pin else 0
             pref = ",".join(preferred or ()).encode()
             s = stream if stream is not None else next(
                 (b.stream for i in direct for b in parts[i] if b.stream is not None), 0)
@@ -409,7 +416,7 @@ class Store:
             for j, i in enumerate(direct):
                 codes[i] = st[j]
         for i in staged:
-            codes[i], _ = self._put(ks[i], parts[i], stream, replicas, pin, preferred)
+            codes[i], _ = self._put(ks[i], parts[i], stream, replicas, flags, preferred)
         return codes, h
 
     def batch_get(self, keys: Sequence, outs: Sequence, stream=None) -> list[int | KvfabricError]:

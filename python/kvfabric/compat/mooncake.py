@@ -26,6 +26,7 @@ from typing import Sequence
 from .. import errors as _e
 from .._buffers import Buf, resolve
 from ..errors import KvfabricError
+from .. import store as _store
 from ..store import Store, _key
 
 log = logging.getLogger("kvfabric.compat.mooncake")
@@ -81,8 +82,9 @@ def _put_code(code: int) -> int:
 
 class ReplicateConfig:
     """Mooncake's ReplicateConfig. ``replica_num`` → replicas;
-    ``with_hard_pin`` (and ``with_soft_pin``) → the object is pinned against
-    eviction; ``preferred_segments`` (or ``preferred_segment``) → segments
+    ``with_hard_pin`` → the object is pinned against eviction;
+    ``with_soft_pin`` → it is evicted only after every unpinned object (it
+    still goes under pressure, as in Mooncake); ``preferred_segments`` (or ``preferred_segment``) → segments
     tried first; ``group_ids`` and ``prefer_alloc_in_same_node`` are accepted
     (placement already prefers the DRAM tier near the caller's GPU)."""
 
@@ -103,7 +105,7 @@ class ReplicateConfig:
             raise _e.InvalidArgumentError(f"ReplicateConfig.replica_num={self.replica_num}: must be >= 1")
         return {
             "replicas": int(self.replica_num),
-            "pin": bool(self.with_hard_pin or self.with_soft_pin),
+            "flags": _store.PUT_PIN if self.with_hard_pin else (_store.PUT_SOFT_PIN if self.with_soft_pin else 0),
             "preferred": segs,
         }
 
@@ -272,7 +274,7 @@ class MooncakeDistributedStore:
             o = _opts(config)
             if sum(b.nbytes for b in bufs) == 0:
                 return INVALID_PARAMS  # Mooncake rejects empty objects
-            rc, _ = self._s()._put(_key(key), bufs, None, o["replicas"], o["pin"], o["preferred"])
+            rc, _ = self._s()._put(_key(key), bufs, None, o["replicas"], o["flags"], o["preferred"])
             return _put_code(rc)
         except Exception as err:  # noqa: BLE001
             return _code(err)
@@ -387,7 +389,7 @@ class MooncakeDistributedStore:
     def _batch_put(self, keys, parts: list[list[Buf]], config) -> list[int]:
         try:
             o = _opts(config)
-            codes, _ = self._s()._batch_put([_key(k) for k in keys], parts, None, o["replicas"], o["pin"],
+            codes, _ = self._s()._batch_put([_key(k) for k in keys], parts, None, o["replicas"], o["flags"],
                                             o["preferred"])
             return [_put_code(c) for c in codes]
         except Exception as err:  # noqa: BLE001
