@@ -105,6 +105,12 @@ func runBench(w io.Writer, f benchFlags) error {
 		return err
 	}
 	defer drv.Close()
+	return runBenchOn(w, drv, why, f)
+}
+
+// runBenchOn is runBench on drv, chosen for the reason why; the caller owns
+// and closes drv.
+func runBenchOn(w io.Writer, drv cuda.Driver, why string, f benchFlags) error {
 	isSim := drv.Name() == "sim"
 	if f.bytes == "" {
 		f.bytes = "256MiB"

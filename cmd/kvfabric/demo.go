@@ -101,6 +101,12 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 		return fmt.Errorf("--driver=%s: %w", o.driver, err)
 	}
 	defer func() { err = errors.Join(err, drv.Close()) }()
+	return runDemoOn(ctx, out, drv, why, log, blk, o)
+}
+
+// runDemoOn is runDemo on drv (chosen for the reason why) with blocks of
+// blk bytes and o validated; the caller owns and closes drv.
+func runDemoOn(ctx context.Context, out io.Writer, drv cuda.Driver, why string, log *slog.Logger, blk uint64, o demoOpts) (err error) {
 	kind := "simulator"
 	if drv.Name() == "cuda" {
 		kind = "CUDA"
