@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -37,9 +38,11 @@ func init() {
 measures the copy-engine ceiling (one large cuMemcpyAsync each way), then batches
 of random pool blocks: put (HBM->DRAM) and get (DRAM->HBM) for each block size
 through each path — SM kernel, cuMemcpyBatchAsync, per-copy cuMemcpyAsync — and
-the auto-routed engine. Every batch is verified byte for byte. GB/s are GPU
-event times; ratios are to the ceiling measured in the same run. With several
---devices the GPUs run concurrently.`,
+the auto-routed engine. Every batch, the warm-up included, puts bytes that
+differ from the last batch's, gets them into a poisoned destination and is
+verified byte for byte. GB/s are GPU event times of the batches alone; ratios
+are to the ceiling measured in the same run. With several --devices the GPUs
+run concurrently.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBench(cmd.OutOrStdout(), f)
@@ -87,16 +90,18 @@ func sizeLabel(n uint64) string {
 }
 
 type benchRow struct {
-	dev        int
-	size       uint64
-	batch      int
-	route      string
-	dir        string
-	gbps       float64
-	ceil       float64
-	verified   bool
-	verifyNote string
+	dev   int
+	size  uint64
+	batch int
+	route string
+	dir   string
+	gbps  float64
+	ceil  float64
+	bad   *verifyError // the first round whose bytes differ; nil when all matched
 }
+
+// benchPoison is what get destinations hold before every round's get.
+const benchPoison = 0xa5
 
 func runBench(w io.Writer, f benchFlags) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -105,6 +110,12 @@ func runBench(w io.Writer, f benchFlags) error {
 		return err
 	}
 	defer drv.Close()
+	return runBenchOn(w, drv, why, f)
+}
+
+// runBenchOn is runBench on drv, chosen for the reason why; the caller owns
+// and closes drv.
+func runBenchOn(w io.Writer, drv cuda.Driver, why string, f benchFlags) error {
 	isSim := drv.Name() == "sim"
 	if f.bytes == "" {
 		f.bytes = "256MiB"
@@ -169,8 +180,8 @@ func runBench(w io.Writer, f benchFlags) error {
 	for _, rs := range rows {
 		for _, r := range rs {
 			ok := "yes"
-			if !r.verified {
-				ok = "NO " + r.verifyNote
+			if r.bad != nil {
+				ok = fmt.Sprintf("NO round %d: byte %d of block %d", r.bad.round, r.bad.offset, r.bad.block)
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%.1f\t%.1f\t%.2f\t%s\t\n", r.dev, sizeLabel(r.size), r.batch, r.route, r.dir, r.gbps, r.ceil, r.gbps/r.ceil, ok)
 		}
@@ -183,9 +194,10 @@ func runBench(w io.Writer, f benchFlags) error {
 		}
 	}
 	for _, rs := range rows {
-		for _, r := range rs {
-			if !r.verified {
-				bad = append(bad, fmt.Errorf("device %d %s %s %s: bytes differ (%s)", r.dev, sizeLabel(r.size), r.route, r.dir, r.verifyNote))
+		for i, r := range rs {
+			// The put and get rows of a path share one round-trip check.
+			if r.bad != nil && (i == 0 || rs[i-1].bad != r.bad) {
+				bad = append(bad, fmt.Errorf("device %d %s %s (put then get): %w", r.dev, sizeLabel(r.size), r.route, r.bad))
 			}
 		}
 	}
@@ -281,19 +293,13 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 		undo = append(undo, eng.Close)
 	}
 
-	// timed runs fn iters times between two events after one warm-up and
-	// returns GB/s for bytes per run.
-	timed := func(bytes uint64, fn func() error) (float64, error) {
-		if err := fn(); err != nil {
-			return 0, err
-		}
+	// timeOne returns the GPU time, in ms, of the work fn enqueues on s.
+	timeOne := func(fn func() error) (float32, error) {
 		if err := drv.EventRecord(ctx, evs[0], s); err != nil {
 			return 0, err
 		}
-		for range iters {
-			if err := fn(); err != nil {
-				return 0, err
-			}
+		if err := fn(); err != nil {
+			return 0, err
 		}
 		if err := drv.EventRecord(ctx, evs[1], s); err != nil {
 			return 0, err
@@ -301,29 +307,65 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 		if err := drv.EventSynchronize(ctx, evs[1]); err != nil {
 			return 0, err
 		}
-		ms, err := drv.EventElapsedTime(ctx, evs[0], evs[1])
-		if err != nil {
-			return 0, err
-		}
-		return float64(bytes) * float64(iters) / (float64(max(ms, 1e-6)) * 1e6), nil
+		return drv.EventElapsedTime(ctx, evs[0], evs[1])
+	}
+	rate := func(bytes uint64, ms float32) float64 {
+		return float64(bytes) * float64(iters) / (float64(max(ms, 1e-6)) * 1e6)
 	}
 
-	// Copy-engine ceiling: one large copy each way.
+	// Copy-engine ceiling: one large copy each way, timed like the paths
+	// below (one warm-up, then iters batches, each between two events).
 	ceil := map[string]float64{}
 	for dir, c := range map[string]cuda.Copy{
 		"put": {Dst: pool, Src: hbm[0], Len: batchBytes},
 		"get": {Dst: hbm[1], Src: pool, Len: batchBytes},
 	} {
-		if ceil[dir], err = timed(batchBytes, func() error { return drv.MemcpyAsync(ctx, []cuda.Copy{c}, s) }); err != nil {
-			return nil, fmt.Errorf("ceiling %s: %w", dir, err)
+		fn := func() error { return drv.MemcpyAsync(ctx, []cuda.Copy{c}, s) }
+		var ms float32
+		for r := 0; r <= iters; r++ {
+			t, err := timeOne(fn)
+			if err != nil {
+				return nil, fmt.Errorf("ceiling %s: %w", dir, err)
+			}
+			if r > 0 {
+				ms += t
+			}
 		}
+		ceil[dir] = rate(batchBytes, ms)
 	}
 
+	// Round data. Every round — the warm-up and each timed batch of every
+	// measurement — puts different bytes: round g's source is the window at
+	// 8g of a random pattern uploaded once, copied on the GPU, so no round
+	// can pass on bytes an earlier one left in the pool. Before its get,
+	// the destination is filled with poison, so no round can pass on bytes
+	// an earlier get left there. Both happen outside the timed events.
+	rounds := len(sizes) * len(routes) * (iters + 1)
 	rng := rand.New(rand.NewPCG(uint64(dev), 42))
-	src := make([]byte, batchBytes)
+	want := make([]byte, batchBytes+8*uint64(rounds))
+	fillRandom(rng, want)
+	pattern, err := drv.MemAlloc(ctx, uint64(len(want)))
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() error { return drv.MemFree(ctx, pattern) })
+	if err := drv.MemcpyHtoD(ctx, pattern, want); err != nil {
+		return nil, err
+	}
+	poison, err := drv.MemAlloc(ctx, batchBytes)
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() error { return drv.MemFree(ctx, poison) })
+	if err := drv.MemcpyHtoD(ctx, poison, bytes.Repeat([]byte{benchPoison}, int(batchBytes))); err != nil {
+		return nil, err
+	}
+
 	got := make([]byte, batchBytes)
+	g := 0 // rounds run on this device
 	for _, size := range sizes {
 		batch := int(batchBytes / size)
+		n := uint64(batch) * size // bytes each batch moves
 		slots := rng.Perm(int(poolSize / size))[:batch]
 		put := make([]cuda.Copy, batch)
 		get := make([]cuda.Copy, batch)
@@ -334,32 +376,41 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 		}
 		for _, r := range routes {
 			eng := engines[r]
-			// Fresh bytes per measurement, so a path that copies nothing fails.
-			for i := range src {
-				src[i] = byte(rng.Uint32())
-			}
-			if err := drv.MemcpyHtoD(ctx, hbm[0], src); err != nil {
-				return rows, err
-			}
-			var gb [2]float64
-			for i, cs := range [][]cuda.Copy{put, get} {
-				if gb[i], err = timed(uint64(batch)*size, func() error { return eng.Submit(s, cs) }); err != nil {
-					return rows, fmt.Errorf("%s %s: %w", sizeLabel(size), r, err)
+			var ms [2]float32 // put, get
+			var bad *verifyError
+			for round := 0; round <= iters; round++ { // round 0: the warm-up
+				off := 8 * uint64(g)
+				g++
+				setup := []cuda.Copy{
+					{Dst: hbm[0], Src: pattern + cuda.DevicePtr(off), Len: n},
+					{Dst: hbm[1], Src: poison, Len: n},
 				}
-			}
-			if err := drv.MemcpyDtoH(ctx, got, hbm[1]); err != nil {
-				return rows, err
-			}
-			ok, note := true, ""
-			for i := range got {
-				if got[i] != src[i] {
-					ok, note = false, fmt.Sprintf("first difference at byte %d of block %d", i%int(size), i/int(size))
-					break
+				if err := drv.MemcpyAsync(ctx, setup, s); err != nil {
+					return rows, fmt.Errorf("%s %s round %d: set up: %w", sizeLabel(size), r, round+1, err)
+				}
+				if err := drv.StreamSynchronize(ctx, s); err != nil {
+					return rows, fmt.Errorf("%s %s round %d: set up: %w", sizeLabel(size), r, round+1, err)
+				}
+				for i, cs := range [][]cuda.Copy{put, get} {
+					t, err := timeOne(func() error { return eng.Submit(s, cs) })
+					if err != nil {
+						return rows, fmt.Errorf("%s %s round %d: %w", sizeLabel(size), r, round+1, err)
+					}
+					if round > 0 {
+						ms[i] += t
+					}
+				}
+				if err := drv.MemcpyDtoH(ctx, got[:n], hbm[1]); err != nil {
+					return rows, err
+				}
+				if i, ok := firstDiff(got[:n], want[off:off+n]); !ok && bad == nil {
+					bad = &verifyError{round: round + 1, rounds: iters + 1, block: i / size, offset: i % size,
+						got: got[i], want: want[off+i], poison: benchPoison}
 				}
 			}
 			rows = append(rows,
-				benchRow{dev: int(dev), size: size, batch: batch, route: r.String(), dir: "put HBM->DRAM", gbps: gb[0], ceil: ceil["put"], verified: ok, verifyNote: note},
-				benchRow{dev: int(dev), size: size, batch: batch, route: r.String(), dir: "get DRAM->HBM", gbps: gb[1], ceil: ceil["get"], verified: ok, verifyNote: note})
+				benchRow{dev: int(dev), size: size, batch: batch, route: r.String(), dir: "put HBM->DRAM", gbps: rate(n, ms[0]), ceil: ceil["put"], bad: bad},
+				benchRow{dev: int(dev), size: size, batch: batch, route: r.String(), dir: "get DRAM->HBM", gbps: rate(n, ms[1]), ceil: ceil["get"], bad: bad})
 		}
 	}
 	return rows, nil

@@ -2,8 +2,14 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim"
 )
 
 // TestBenchSim runs `kvfabric bench` on a two-GPU simulator with small
@@ -26,5 +32,50 @@ func TestBenchSim(t *testing.T) {
 	}
 	if err := runBench(&out, benchFlags{driver: "sim", devices: "7", sizes: "4KiB", bytes: "64KiB", iters: 1, ceMin: "1MiB"}); err == nil {
 		t.Error("device 7 of 2 accepted")
+	}
+}
+
+// TestBenchVerifiesEveryBatch makes every get batch that repeats the copies
+// of the one before (same method, same copies: the timed batches after a
+// warm-up) silently copy nothing. bench must fail on the copy-engine paths,
+// the lossy driver's only victims, naming the first timed round.
+func TestBenchVerifiesEveryBatch(t *testing.T) {
+	sd, err := sim.New(sim.Config{Granularity: 65536})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sd.Close()
+	last := map[string][]cuda.Copy{} // the last get per method
+	drv := newLossy(sd, func(method, dir string, copies []cuda.Copy) bool {
+		if dir != "get" {
+			return false
+		}
+		again := slices.Equal(last[method], copies)
+		last[method] = slices.Clone(copies)
+		return again
+	})
+	var out bytes.Buffer
+	// The auto route sends 64 KiB blocks to the SM kernel (copy engine from
+	// 1 MiB), which the lossy driver does not see.
+	err = runBenchOn(&out, drv, "test", benchFlags{devices: "0", sizes: "64KiB", bytes: "256KiB", iters: 2, ceMin: "1MiB"})
+	if _, dropped := drv.counts(); dropped == 0 {
+		t.Fatal("no get was dropped: the fault cannot fire")
+	}
+	if err == nil {
+		t.Fatalf("bench passed although timed gets copied nothing:\n%s", out.String())
+	}
+	var ve *verifyError
+	if !errors.As(err, &ve) || ve.round != 2 || ve.rounds != 3 || ve.got != benchPoison {
+		t.Fatalf("err = %v, want a *verifyError of round 2 of 3 that found the poison", err)
+	}
+	s := out.String()
+	for _, route := range []string{"ce-batch", "ce-per-copy", "sm-kernel", "auto"} {
+		failed := regexp.MustCompile(`(?m)^.*` + route + `\s+get.*NO round 2`).MatchString(s)
+		if want := strings.HasPrefix(route, "ce-"); failed != want {
+			t.Errorf("route %s: failed verification %v, want %v:\n%s", route, failed, want, s)
+		}
+	}
+	if !strings.Contains(s, "live driver objects after teardown: 0") {
+		t.Errorf("leak:\n%s", s)
 	}
 }

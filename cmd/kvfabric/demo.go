@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -52,9 +53,10 @@ that mounts its capacity (the EGM HOST_NUMA DRAM pool, or HBM segments with
 --egm=false), and a consumer that puts N random blocks from its GPU buffer into
 the store and gets them back into a second buffer, through the consumer's
 mapping cache and transfer engine (the provider's segments are imported by
-POSIX fd or fabric handle, as a separate process would). Every byte is
-verified. It uses real CUDA when a GPU is present and the simulator otherwise,
-and says which.`,
+POSIX fd or fabric handle, as a separate process would). Every round puts
+fresh bytes, gets them into a poisoned buffer and verifies every byte. It
+uses real CUDA when a GPU is present and the simulator otherwise, and says
+which.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDemo(cmd.Context(), cmd.OutOrStdout(), o)
@@ -72,7 +74,7 @@ and says which.`,
 	f.IntVar(&o.batch, "batch", 128, "blocks per BatchPut/BatchGet")
 	f.IntVar(&o.device, "device", 0, "provider's GPU")
 	f.IntVar(&o.consumer, "consumer-device", 0, "consumer's GPU")
-	f.IntVar(&o.rounds, "rounds", 3, "put/get rounds: the first imports the segments and verifies every byte; the rest are timed as steady state")
+	f.IntVar(&o.rounds, "rounds", 3, "put/get rounds, each with fresh bytes and verified byte for byte: the first imports the segments; the rest are timed as steady state")
 	f.Uint64Var(&o.seed, "seed", 0, "random seed (0: time-based)")
 	f.StringVar(&o.socketDir, "socket-dir", "", "directory of the fd-exchange socket (default $TMPDIR)")
 	f.BoolVar(&o.verbose, "verbose", false, "log lifecycle events to stderr")
@@ -101,6 +103,12 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 		return fmt.Errorf("--driver=%s: %w", o.driver, err)
 	}
 	defer func() { err = errors.Join(err, drv.Close()) }()
+	return runDemoOn(ctx, out, drv, why, log, blk, o)
+}
+
+// runDemoOn is runDemo on drv (chosen for the reason why) with blocks of
+// blk bytes and o validated; the caller owns and closes drv.
+func runDemoOn(ctx context.Context, out io.Writer, drv cuda.Driver, why string, log *slog.Logger, blk uint64, o demoOpts) (err error) {
 	kind := "simulator"
 	if drv.Name() == "cuda" {
 		kind = "CUDA"
@@ -187,7 +195,8 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 		fmt.Fprintf(out, "provider: %s of %s over %s\n", config.FormatSize(pc.GlobalSegmentSize), tierName(o.egm), prov.Pool().Plan().String())
 	}
 
-	// Consumer buffers on its GPU: src (random bytes) and dst.
+	// Consumer buffers on its GPU: src (random bytes), dst, and one block
+	// of poison that clears dst before every get round.
 	cctx := cons.Context()
 	size := blk * uint64(o.count)
 	src, err := drv.MemAlloc(cctx, size)
@@ -208,27 +217,41 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 			err = errors.Join(err, drv.MemFree(cctx, dst))
 		}
 	}()
+	poison, err := drv.MemAlloc(cctx, blk)
+	if err != nil {
+		return fmt.Errorf("consumer buffer of %d bytes: %w", blk, err)
+	}
+	defer func() {
+		if poison != 0 {
+			err = errors.Join(err, drv.MemFree(cctx, poison))
+		}
+	}()
+	clearDst := make([]cuda.Copy, o.count) // every dst block <- poison, one crossing
+	for i := range clearDst {
+		clearDst[i] = cuda.Copy{Dst: dst + cuda.DevicePtr(uint64(i)*blk), Src: poison, Len: blk}
+	}
 	seed := o.seed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x6b7666))
 	want := make([]byte, size)
-	for i := 0; i+8 <= len(want); i += 8 {
-		v := rng.Uint64()
-		for j := 0; j < 8; j++ {
-			want[i+j] = byte(v >> (8 * j))
-		}
-	}
-	if err := drv.MemcpyHtoD(cctx, src, want); err != nil {
-		return err
-	}
+	got := make([]byte, size)
+	poisonBlk := make([]byte, blk)
 
-	// Round 0 maps the store's segments on first use (import + map, reported
-	// below) and verifies every byte; later rounds measure the steady state.
+	// Every round puts fresh random bytes under fresh keys, gets them back
+	// into a dst poisoned with that round's byte, and verifies every byte,
+	// so a put or get that copies nothing fails in whichever round it
+	// happens. Round 1 also maps the store's segments on first use (import +
+	// map, reported below); later rounds measure the steady state. Timing
+	// covers the puts and gets only.
 	var putDur, getDur, put0, get0 time.Duration
 	var moved uint64
-	for round := 0; round < o.rounds; round++ {
+	for round := 1; round <= o.rounds; round++ {
+		fillRandom(rng, want)
+		if err := drv.MemcpyHtoD(cctx, src, want); err != nil {
+			return fmt.Errorf("round %d: fill source: %w", round, err)
+		}
 		keys := make([]string, o.count)
 		for i := range keys {
 			keys[i] = fmt.Sprintf("%s/r%d/block-%06d", consID, round, i)
@@ -239,19 +262,28 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 			ks, rs := demoBatch(keys, order[b:min(b+o.batch, o.count)], src, blk)
 			for j, e := range cons.BatchPut(ctx, ks, rs, 0, client.PutOptions{}) {
 				if e != nil {
-					return fmt.Errorf("put %s: %w", ks[j], e)
+					return fmt.Errorf("round %d: put %s: %w", round, ks[j], e)
 				}
 			}
 		}
-		if round == 0 {
+		if round == 1 {
 			put0 = time.Since(t0)
 		} else {
 			putDur += time.Since(t0)
 		}
-		if round == 0 {
-			if err := zero(drv, cctx, dst, size); err != nil {
-				return err
-			}
+
+		pb := poisonByte(round)
+		for i := range poisonBlk {
+			poisonBlk[i] = pb
+		}
+		if err := drv.MemcpyHtoD(cctx, poison, poisonBlk); err != nil {
+			return fmt.Errorf("round %d: poison: %w", round, err)
+		}
+		if err := drv.MemcpyAsync(cctx, clearDst, 0); err != nil {
+			return fmt.Errorf("round %d: clear destination: %w", round, err)
+		}
+		if err := drv.StreamSynchronize(cctx, 0); err != nil {
+			return fmt.Errorf("round %d: clear destination: %w", round, err)
 		}
 		t0 = time.Now()
 		for b := 0; b < o.count; b += o.batch {
@@ -259,35 +291,30 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 			sizes, errs := cons.BatchGet(ctx, ks, rs, 0)
 			for j, e := range errs {
 				if e != nil {
-					return fmt.Errorf("get %s: %w", ks[j], e)
+					return fmt.Errorf("round %d: get %s: %w", round, ks[j], e)
 				}
 				if sizes[j] != blk {
-					return fmt.Errorf("get %s: %d bytes, want %d", ks[j], sizes[j], blk)
+					return fmt.Errorf("round %d: get %s: %d bytes, want %d", round, ks[j], sizes[j], blk)
 				}
 			}
 		}
-		if round == 0 {
+		if round == 1 {
 			get0 = time.Since(t0)
 		} else {
 			getDur += time.Since(t0)
 		}
 		moved += 2 * size
-		if round == 0 {
-			got := make([]byte, size)
-			if err := drv.MemcpyDtoH(cctx, got, dst); err != nil {
-				return err
-			}
-			if !bytes.Equal(got, want) {
-				for i := range got {
-					if got[i] != want[i] {
-						return fmt.Errorf("verify: first mismatch at byte %d (block %d): got %#x want %#x", i, uint64(i)/blk, got[i], want[i])
-					}
-				}
-			}
+
+		if err := drv.MemcpyDtoH(cctx, got, dst); err != nil {
+			return fmt.Errorf("round %d: read back: %w", round, err)
+		}
+		if i, ok := firstDiff(got, want); !ok {
+			b := i / blk
+			return &verifyError{round: round, rounds: o.rounds, key: keys[b], block: b, offset: i % blk, got: got[i], want: want[i], poison: pb}
 		}
 		for i, e := range cons.BatchRemove(ctx, keys, true) {
 			if e != nil {
-				return fmt.Errorf("remove %s: %w", keys[i], e)
+				return fmt.Errorf("round %d: remove %s: %w", round, keys[i], e)
 			}
 		}
 	}
@@ -296,10 +323,10 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 	putPh, getPh := cons.Phases()
 
 	// Teardown, then check nothing is left.
-	if err := errors.Join(drv.MemFree(cctx, src), drv.MemFree(cctx, dst)); err != nil {
+	if err := errors.Join(drv.MemFree(cctx, src), drv.MemFree(cctx, dst), drv.MemFree(cctx, poison)); err != nil {
 		return err
 	}
-	src, dst = 0, 0
+	src, dst, poison = 0, 0, 0
 	if err := cons.Close(); err != nil {
 		return fmt.Errorf("consumer close: %w", err)
 	}
@@ -327,7 +354,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 		fmt.Fprintf(tw, "  %s\t%d segments, %s\n", l.name, l.n, config.FormatSize(l.bytes))
 	}
 	fmt.Fprintf(tw, "blocks\t%d x %s, batch %d, %d rounds\n", o.count, config.FormatSize(blk), o.batch, o.rounds)
-	fmt.Fprintf(tw, "verified\t%s, byte-exact\n", config.FormatSize(size))
+	fmt.Fprintf(tw, "verified\t%s in each of %d rounds, byte-exact\n", config.FormatSize(size), o.rounds)
 	fmt.Fprintf(tw, "bytes moved\t%s\n", config.FormatSize(moved))
 	fmt.Fprintf(tw, "first round\tput %.2f GB/s, get %.2f GB/s (includes segment imports)\n", gbps(size, put0), gbps(size, get0))
 	if o.rounds > 1 {
@@ -423,14 +450,57 @@ func gbps(n uint64, d time.Duration) float64 {
 	return float64(n) / d.Seconds() / 1e9
 }
 
-// zero clears a device buffer so verification cannot pass on stale bytes.
-func zero(drv cuda.Driver, ctx cuda.Context, p cuda.DevicePtr, n uint64) error {
-	z := make([]byte, min(n, 64<<20))
-	for off := uint64(0); off < n; off += uint64(len(z)) {
-		m := min(uint64(len(z)), n-off)
-		if err := drv.MemcpyHtoD(ctx, p+cuda.DevicePtr(off), z[:m]); err != nil {
-			return err
+// verifyError is a round whose bytes came back different from those put.
+type verifyError struct {
+	round, rounds int    // 1-based round of rounds
+	key           string // the block's key; "" in bench, which has none
+	block         uint64 // block index in the buffer
+	offset        uint64 // first differing byte within the block
+	got, want     byte
+	poison        byte // what the destination held before the get
+}
+
+func (e *verifyError) Error() string {
+	what := fmt.Sprintf("block %d", e.block)
+	if e.key != "" {
+		what = fmt.Sprintf("key %s (block %d)", e.key, e.block)
+	}
+	s := fmt.Sprintf("verify round %d of %d: %s: first difference at byte %d of the block: got %#02x want %#02x",
+		e.round, e.rounds, what, e.offset, e.got, e.want)
+	if e.got == e.poison {
+		s += " (the poison the destination held before the get: was the block copied at all?)"
+	}
+	return s
+}
+
+// firstDiff returns the index of the first byte where got and want (of equal
+// length) differ, and ok when there is none.
+func firstDiff(got, want []byte) (i uint64, ok bool) {
+	if bytes.Equal(got, want) {
+		return 0, true
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return uint64(i), false
 		}
 	}
-	return nil
+	return uint64(len(got)), false
 }
+
+// fillRandom fills b from rng, eight bytes per draw.
+func fillRandom(rng *rand.Rand, b []byte) {
+	for len(b) >= 8 {
+		binary.LittleEndian.PutUint64(b, rng.Uint64())
+		b = b[8:]
+	}
+	if len(b) > 0 {
+		var t [8]byte
+		binary.LittleEndian.PutUint64(t[:], rng.Uint64())
+		copy(b, t[:])
+	}
+}
+
+// poisonByte is what destinations hold before the gets of round r. It
+// changes every round, so a block that a get skipped shows this round's
+// poison rather than a byte some earlier round left.
+func poisonByte(r int) byte { return byte(0xa5 + 0x3b*r) }
