@@ -72,9 +72,10 @@ def test_sglang_hicache_sequence(ms, pool):
     assert ms.batch_put_from(keys[:4], ptrs[4:8], [PAGE] * 4) == [0] * 4
     assert ms.get_into(keys[0], dst, PAGE) == PAGE
     assert np.array_equal(pool[:PAGE], pool[n * PAGE: n * PAGE + PAGE])
-    # The gets above hold read leases (as in Mooncake): only force removes them.
-    assert ms.remove_all() == 0
-    assert ms.remove_all(force=True) == n
+    # A get releases its read lease once its copy is done (Mooncake keeps it
+    # for the lease TTL): nothing is leased now, so remove_all removes all.
+    assert ms.remove_all() == n
+    assert ms.remove_all(force=True) == 0
     assert ms.batch_is_exist(keys[:3]) == [0, 0, 0]
 
 
@@ -122,8 +123,8 @@ def test_lmcache_sequence(ms, pool):
     assert ms.get("lm/1") == b"abcdef"
     assert ms.get_batch(["lm/0", "lm/1", "nope"]) == [payload, b"abcdef", b""]
     assert ms.put_batch(["lm/2", "lm/3"], [b"2", b"3"]) == 0
-    assert ms.remove("lm/0") == -706  # leased by the gets above
-    assert ms.remove("lm/0", force=True) == 0
+    assert ms.remove("lm/0") == 0  # the gets above released their leases when their copies were done
+    assert ms.remove("lm/0", force=True) == -704
     assert ms.remove("lm/0") == -704
     assert ms.get("lm/0") == b""
     assert ms.get_into("lm/0", pool.ctypes.data, 4096) == -704
@@ -258,3 +259,39 @@ def test_close_retry_with_injected_fault():
     assert r.returncode == 0, r.stderr
     # First close fails (-1, still closable; ops refused), retry succeeds, then idempotent.
     assert r.stdout.split() == ["-1", "-600", "0", "0"]
+
+
+def test_soft_pin_is_evictable_under_pressure(tmp_path):
+    # Mooncake's soft pin: kept while unpinned objects can be evicted
+    # instead, evicted when nothing else can go (a hard pin never is).
+    args, kw = setup_args(tmp_path, gss=8 * MIB)
+    s = MooncakeDistributedStore()
+    assert s.setup(*args, **kw) == 0
+    try:
+        buf = np.ones(2 * MIB, np.uint8)
+        assert s.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+        soft = ReplicateConfig()
+        soft.with_soft_pin = True
+        for k in ("soft-a", "soft-b", "soft-c"):
+            assert s.put_from(k, buf.ctypes.data, MIB, soft) == 0
+        # More unpinned bytes than fit: unpinned objects are evicted, never
+        # the soft-pinned ones.
+        for i in range(8):
+            assert s.put_from(f"plain{i}", buf.ctypes.data, MIB) == 0
+        assert s.batch_is_exist(["soft-a", "soft-b", "soft-c"]) == [1, 1, 1]
+        # Nothing but soft-pinned objects: under pressure they go too.
+        assert s.remove_all(force=True) >= 0
+        for i in range(7):
+            assert s.put_from(f"soft{i}", buf.ctypes.data, MIB, soft) == 0
+        assert s.put_from("plain", buf.ctypes.data, 2 * MIB - 4096) == 0
+        assert sum(s.batch_is_exist([f"soft{i}" for i in range(7)])) < 7
+        # A hard pin never goes.
+        hard = ReplicateConfig()
+        hard.with_hard_pin = True
+        assert s.remove_all(force=True) >= 0
+        for i in range(8):
+            assert s.put_from(f"hard{i}", buf.ctypes.data, MIB, hard) == 0
+        assert s.put_from("plain-late", buf.ctypes.data, MIB) < 0
+        assert s.unregister_buffer(buf.ctypes.data) == 0
+    finally:
+        assert s.close() == 0
