@@ -10,9 +10,9 @@
 // slot's device buffer with one async copy and consumed by one kernel launch.
 // Larger blocks go to the copy engines with one cuMemcpyBatchAsync call, or
 // one MemcpyAsync crossing (a cuMemcpyAsync per block inside the shim) when
-// the driver lacks it. The crossover default, 1 MiB, is where the H200 probe
-// saw the two meet (SM kernel ~48 GB/s at every size; batched copy engine
-// 4 GB/s at 4 KiB, 53 GB/s at 1 MiB).
+// the driver lacks it. The crossover default, 128 KiB
+// (DefaultCopyEngineMinBytes), is where the copy engine catches up with the
+// SM kernel on H200 (docs/decisions.md item 6, docs/perf/datapath.md).
 package transfer
 
 import (
@@ -73,7 +73,8 @@ const DefaultCopyEngineMinBytes = 128 << 10
 // Options configures an Engine. The zero value is useful.
 type Options struct {
 	// CopyEngineMinBytes: blocks of at least this many bytes go to the copy
-	// engine; smaller ones to the SM kernel. 0 means 1 MiB.
+	// engine; smaller ones to the SM kernel. 0 means
+	// DefaultCopyEngineMinBytes (128 KiB).
 	CopyEngineMinBytes uint64
 	// Route forces one path; RouteAuto (the zero value) routes by size.
 	Route Route
