@@ -289,29 +289,34 @@ func (e *Engine) Submit(s cuda.Stream, copies []cuda.Copy) error {
 
 // Do submits copies on s, then waits for them (and everything before them
 // on s) with an event of its own. When submission fails after part of the
-// batch was enqueued, Do still waits for s before returning the error, so
-// that nothing Do enqueued runs after it returns.
+// batch was enqueued, or the completion event cannot be had, Do still waits
+// for s before returning the error, so that nothing Do enqueued runs after
+// it returns (callers release the buffers on that promise).
 func (e *Engine) Do(s cuda.Stream, copies []cuda.Copy) error {
 	e.life.RLock()
 	defer e.life.RUnlock()
 	if e.closed {
 		return ErrClosed
 	}
+	drain := func(err error) error {
+		if serr := e.drv.StreamSynchronize(e.ctx, s); serr != nil {
+			err = errors.Join(err, fmt.Errorf("transfer: wait for the enqueued part of the batch: %w", serr))
+		}
+		return err
+	}
 	if err := e.submitLocked(s, copies); err != nil {
 		if !errors.Is(err, ErrInvalidCopy) {
-			if serr := e.drv.StreamSynchronize(e.ctx, s); serr != nil {
-				err = errors.Join(err, fmt.Errorf("transfer: wait for the enqueued part of the batch: %w", serr))
-			}
+			err = drain(err)
 		}
 		return err
 	}
 	ev, err := e.getEvent()
 	if err != nil {
-		return err
+		return drain(err)
 	}
 	defer e.putEvent(ev)
 	if err := e.drv.EventRecord(e.ctx, ev, s); err != nil {
-		return fmt.Errorf("transfer: record completion event: %w", err)
+		return drain(fmt.Errorf("transfer: record completion event: %w", err))
 	}
 	if err := e.drv.EventSynchronize(e.ctx, ev); err != nil {
 		return fmt.Errorf("transfer: wait for batch: %w", err)
