@@ -27,7 +27,7 @@ type Backend interface {
 	Remove(ctx context.Context, key string, force bool) error
 	RemoveAll(ctx context.Context, force bool) (int, error)
 	RegisterBuffer(ptr uintptr, size uint64) error
-	UnregisterBuffer(ptr uintptr) error
+	UnregisterBuffer(ctx context.Context, ptr uintptr) error
 	Hostname() string
 	Health(ctx context.Context) error
 	Close() error
@@ -498,9 +498,12 @@ func RegisterBuffer(h int64, ptr uintptr, size uint64) int32 {
 	return call(h, func(e *entry) error { return e.store.RegisterBuffer(ptr, size) })
 }
 
-// UnregisterBuffer undoes RegisterBuffer(ptr, …).
+// UnregisterBuffer undoes RegisterBuffer(ptr, …), waiting (bounded by
+// client.UnregisterTimeout) for the batches that use the buffer; when they
+// outlast it the status is StatusBufferInUse and the buffer stays
+// registered.
 func UnregisterBuffer(h int64, ptr uintptr) int32 {
-	return call(h, func(e *entry) error { return e.store.UnregisterBuffer(ptr) })
+	return call(h, func(e *entry) error { return e.store.UnregisterBuffer(bg, ptr) })
 }
 
 // Hostname copies the Store's hostname into buf (NUL-terminated, truncated)

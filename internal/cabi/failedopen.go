@@ -58,6 +58,6 @@ func (f *failedOpen) Size(context.Context, string) (uint64, error)          { re
 func (f *failedOpen) Remove(context.Context, string, bool) error            { return f.closed() }
 func (f *failedOpen) RemoveAll(context.Context, bool) (int, error)          { return 0, f.closed() }
 func (f *failedOpen) RegisterBuffer(uintptr, uint64) error                  { return f.closed() }
-func (f *failedOpen) UnregisterBuffer(uintptr) error                        { return f.closed() }
+func (f *failedOpen) UnregisterBuffer(context.Context, uintptr) error       { return f.closed() }
 func (f *failedOpen) Hostname() string                                      { return "" }
 func (f *failedOpen) Health(context.Context) error                          { return f.closed() }

@@ -199,10 +199,10 @@ func (f *fakeStore) RemoveAll(context.Context, bool) (int, error) {
 	return n, nil
 }
 
-func (f *fakeStore) RegisterBuffer(uintptr, uint64) error { return nil }
-func (f *fakeStore) UnregisterBuffer(uintptr) error       { return client.ErrNotRegistered }
-func (f *fakeStore) Hostname() string                     { return "fakehost" }
-func (f *fakeStore) Health(context.Context) error         { return nil }
+func (f *fakeStore) RegisterBuffer(uintptr, uint64) error            { return nil }
+func (f *fakeStore) UnregisterBuffer(context.Context, uintptr) error { return client.ErrNotRegistered }
+func (f *fakeStore) Hostname() string                                { return "fakehost" }
+func (f *fakeStore) Health(context.Context) error                    { return nil }
 
 func (f *fakeStore) Close() error {
 	f.mu.Lock()

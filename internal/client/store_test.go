@@ -45,9 +45,20 @@ func cfgFor(t *testing.T, m map[string]any) config.Config {
 
 func newEnv(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg master.Config) *env {
 	t.Helper()
+	return newEnvWrapped(t, simCfg, provCfg, mcfg, nil)
+}
+
+// newEnvWrapped is newEnv with the consumer driving the simulator through
+// wrap(drv) (a test hook around some driver calls); nil means no wrapper.
+func newEnvWrapped(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg master.Config, wrap func(*sim.Driver) cuda.Driver) *env {
+	t.Helper()
 	drv, err := sim.New(simCfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var consDrv cuda.Driver = drv
+	if wrap != nil {
+		consDrv = wrap(drv)
 	}
 	e := &env{t: t, drv: drv}
 	if e.svc, err = master.New(mcfg); err != nil {
@@ -61,7 +72,7 @@ func newEnv(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg master
 			t.Fatal(err)
 		}
 	}
-	e.cons, err = client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: drv, Master: e.mc, ClientID: "cons"})
+	e.cons, err = client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: consDrv, Master: e.mc, ClientID: "cons"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,10 +283,10 @@ func TestSemantics(t *testing.T) {
 	if b, err := e.cons.GetBytes(ctx, "host"); err != nil || !bytes.Equal(b, host) {
 		t.Fatalf("host round trip: %v", err)
 	}
-	if err := e.cons.UnregisterBuffer(hp); err != nil {
+	if err := e.cons.UnregisterBuffer(ctx, hp); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.cons.UnregisterBuffer(hp); !errors.Is(err, client.ErrNotRegistered) {
+	if err := e.cons.UnregisterBuffer(ctx, hp); !errors.Is(err, client.ErrNotRegistered) {
 		t.Fatalf("double unregister: %v", err)
 	}
 	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
