@@ -19,7 +19,9 @@
  *   - All calls are thread-safe and may block (they do not hold any Python
  *     or other caller lock; ctypes releases the GIL around them).
  *   - Keys are byte strings given as (pointer, length); they need not be
- *     NUL-terminated. Array arguments are read only during the call.
+ *     NUL-terminated. A NULL pointer with a non-zero length is
+ *     KVFABRIC_ERR_INVALID_ARGUMENT. Array arguments are read only during
+ *     the call.
  *
  * Buffers
  *   A region (pointer, length) is CUDA device memory, or host memory inside
@@ -152,7 +154,9 @@ int32_t kvfabric_put_bytes(int64_t handle, const char *key, size_t key_len,
                            const char *preferred, size_t preferred_len);
 
 /* Copies key's bytes into host memory buf of buf_cap bytes; *size receives
- * the object's size, also when the result is KVFABRIC_ERR_BUFFER_TOO_SMALL. */
+ * the object's size, also when the result is KVFABRIC_ERR_BUFFER_TOO_SMALL.
+ * The size is known before anything is copied: a buffer that is too small
+ * costs no copy (buf may be NULL with buf_cap 0 to ask for the size). */
 int32_t kvfabric_get_bytes(int64_t handle, const char *key, size_t key_len,
                            void *buf, uint64_t buf_cap, uint64_t *size);
 

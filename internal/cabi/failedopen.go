@@ -51,7 +51,9 @@ func (f *failedOpen) BatchGet(_ context.Context, keys []string, _ [][]client.Reg
 func (f *failedOpen) PutBytes(context.Context, string, []byte, client.PutOptions) error {
 	return f.closed()
 }
-func (f *failedOpen) GetBytes(context.Context, string) ([]byte, error)      { return nil, f.closed() }
+func (f *failedOpen) GetBytesInto(context.Context, string, []byte) (uint64, error) {
+	return 0, f.closed()
+}
 func (f *failedOpen) Exists(context.Context, string) (bool, error)          { return false, f.closed() }
 func (f *failedOpen) BatchExists(context.Context, []string) ([]bool, error) { return nil, f.closed() }
 func (f *failedOpen) Size(context.Context, string) (uint64, error)          { return 0, f.closed() }

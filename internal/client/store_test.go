@@ -302,6 +302,42 @@ func TestSemantics(t *testing.T) {
 	}
 }
 
+// TestGetBytesInto: the size comes from the master before any copy, so a
+// destination that is too small gets ErrBufferTooSmall and the size with no
+// copy at all (and stays untouched); one that fits gets the bytes.
+func TestGetBytesInto(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{LeaseTTL: 200 * time.Millisecond})
+	ctx := context.Background()
+	want := []byte("twenty bytes of data")
+	if err := e.cons.PutBytes(ctx, "k", want, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	copies := func() uint64 {
+		st := e.cons.TransferStats()
+		return st.KernelLaunches + st.BatchCalls + st.EachCalls
+	}
+	before := copies()
+	small := []byte("untouched")
+	n, err := e.cons.GetBytesInto(ctx, "k", small)
+	if !errors.Is(err, client.ErrBufferTooSmall) || n != uint64(len(want)) {
+		t.Fatalf("GetBytesInto %d bytes: %d, %v; want %d, ErrBufferTooSmall", len(small), n, err, len(want))
+	}
+	if string(small) != "untouched" || copies() != before {
+		t.Fatalf("too-small GetBytesInto copied (%d copy submissions; buffer %q)", copies()-before, small)
+	}
+	big := make([]byte, 64)
+	if n, err := e.cons.GetBytesInto(ctx, "k", big); err != nil || n != uint64(len(want)) || !bytes.Equal(big[:n], want) {
+		t.Fatalf("GetBytesInto: %d, %v, %q", n, err, big)
+	}
+	if _, err := e.cons.GetBytesInto(ctx, "missing", big); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("GetBytesInto of a missing key: %v", err)
+	}
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
+
 // TestCloseRetry fails one teardown step of the provider pool and checks
 // that Close reports cleanup pending, keeps what it holds, and that a second
 // Close finishes without leaks.
