@@ -19,7 +19,9 @@
  *   - All calls are thread-safe and may block (they do not hold any Python
  *     or other caller lock; ctypes releases the GIL around them).
  *   - Keys are byte strings given as (pointer, length); they need not be
- *     NUL-terminated. Array arguments are read only during the call.
+ *     NUL-terminated. A NULL pointer with a non-zero length is
+ *     KVFABRIC_ERR_INVALID_ARGUMENT. Array arguments are read only during
+ *     the call.
  *
  * Buffers
  *   A region (pointer, length) is CUDA device memory, or host memory inside
@@ -74,6 +76,7 @@ extern "C" {
 #define KVFABRIC_ERR_LEASE_EXPIRED      (-3007) /* the read lease ran out during the copy; retry */
 #define KVFABRIC_ERR_INVALID_HANDLE     (-3008) /* handle not open (never opened, or closed) */
 #define KVFABRIC_ERR_PANIC              (-3009) /* a bug; see kvfabric_last_error */
+#define KVFABRIC_ERR_BUFFER_IN_USE      (-3010) /* copies using the buffer outlasted the unregister's wait */
 
 /* kvfabric_put* flags */
 #define KVFABRIC_PUT_PIN 0x1u /* keep from eviction until removed */
@@ -152,7 +155,9 @@ int32_t kvfabric_put_bytes(int64_t handle, const char *key, size_t key_len,
                            const char *preferred, size_t preferred_len);
 
 /* Copies key's bytes into host memory buf of buf_cap bytes; *size receives
- * the object's size, also when the result is KVFABRIC_ERR_BUFFER_TOO_SMALL. */
+ * the object's size, also when the result is KVFABRIC_ERR_BUFFER_TOO_SMALL.
+ * The size is known before anything is copied: a buffer that is too small
+ * costs no copy (buf may be NULL with buf_cap 0 to ask for the size). */
 int32_t kvfabric_get_bytes(int64_t handle, const char *key, size_t key_len,
                            void *buf, uint64_t buf_cap, uint64_t *size);
 
@@ -179,7 +184,13 @@ int32_t kvfabric_remove_all(int64_t handle, int32_t force, uint64_t *removed);
  * point anywhere inside it. */
 int32_t kvfabric_register_buffer(int64_t handle, uintptr_t ptr, uint64_t size);
 
-/* Unregisters the buffer registered at ptr. */
+/* Unregisters the buffer registered at ptr. Puts and gets using the buffer
+ * hold it until their copies are complete; this call waits for them (new
+ * ones are refused with KVFABRIC_ERR_NOT_REGISTERED meanwhile), so once it
+ * returns 0 the memory may be freed. If they are still running after 30 s it
+ * returns KVFABRIC_ERR_BUFFER_IN_USE (the last error names the buffer and
+ * how many batches use it) and the buffer stays registered: do not free
+ * the memory then; retry later. */
 int32_t kvfabric_unregister_buffer(int64_t handle, uintptr_t ptr);
 
 /* Copies the Store's host identity into buf (NUL-terminated, truncated to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"unsafe"
@@ -20,14 +21,14 @@ type Backend interface {
 	BatchPut(ctx context.Context, keys []string, srcs [][]client.Region, stream cuda.Stream, o client.PutOptions) []error
 	BatchGet(ctx context.Context, keys []string, dsts [][]client.Region, stream cuda.Stream) ([]uint64, []error)
 	PutBytes(ctx context.Context, key string, data []byte, o client.PutOptions) error
-	GetBytes(ctx context.Context, key string) ([]byte, error)
+	GetBytesInto(ctx context.Context, key string, dst []byte) (uint64, error)
 	Exists(ctx context.Context, key string) (bool, error)
 	BatchExists(ctx context.Context, keys []string) ([]bool, error)
 	Size(ctx context.Context, key string) (uint64, error)
 	Remove(ctx context.Context, key string, force bool) error
 	RemoveAll(ctx context.Context, force bool) (int, error)
 	RegisterBuffer(ptr uintptr, size uint64) error
-	UnregisterBuffer(ptr uintptr) error
+	UnregisterBuffer(ctx context.Context, ptr uintptr) error
 	Hostname() string
 	Health(ctx context.Context) error
 	Close() error
@@ -139,12 +140,20 @@ func CleanupPending(h int64) int32 {
 	return 0
 }
 
-// str copies n bytes at p into a Go string.
-func str(p unsafe.Pointer, n uint64) string {
+// str copies the n bytes at p of the string argument what (a key, the
+// preferred segments) into a Go string. NULL with n > 0 is a caller's bug,
+// reported as ErrInvalidArgument rather than left to unsafe.Slice's panic.
+func str(p unsafe.Pointer, n uint64, what string) (string, error) {
 	if n == 0 {
-		return ""
+		return "", nil
 	}
-	return string(unsafe.Slice((*byte)(p), n))
+	if p == nil {
+		return "", fmt.Errorf("%w: %s is NULL with length %d", client.ErrInvalidArgument, what, n)
+	}
+	if n > math.MaxInt32 {
+		return "", fmt.Errorf("%w: %s has length %d", client.ErrInvalidArgument, what, n)
+	}
+	return string(unsafe.Slice((*byte)(p), n)), nil
 }
 
 func putOptions(replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen uint64) (client.PutOptions, error) {
@@ -154,8 +163,12 @@ func putOptions(replicas int32, flags uint32, preferred unsafe.Pointer, preferre
 	if flags&^flagsKnown != 0 {
 		return client.PutOptions{}, fmt.Errorf("%w: flags=%#x: unknown bits %#x", client.ErrInvalidArgument, flags, flags&^flagsKnown)
 	}
+	pref, err := str(preferred, preferredLen, "preferred segments")
+	if err != nil {
+		return client.PutOptions{}, err
+	}
 	o := client.PutOptions{Replicas: int(replicas), Pin: flags&FlagPin != 0, SoftPin: flags&FlagSoftPin != 0}
-	for _, s := range strings.Split(str(preferred, preferredLen), ",") {
+	for _, s := range strings.Split(pref, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.PreferredSegments = append(o.PreferredSegments, s)
 		}
@@ -177,6 +190,10 @@ func regions(ptrs, lens []uint64) []client.Region {
 func Put(h int64, key unsafe.Pointer, keyLen uint64, ptrs, lens unsafe.Pointer, nparts uint32,
 	stream uintptr, replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen uint64) int32 {
 	return call(h, func(e *entry) error {
+		k, err := str(key, keyLen, "key")
+		if err != nil {
+			return err
+		}
 		o, err := putOptions(replicas, flags, preferred, preferredLen)
 		if err != nil {
 			return err
@@ -185,7 +202,7 @@ func Put(h int64, key unsafe.Pointer, keyLen uint64, ptrs, lens unsafe.Pointer, 
 			return fmt.Errorf("%w: put needs at least one region", client.ErrInvalidArgument)
 		}
 		src := regions(unsafe.Slice((*uint64)(ptrs), nparts), unsafe.Slice((*uint64)(lens), nparts))
-		return e.store.Put(bg, str(key, keyLen), src, cuda.Stream(stream), o)
+		return e.store.Put(bg, k, src, cuda.Stream(stream), o)
 	})
 }
 
@@ -194,11 +211,15 @@ func Put(h int64, key unsafe.Pointer, keyLen uint64, ptrs, lens unsafe.Pointer, 
 func Get(h int64, key unsafe.Pointer, keyLen uint64, ptrs, lens unsafe.Pointer, nparts uint32,
 	stream uintptr, nread *uint64) int32 {
 	return call(h, func(e *entry) error {
+		k, err := str(key, keyLen, "key")
+		if err != nil {
+			return err
+		}
 		if nparts == 0 || ptrs == nil || lens == nil {
 			return fmt.Errorf("%w: get needs at least one region", client.ErrInvalidArgument)
 		}
 		dst := regions(unsafe.Slice((*uint64)(ptrs), nparts), unsafe.Slice((*uint64)(lens), nparts))
-		n, err := e.store.Get(bg, str(key, keyLen), dst, cuda.Stream(stream))
+		n, err := e.store.Get(bg, k, dst, cuda.Stream(stream))
 		if nread != nil {
 			*nread = n
 		}
@@ -230,10 +251,10 @@ func decodeBatch(n uint64, keys, keyLens, ptrs, lens, parts unsafe.Pointer) (bat
 	kl := unsafe.Slice((*uint64)(keyLens), n)
 	b.keys = make([]string, n)
 	for i := range b.keys {
-		if kp[i] == nil && kl[i] != 0 {
-			return batch{}, fmt.Errorf("%w: key %d is NULL", client.ErrInvalidArgument, i)
+		var err error
+		if b.keys[i], err = str(kp[i], kl[i], "key"); err != nil {
+			return batch{}, fmt.Errorf("key %d: %w", i, err)
 		}
-		b.keys[i] = str(kp[i], kl[i])
 	}
 	if ptrs == nil && lens == nil {
 		return b, nil
@@ -378,6 +399,10 @@ func BatchGet(h int64, n uint64, keys, keyLens, ptrs, lens, parts unsafe.Pointer
 func PutBytes(h int64, key unsafe.Pointer, keyLen uint64, data unsafe.Pointer, n uint64,
 	replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen uint64) int32 {
 	return call(h, func(e *entry) error {
+		k, err := str(key, keyLen, "key")
+		if err != nil {
+			return err
+		}
 		o, err := putOptions(replicas, flags, preferred, preferredLen)
 		if err != nil {
 			return err
@@ -389,38 +414,48 @@ func PutBytes(h int64, key unsafe.Pointer, keyLen uint64, data unsafe.Pointer, n
 		if n != 0 {
 			b = unsafe.Slice((*byte)(data), n)
 		}
-		return e.store.PutBytes(bg, str(key, keyLen), b, o)
+		return e.store.PutBytes(bg, k, b, o)
 	})
 }
 
 // GetBytes copies key's bytes into host memory buf of capacity bufCap and
-// stores the object's size in *size. A buffer smaller than the object gives
-// StatusBufferTooSmall with *size set, so a caller can retry.
+// stores the object's size in *size. The Store learns the size before it
+// copies: a buffer smaller than the object gives StatusBufferTooSmall with
+// *size set (so a caller can retry), and nothing is copied or allocated.
 func GetBytes(h int64, key unsafe.Pointer, keyLen uint64, buf unsafe.Pointer, bufCap uint64, size *uint64) int32 {
 	return call(h, func(e *entry) error {
-		k := str(key, keyLen)
-		b, err := e.store.GetBytes(bg, k)
+		k, err := str(key, keyLen, "key")
 		if err != nil {
 			return err
 		}
+		if buf == nil && bufCap != 0 {
+			return fmt.Errorf("%w: buf is NULL with capacity %d", client.ErrInvalidArgument, bufCap)
+		}
+		var dst []byte
+		if bufCap != 0 {
+			// No object is larger than the address space left after buf;
+			// clamping keeps unsafe.Slice from panicking on a bogus
+			// capacity (a negative size_t).
+			n := min(bufCap, uint64(math.MaxInt), uint64(^uintptr(0)-uintptr(buf)))
+			dst = unsafe.Slice((*byte)(buf), n)
+		}
+		n, err := e.store.GetBytesInto(bg, k, dst)
 		if size != nil {
-			*size = uint64(len(b))
+			*size = n
 		}
-		if uint64(len(b)) > bufCap {
-			return fmt.Errorf("%w: key %q has %d bytes, buffer holds %d", client.ErrBufferTooSmall, k, len(b), bufCap)
-		}
-		if len(b) > 0 {
-			copy(unsafe.Slice((*byte)(buf), len(b)), b)
-		}
-		return nil
+		return err
 	})
 }
 
 // Exists returns 1 when key exists, 0 when not, or a negative status.
 func Exists(h int64, key unsafe.Pointer, keyLen uint64) int32 {
 	var ok bool
-	st := call(h, func(e *entry) (err error) {
-		ok, err = e.store.Exists(bg, str(key, keyLen))
+	st := call(h, func(e *entry) error {
+		k, err := str(key, keyLen, "key")
+		if err != nil {
+			return err
+		}
+		ok, err = e.store.Exists(bg, k)
 		return err
 	})
 	if st != StatusOK {
@@ -467,7 +502,11 @@ func BatchExists(h int64, n uint64, keys, keyLens, out unsafe.Pointer) int32 {
 // Size stores key's size in *size.
 func Size(h int64, key unsafe.Pointer, keyLen uint64, size *uint64) int32 {
 	return call(h, func(e *entry) error {
-		n, err := e.store.Size(bg, str(key, keyLen))
+		k, err := str(key, keyLen, "key")
+		if err != nil {
+			return err
+		}
+		n, err := e.store.Size(bg, k)
 		if err == nil && size != nil {
 			*size = n
 		}
@@ -478,7 +517,11 @@ func Size(h int64, key unsafe.Pointer, keyLen uint64, size *uint64) int32 {
 // Remove removes key; force removes it even when it holds a lease.
 func Remove(h int64, key unsafe.Pointer, keyLen uint64, force bool) int32 {
 	return call(h, func(e *entry) error {
-		return e.store.Remove(bg, str(key, keyLen), force)
+		k, err := str(key, keyLen, "key")
+		if err != nil {
+			return err
+		}
+		return e.store.Remove(bg, k, force)
 	})
 }
 
@@ -500,9 +543,12 @@ func RegisterBuffer(h int64, ptr uintptr, size uint64) int32 {
 	return call(h, func(e *entry) error { return e.store.RegisterBuffer(ptr, size) })
 }
 
-// UnregisterBuffer undoes RegisterBuffer(ptr, …).
+// UnregisterBuffer undoes RegisterBuffer(ptr, …), waiting (bounded by
+// client.UnregisterTimeout) for the batches that use the buffer; when they
+// outlast it the status is StatusBufferInUse and the buffer stays
+// registered.
 func UnregisterBuffer(h int64, ptr uintptr) int32 {
-	return call(h, func(e *entry) error { return e.store.UnregisterBuffer(ptr) })
+	return call(h, func(e *entry) error { return e.store.UnregisterBuffer(bg, ptr) })
 }
 
 // Hostname copies the Store's hostname into buf (NUL-terminated, truncated)

@@ -92,6 +92,8 @@ func TestStatusOf(t *testing.T) {
 		{client.ErrClosed, StatusClosed},
 		{client.ErrNotRegistered, StatusNotRegistered},
 		{client.ErrAlreadyRegistered, StatusAlreadyRegistered},
+		// An unregister whose wait for batches ran out: not an RPC failure.
+		{fmt.Errorf("%w: 1 batch: %w", client.ErrBufferInUse, context.DeadlineExceeded), StatusBufferInUse},
 		{fmt.Errorf("x: %w", config.ErrInvalid), StatusConfig},
 		// Close wraps the step that failed; cleanup-pending wins.
 		{fmt.Errorf("%w: %w", client.ErrCleanupPending, client.ErrTransfer), StatusCleanupPending},
@@ -286,6 +288,98 @@ func TestBytes(t *testing.T) {
 	var n uint64
 	if st := Hostname(h, name, &n); st != StatusOK || n != 8 || string(name) != "fake\x00" {
 		t.Errorf("Hostname = %s %d %q (want truncated, NUL-terminated)", StatusName(st), n, name)
+	}
+}
+
+// TestGetBytesSizeFirst: kvfabric_get_bytes learns the object's size before
+// copying anything, so a buffer that is too small costs no copy of the
+// object into the Go heap, and one that fits receives it directly.
+func TestGetBytesSizeFirst(t *testing.T) {
+	f := newFake(1 << 20)
+	h := openFake(t, f)
+	data := []byte("some bytes")
+	k, kl := keyArg("b")
+	if st := PutBytes(h, k, kl, unsafe.Pointer(&data[0]), uint64(len(data)), 0, 0, nil, 0); st != StatusOK {
+		t.Fatalf("PutBytes = %s", StatusName(st))
+	}
+	small := []byte("....")
+	var size uint64
+	if st := GetBytes(h, k, kl, unsafe.Pointer(&small[0]), 4, &size); st != StatusBufferTooSmall || size != 10 {
+		t.Errorf("GetBytes into 4 bytes = %s, size %d; want KVFABRIC_ERR_BUFFER_TOO_SMALL, 10", StatusName(st), size)
+	}
+	if string(small) != "...." {
+		t.Errorf("a too-small buffer was written: %q", small)
+	}
+	size = 0
+	if st := GetBytes(h, k, kl, nil, 0, &size); st != StatusBufferTooSmall || size != 10 {
+		t.Errorf("GetBytes(NULL, 0) = %s, size %d; want KVFABRIC_ERR_BUFFER_TOO_SMALL, 10", StatusName(st), size)
+	}
+	buf := make([]byte, 16)
+	if st := GetBytes(h, k, kl, unsafe.Pointer(&buf[0]), 16, &size); st != StatusOK || size != 10 || string(buf[:10]) != "some bytes" {
+		t.Errorf("GetBytes = %s, size %d, %q", StatusName(st), size, buf)
+	}
+	f.mu.Lock()
+	heap := f.mu.heapCopies
+	f.mu.Unlock()
+	if heap != 0 {
+		t.Errorf("GetBytes copied the object into the Go heap %d times, want 0", heap)
+	}
+	if st := GetBytes(h, k, kl, nil, 16, &size); st != StatusInvalidArgument {
+		t.Errorf("GetBytes(NULL, 16) = %s, want KVFABRIC_ERR_INVALID_ARGUMENT", StatusName(st))
+	}
+}
+
+// TestNullKey: a NULL key (or preferred-segments string) with a non-zero
+// length is KVFABRIC_ERR_INVALID_ARGUMENT naming the argument, in every call
+// that takes one, never a panic.
+func TestNullKey(t *testing.T) {
+	h := openFake(t, newFake(1<<20))
+	data := []byte("v")
+	ptrs, lens := []uint64{addr(data)}, []uint64{1}
+	p, l := unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0])
+	var n uint64
+	k, kl := keyArg("k")
+	st := make([]int32, 1)
+	nullKeys := &cKeys{ptrs: []unsafe.Pointer{nil}, lens: []uint64{3}}
+	for _, tc := range []struct {
+		name string
+		call func() int32
+		what string
+	}{
+		{"put", func() int32 { return Put(h, nil, 3, p, l, 1, 0, 0, 0, nil, 0) }, "key"},
+		{"put preferred", func() int32 { return Put(h, k, kl, p, l, 1, 0, 0, 0, nil, 5) }, "preferred"},
+		{"get", func() int32 { return Get(h, nil, 3, p, l, 1, 0, &n) }, "key"},
+		{"put_bytes", func() int32 { return PutBytes(h, nil, 3, unsafe.Pointer(&data[0]), 1, 0, 0, nil, 0) }, "key"},
+		{"put_bytes preferred", func() int32 { return PutBytes(h, k, kl, unsafe.Pointer(&data[0]), 1, 0, 0, nil, 2) }, "preferred"},
+		{"get_bytes", func() int32 { return GetBytes(h, nil, 3, unsafe.Pointer(&data[0]), 1, &n) }, "key"},
+		{"exists", func() int32 { return Exists(h, nil, 3) }, "key"},
+		{"size", func() int32 { return Size(h, nil, 3, &n) }, "key"},
+		{"remove", func() int32 { return Remove(h, nil, 3, true) }, "key"},
+		{"batch_put", func() int32 {
+			return BatchPut(h, 1, nullKeys.p(), nullKeys.l(), p, l, nil, 0, 0, 0, nil, 0, unsafe.Pointer(&st[0]))
+		}, "key 0"},
+		{"batch_put preferred", func() int32 {
+			ks := keysOf("k")
+			return BatchPut(h, 1, ks.p(), ks.l(), p, l, nil, 0, 0, 0, nil, 4, unsafe.Pointer(&st[0]))
+		}, "preferred"},
+		{"batch_get", func() int32 {
+			return BatchGet(h, 1, nullKeys.p(), nullKeys.l(), p, l, nil, 0, nil, unsafe.Pointer(&st[0]))
+		}, "key 0"},
+		{"batch_exists", func() int32 { return BatchExists(h, 1, nullKeys.p(), nullKeys.l(), unsafe.Pointer(&st[0])) }, "key 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.call(); got != StatusInvalidArgument {
+				t.Fatalf("status %s (%s), want KVFABRIC_ERR_INVALID_ARGUMENT", StatusName(got), LastError(h))
+			}
+			if msg := LastError(h); !strings.Contains(msg, tc.what) || !strings.Contains(msg, "NULL") {
+				t.Errorf("last error %q does not say that %s is NULL", msg, tc.what)
+			}
+		})
+	}
+	// NULL with length 0 is the empty key (the store's to judge), not an
+	// ABI error.
+	if got := Exists(h, nil, 0); got != StatusInvalidArgument || strings.Contains(LastError(h), "NULL") {
+		t.Errorf("Exists(NULL, 0) = %s, %q; want the store's invalid-key error", StatusName(got), LastError(h))
 	}
 }
 

@@ -51,13 +51,15 @@ func (f *failedOpen) BatchGet(_ context.Context, keys []string, _ [][]client.Reg
 func (f *failedOpen) PutBytes(context.Context, string, []byte, client.PutOptions) error {
 	return f.closed()
 }
-func (f *failedOpen) GetBytes(context.Context, string) ([]byte, error)      { return nil, f.closed() }
+func (f *failedOpen) GetBytesInto(context.Context, string, []byte) (uint64, error) {
+	return 0, f.closed()
+}
 func (f *failedOpen) Exists(context.Context, string) (bool, error)          { return false, f.closed() }
 func (f *failedOpen) BatchExists(context.Context, []string) ([]bool, error) { return nil, f.closed() }
 func (f *failedOpen) Size(context.Context, string) (uint64, error)          { return 0, f.closed() }
 func (f *failedOpen) Remove(context.Context, string, bool) error            { return f.closed() }
 func (f *failedOpen) RemoveAll(context.Context, bool) (int, error)          { return 0, f.closed() }
 func (f *failedOpen) RegisterBuffer(uintptr, uint64) error                  { return f.closed() }
-func (f *failedOpen) UnregisterBuffer(uintptr) error                        { return f.closed() }
+func (f *failedOpen) UnregisterBuffer(context.Context, uintptr) error       { return f.closed() }
 func (f *failedOpen) Hostname() string                                      { return "" }
 func (f *failedOpen) Health(context.Context) error                          { return f.closed() }

@@ -22,6 +22,7 @@ type fakeStore struct {
 		closeFails int // Close fails this many more times
 		pending    bool
 		lastStream cuda.Stream
+		heapCopies int // GetBytes calls: objects copied into the Go heap
 	}
 	capacity uint64
 	panicOn  string // key that makes Put panic
@@ -135,7 +136,25 @@ func (f *fakeStore) GetBytes(_ context.Context, key string) ([]byte, error) {
 	if !ok {
 		return nil, client.ErrNotFound
 	}
+	f.mu.heapCopies++
 	return append([]byte(nil), b...), nil
+}
+
+// GetBytesInto checks the size before copying, like client.Store's.
+func (f *fakeStore) GetBytesInto(_ context.Context, key string, dst []byte) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(key); err != nil {
+		return 0, err
+	}
+	b, ok := f.mu.objs[key]
+	if !ok {
+		return 0, client.ErrNotFound
+	}
+	if len(b) > len(dst) {
+		return uint64(len(b)), client.ErrBufferTooSmall
+	}
+	return uint64(copy(dst, b)), nil
 }
 
 func (f *fakeStore) Exists(_ context.Context, key string) (bool, error) {
@@ -199,10 +218,10 @@ func (f *fakeStore) RemoveAll(context.Context, bool) (int, error) {
 	return n, nil
 }
 
-func (f *fakeStore) RegisterBuffer(uintptr, uint64) error { return nil }
-func (f *fakeStore) UnregisterBuffer(uintptr) error       { return client.ErrNotRegistered }
-func (f *fakeStore) Hostname() string                     { return "fakehost" }
-func (f *fakeStore) Health(context.Context) error         { return nil }
+func (f *fakeStore) RegisterBuffer(uintptr, uint64) error            { return nil }
+func (f *fakeStore) UnregisterBuffer(context.Context, uintptr) error { return client.ErrNotRegistered }
+func (f *fakeStore) Hostname() string                                { return "fakehost" }
+func (f *fakeStore) Health(context.Context) error                    { return nil }
 
 func (f *fakeStore) Close() error {
 	f.mu.Lock()

@@ -48,6 +48,7 @@ const (
 	StatusLeaseExpired      = -3007
 	StatusInvalidHandle     = -3008
 	StatusPanic             = -3009
+	StatusBufferInUse       = -3010
 )
 
 // StatusName is the header's name for a status code ("KVFABRIC_ERR_NOT_FOUND").
@@ -89,6 +90,8 @@ func StatusName(code int32) string {
 		return "KVFABRIC_ERR_INVALID_HANDLE"
 	case StatusPanic:
 		return "KVFABRIC_ERR_PANIC"
+	case StatusBufferInUse:
+		return "KVFABRIC_ERR_BUFFER_IN_USE"
 	}
 	return "KVFABRIC_ERR_UNKNOWN"
 }
@@ -131,6 +134,9 @@ func statusOf(err error) int32 {
 		return StatusNotRegistered
 	case errors.Is(err, client.ErrAlreadyRegistered):
 		return StatusAlreadyRegistered
+	case errors.Is(err, client.ErrBufferInUse):
+		// Before DeadlineExceeded (RPC): the unregister's wait ran out.
+		return StatusBufferInUse
 	case errors.Is(err, client.ErrInvalidArgument):
 		return StatusInvalidArgument
 	case errors.Is(err, client.ErrTransfer):

@@ -48,4 +48,5 @@ var (
 	ErrCleanupPending    = errors.New("client: cleanup pending (Close may be retried)")
 	ErrNotRegistered     = errors.New("client: buffer not registered")
 	ErrAlreadyRegistered = errors.New("client: buffer already registered")
+	ErrBufferInUse       = errors.New("client: buffer in use by batches in flight")
 )

@@ -1,8 +1,11 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -81,29 +84,111 @@ func (s *Store) pin(reg *registration) error {
 	return nil
 }
 
-// registeredLocked reports whether [p, p+n) lies inside one registered
-// buffer. Registrations are few (a handful of pools per process), so a scan
-// is cheaper than keeping an index.
-func (s *Store) registeredLocked(p uintptr, n uint64) bool {
+// holdLocked finds the registrations [p, p+n) overlaps and adds those not
+// in held yet to it, taking a use of each (released by release), so that
+// no UnregisterBuffer of them completes before the batch's copies. inside
+// reports whether the region lies within one registered buffer (then the
+// driver need not classify it). A region touching a buffer that is being
+// unregistered is ErrNotRegistered, and nothing is taken for it.
+// Registrations are few (a handful of pools per process), so a scan is
+// cheaper than keeping an index.
+func (s *Store) holdLocked(p uintptr, n uint64, held *[]*registration) (inside bool, err error) {
+	lo, hi := uint64(p), uint64(p)+n
 	for _, r := range s.mu.regs {
-		if !r.pending && uint64(p) >= r.ptr && n <= r.size && uint64(p)-r.ptr <= r.size-n {
-			return true
+		if r.pending || hi <= r.ptr || r.ptr+r.size <= lo {
+			continue
 		}
+		if r.unregistering > 0 {
+			return false, fmt.Errorf("%w: [%#x, +%d) is in buffer %#x, which is being unregistered", ErrNotRegistered, p, n, r.ptr)
+		}
+		inside = inside || (lo >= r.ptr && hi <= r.ptr+r.size)
 	}
-	return false
+	for _, r := range s.mu.regs {
+		if r.pending || hi <= r.ptr || r.ptr+r.size <= lo || slices.Contains(*held, r) {
+			continue
+		}
+		r.users++
+		*held = append(*held, r)
+	}
+	return inside, nil
 }
 
-// UnregisterBuffer undoes RegisterBuffer for the region starting at ptr.
-func (s *Store) UnregisterBuffer(ptr uintptr) error {
+// release drops a batch's uses of its registrations (holdLocked) once its
+// copies are complete or failed, and wakes the UnregisterBuffer calls
+// waiting for the last one.
+func (s *Store) release(held []*registration) {
+	if len(held) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range held {
+		r.users--
+		if r.users == 0 && r.idle != nil {
+			close(r.idle)
+			r.idle = nil
+		}
+	}
+}
+
+// UnregisterTimeout bounds how long UnregisterBuffer waits for the batches
+// using the buffer.
+const UnregisterTimeout = 30 * time.Second
+
+// UnregisterBuffer undoes RegisterBuffer for the buffer registered at ptr.
+// Once it returns nil no copy into or out of the buffer runs or starts, and
+// the caller may free the memory.
+//
+// A batch holds the buffers its regions lie in from its buffer check until
+// its copies are complete or failed. UnregisterBuffer waits for those
+// batches — at most UnregisterTimeout, less if ctx ends first — and
+// meanwhile new batches refuse the buffer (ErrNotRegistered). It waits
+// rather than failing at once because the usual caller unregisters and then
+// frees the memory (a tensor going away): an immediate failure would push a
+// retry loop into every caller, and one that frees anyway would have the SM
+// copy kernel fault on freed memory, which poisons the CUDA context of the
+// whole process. A hold lasts one batch's copies, so the wait is short.
+// When the wait ends first, the error is ErrBufferInUse, naming the buffer
+// and how many batches still use it, and nothing changed: the buffer stays
+// registered and usable.
+func (s *Store) UnregisterBuffer(ctx context.Context, ptr uintptr) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.exit()
+	ctx, cancel := context.WithTimeout(ctx, UnregisterTimeout)
+	defer cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.mu.regs[ptr]
 	if !ok || r.pending {
 		return fmt.Errorf("%w: no buffer registered at %#x", ErrNotRegistered, ptr)
+	}
+	if r.users > 0 {
+		start := time.Now()
+		r.unregistering++
+		for r.users > 0 {
+			if r.idle == nil {
+				r.idle = make(chan struct{})
+			}
+			idle := r.idle
+			s.mu.Unlock()
+			select {
+			case <-idle:
+			case <-ctx.Done():
+			}
+			s.mu.Lock()
+			if r.users > 0 && ctx.Err() != nil {
+				r.unregistering--
+				return fmt.Errorf("%w: unregister buffer %#x (%d bytes): %d batch(es) still copying after %v: %w",
+					ErrBufferInUse, ptr, r.size, r.users, time.Since(start).Round(time.Millisecond), ctx.Err())
+			}
+		}
+		r.unregistering--
+		if s.mu.regs[ptr] != r {
+			// A concurrent UnregisterBuffer of ptr finished first.
+			return fmt.Errorf("%w: no buffer registered at %#x", ErrNotRegistered, ptr)
+		}
 	}
 	if r.ours {
 		if err := s.drv.MemHostUnregister(s.cctx, ptr); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,7 +211,7 @@ func TestRegisterBufferClassifies(t *testing.T) {
 				t.Fatalf("second register: %v", err)
 			}
 			hu := e.drv.CallCount("MemHostUnregister")
-			if err := e.cons.UnregisterBuffer(tc.p); err != nil {
+			if err := e.cons.UnregisterBuffer(context.Background(), tc.p); err != nil {
 				t.Fatal(err)
 			}
 			if got := e.drv.CallCount("MemHostUnregister") - hu; got != tc.newRegs {
@@ -235,6 +236,129 @@ func TestRegisterBufferClassifies(t *testing.T) {
 		t.Fatalf("failed registers left driver registrations: %d, want %d", regs(), base)
 	}
 	if err := e.drv.MemHostUnregister(cctx, ptrOf(pinned)); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
+
+// lateSync is a consumer driver whose batches complete late: while armed,
+// the next EventSynchronize (where transfer.Engine.Do waits for a batch's
+// copies) reports on entered and blocks until release is closed.
+type lateSync struct {
+	*sim.Driver
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (d *lateSync) arm() {
+	d.entered, d.release = make(chan struct{}), make(chan struct{})
+	d.armed.Store(true)
+}
+
+func (d *lateSync) EventSynchronize(ctx cuda.Context, e cuda.Event) error {
+	if d.armed.CompareAndSwap(true, false) {
+		close(d.entered)
+		<-d.release
+	}
+	return d.Driver.EventSynchronize(ctx, e)
+}
+
+// TestUnregisterWaitsForBatches: an UnregisterBuffer racing a batch whose
+// copies into the buffer are still running does not return (nor unpin the
+// memory) until the copies are complete; meanwhile new batches refuse the
+// buffer. When its context ends first it fails with ErrBufferInUse, naming
+// the buffer and the batches, and the buffer stays registered and usable.
+func TestUnregisterWaitsForBatches(t *testing.T) {
+	var ls *lateSync
+	// The lease outlasts the copies held back below (else ErrLeaseExpired).
+	e := newEnvWrapped(t, sim.Config{}, egmProvider("16MiB"), master.Config{LeaseTTL: time.Second},
+		func(d *sim.Driver) cuda.Driver { ls = &lateSync{Driver: d}; return ls })
+	ctx := context.Background()
+	const n = 4096
+	src := devBuf(t, e, n)
+	want := fillRandom(t, e, src, n, rand.New(rand.NewPCG(9, 10)))
+	if err := e.cons.Put(ctx, "k", client.Bytes(uintptr(src), n), 0, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	buf := mmapHost(t, 2*n)
+	if err := e.cons.RegisterBuffer(ptrOf(buf), uint64(len(buf))); err != nil {
+		t.Fatal(err)
+	}
+
+	ls.arm()
+	got := make(chan error, 1)
+	go func() {
+		_, err := e.cons.Get(ctx, "k", client.Bytes(ptrOf(buf), n), 0)
+		got <- err
+	}()
+	<-ls.entered // the get's copy is in flight
+	unpins := e.drv.CallCount("MemHostUnregister")
+	unreg := make(chan error, 1)
+	go func() { unreg <- e.cons.UnregisterBuffer(ctx, ptrOf(buf)) }()
+	select {
+	case err := <-unreg:
+		t.Fatalf("UnregisterBuffer returned (%v) while a copy into the buffer was running", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if c := e.drv.CallCount("MemHostUnregister") - unpins; c != 0 {
+		t.Fatalf("buffer unpinned %d times while a copy into it was running", c)
+	}
+	// While the unregister waits, a new batch refuses the buffer at once.
+	err := e.cons.Put(ctx, "late", client.Bytes(ptrOf(buf)+n, 64), 0, client.PutOptions{})
+	if !errors.Is(err, client.ErrNotRegistered) || !strings.Contains(err.Error(), "being unregistered") {
+		t.Fatalf("put from a buffer being unregistered: %v, want ErrNotRegistered", err)
+	}
+	close(ls.release)
+	if err := <-got; err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	if err := <-unreg; err != nil {
+		t.Fatalf("unregister: %v", err)
+	}
+	if c := e.drv.CallCount("MemHostUnregister") - unpins; c != 1 {
+		t.Fatalf("%d MemHostUnregister calls, want 1", c)
+	}
+	if !bytes.Equal(buf[:n], want) {
+		t.Fatal("get into the buffer is not byte-exact")
+	}
+
+	// The wait is bounded by ctx: ErrBufferInUse, and nothing changes.
+	if err := e.cons.RegisterBuffer(ptrOf(buf), uint64(len(buf))); err != nil {
+		t.Fatal(err)
+	}
+	ls.arm()
+	go func() {
+		_, err := e.cons.Get(ctx, "k", client.Bytes(ptrOf(buf), n), 0)
+		got <- err
+	}()
+	<-ls.entered
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	err = e.cons.UnregisterBuffer(short, ptrOf(buf))
+	cancel()
+	if !errors.Is(err, client.ErrBufferInUse) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("unregister with a short deadline: %v, want ErrBufferInUse", err)
+	}
+	for _, w := range []string{fmt.Sprintf("%#x", ptrOf(buf)), "1 batch"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not name %s", err, w)
+		}
+	}
+	close(ls.release)
+	if err := <-got; err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	probes := e.drv.CallCount("PointerMemoryTypes")
+	if _, err := e.cons.Get(ctx, "k", client.Bytes(ptrOf(buf)+n, n), 0); err != nil {
+		t.Fatalf("get after a failed unregister: %v", err)
+	}
+	if c := e.drv.CallCount("PointerMemoryTypes") - probes; c != 0 {
+		t.Fatalf("buffer no longer registered after a failed unregister (%d classifications)", c)
+	}
+	if err := e.cons.UnregisterBuffer(ctx, ptrOf(buf)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
 		t.Fatal(err)
 	}
 	e.close()

@@ -90,46 +90,78 @@ func (s *Store) stageIn(ctx context.Context, data []byte, reps []master.Replica,
 // GetBytes returns a copy of key's value, copied out through the staging
 // buffer.
 func (s *Store) GetBytes(ctx context.Context, key string) ([]byte, error) {
-	if err := s.enter(); err != nil {
+	var out []byte
+	_, err := s.getBytes(ctx, key, func(size uint64) ([]byte, error) {
+		out = make([]byte, size)
+		return out, nil
+	})
+	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// GetBytesInto copies key's value into dst (any host memory, e.g. a C
+// caller's buffer) through the staging buffer and returns its size. The
+// size comes with the master's answer, before any copy: when dst is smaller
+// it returns the size and ErrBufferTooSmall, having copied and allocated
+// nothing.
+func (s *Store) GetBytesInto(ctx context.Context, key string, dst []byte) (uint64, error) {
+	return s.getBytes(ctx, key, func(size uint64) ([]byte, error) {
+		if size > uint64(len(dst)) {
+			return nil, fmt.Errorf("%w: get %q: object is %d bytes, buffer %d", ErrBufferTooSmall, key, size, len(dst))
+		}
+		return dst[:size], nil
+	})
+}
+
+// getBytes copies key's value out through the staging buffer into the
+// buffer that into returns for its size. It returns the size once known,
+// also with an error.
+func (s *Store) getBytes(ctx context.Context, key string, into func(size uint64) ([]byte, error)) (uint64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
 	}
 	defer s.exit()
 	res, err := s.m.GetReplicas(ctx, []string{key})
 	if err != nil {
-		return nil, mapErr(fmt.Errorf("get replicas: %w", err))
+		return 0, mapErr(fmt.Errorf("get replicas: %w", err))
 	}
 	defer s.releaseLeases(ctx, res)
 	r := res[0]
 	if r.Err != nil {
-		return nil, mapErr(fmt.Errorf("get %q: %w", key, r.Err))
+		return 0, mapErr(fmt.Errorf("get %q: %w", key, r.Err))
 	}
 	if len(r.Replicas) == 0 {
-		return nil, fmt.Errorf("%w: get %q: no complete replica", ErrNotFound, key)
+		return 0, fmt.Errorf("%w: get %q: no complete replica", ErrNotFound, key)
+	}
+	out, err := into(r.Size)
+	if err != nil {
+		return r.Size, err
 	}
 	cache := map[segment.Key]mapped{}
 	defer releaseAll(cache)
 	rep := s.pickReplica(r.Replicas)
 	base, err := s.resolve(ctx, rep, r.Size, cache)
 	if err != nil {
-		return nil, fmt.Errorf("get %q: %w", key, err)
+		return r.Size, fmt.Errorf("get %q: %w", key, err)
 	}
-	out := make([]byte, r.Size)
 	s.stagingMu.Lock()
 	defer s.stagingMu.Unlock()
 	buf, err := s.staging.get(s.drv, s.cctx)
 	if err != nil {
-		return nil, err
+		return r.Size, err
 	}
 	for off := uint64(0); off < r.Size; off += uint64(len(buf)) {
 		n := min(uint64(len(buf)), r.Size-off)
 		c := []cuda.Copy{{Dst: cuda.DevicePtr(addr(buf)), Src: base + cuda.DevicePtr(off), Len: n}}
 		if err := s.xfer.Do(0, c); err != nil {
-			return nil, fmt.Errorf("%w: get %q: %w", ErrTransfer, key, err)
+			return r.Size, fmt.Errorf("%w: get %q: %w", ErrTransfer, key, err)
 		}
 		copy(out[off:], buf[:n])
 	}
 	if now := timeNow(); now.After(r.LeaseExpiry) {
-		return nil, fmt.Errorf("%w: get %q: lease ended %v before the copy finished", ErrLeaseExpired, key, now.Sub(r.LeaseExpiry))
+		return r.Size, fmt.Errorf("%w: get %q: lease ended %v before the copy finished", ErrLeaseExpired, key, now.Sub(r.LeaseExpiry))
 	}
-	return out, nil
+	return r.Size, nil
 }

@@ -96,7 +96,13 @@ func (s *Store) checkRegions(key string, rs []Region) error {
 // engines refuse and the SM copy kernel would fault on, poisoning the CUDA
 // context for the whole process. Device, unified and page-locked host
 // memory pass. Nothing is enqueued for a failed key.
-func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) {
+//
+// It returns the registered buffers the batch's regions touch, each held
+// (one use per batch, taken under the lock it takes once per batch) so that
+// UnregisterBuffer waits for the batch: the caller passes them to release
+// once its copies are complete or failed. A region in a buffer that is
+// being unregistered fails its key with ErrNotRegistered.
+func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) (held []*registration) {
 	type probe struct{ key, region int }
 	var (
 		ptrs []cuda.DevicePtr // two per probe: first and last byte
@@ -107,8 +113,15 @@ func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) {
 		if errs[i] = s.checkRegions(k, bufs[i]); errs[i] != nil {
 			continue
 		}
+		n0 := len(who)
 		for j, r := range bufs[i] {
-			if s.registeredLocked(r.Ptr, r.Len) {
+			inside, err := s.holdLocked(r.Ptr, r.Len, &held)
+			if err != nil {
+				errs[i] = fmt.Errorf("key %q: region %d: %w", k, j, err)
+				who, ptrs = who[:n0], ptrs[:2*n0]
+				break
+			}
+			if inside {
 				continue
 			}
 			ptrs = append(ptrs, cuda.DevicePtr(r.Ptr), cuda.DevicePtr(uint64(r.Ptr)+r.Len-1))
@@ -117,7 +130,7 @@ func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) {
 	}
 	s.mu.Unlock()
 	if len(ptrs) == 0 {
-		return
+		return held
 	}
 	types := make([]cuda.MemoryType, len(ptrs))
 	if err := s.drv.PointerMemoryTypes(s.cctx, ptrs, types); err != nil {
@@ -125,7 +138,7 @@ func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) {
 		for _, w := range who {
 			errs[w.key] = err
 		}
-		return
+		return held
 	}
 	for n, w := range who {
 		if errs[w.key] != nil {
@@ -140,6 +153,7 @@ func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) {
 			}
 		}
 	}
+	return held
 }
 
 // mapped is a resolved segment: its base address in this process and how
@@ -245,7 +259,8 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 	reqs := make([]master.PutStartReq, 0, len(keys))
 	idx := make([]int, 0, len(keys))
 	ph := s.phases.put.begin(len(keys))
-	s.checkBuffers(keys, srcs, errs)
+	held := s.checkBuffers(keys, srcs, errs)
+	defer func() { s.release(held) }()
 	ph.lap(&s.phases.put.check)
 	for i, k := range keys {
 		if errs[i] != nil {
@@ -316,8 +331,10 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		s.revoke(ctx, started)
 		return errs
 	}
-	err = s.xfer.Do(stream, copies)
+	err = s.xfer.Do(stream, copies) // returns once nothing it enqueued runs
 	s.reg.RUnlock()
+	s.release(held)
+	held = nil
 	ph.lap(&s.phases.put.copy)
 	if err != nil {
 		err = fmt.Errorf("%w: put of %d objects: %w", ErrTransfer, len(started), err)
@@ -421,7 +438,8 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	q := make([]string, 0, len(keys))
 	idx := make([]int, 0, len(keys))
 	ph := s.phases.get.begin(len(keys))
-	s.checkBuffers(keys, dsts, errs)
+	held := s.checkBuffers(keys, dsts, errs)
+	defer func() { s.release(held) }()
 	ph.lap(&s.phases.get.check)
 	for i, k := range keys {
 		if errs[i] != nil {
@@ -480,7 +498,9 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	if len(okIdx) == 0 {
 		return sizes, errs
 	}
-	err = s.xfer.Do(stream, copies)
+	err = s.xfer.Do(stream, copies) // returns once nothing it enqueued runs
+	s.release(held)
+	held = nil
 	ph.lap(&s.phases.get.copy)
 	if err != nil {
 		err = fmt.Errorf("%w: get of %d objects: %w", ErrTransfer, len(okIdx), err)

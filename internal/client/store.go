@@ -139,10 +139,22 @@ type Store struct {
 	}
 }
 
+// registration is one RegisterBuffer range. Its fields are guarded by
+// Store.mu.
 type registration struct {
 	ptr, size uint64
 	ours      bool // registered with the driver by us (else device or already page-locked memory)
 	pending   bool // RegisterBuffer is classifying/pinning it: reserved, not usable yet
+	// users is the number of batches holding the buffer: from their buffer
+	// check until their copies are complete or failed (checkBuffers,
+	// release).
+	users int
+	// unregistering is the number of UnregisterBuffer calls waiting for
+	// users to reach 0; while it is > 0 new batches refuse the buffer, so
+	// users only goes down.
+	unregistering int
+	// idle, when not nil, is closed by the release that brings users to 0.
+	idle chan struct{}
 }
 
 var storeSeq atomic.Int64

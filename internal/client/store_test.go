@@ -45,9 +45,20 @@ func cfgFor(t *testing.T, m map[string]any) config.Config {
 
 func newEnv(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg master.Config) *env {
 	t.Helper()
+	return newEnvWrapped(t, simCfg, provCfg, mcfg, nil)
+}
+
+// newEnvWrapped is newEnv with the consumer driving the simulator through
+// wrap(drv) (a test hook around some driver calls); nil means no wrapper.
+func newEnvWrapped(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg master.Config, wrap func(*sim.Driver) cuda.Driver) *env {
+	t.Helper()
 	drv, err := sim.New(simCfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var consDrv cuda.Driver = drv
+	if wrap != nil {
+		consDrv = wrap(drv)
 	}
 	e := &env{t: t, drv: drv}
 	if e.svc, err = master.New(mcfg); err != nil {
@@ -61,7 +72,7 @@ func newEnv(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg master
 			t.Fatal(err)
 		}
 	}
-	e.cons, err = client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: drv, Master: e.mc, ClientID: "cons"})
+	e.cons, err = client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: consDrv, Master: e.mc, ClientID: "cons"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,10 +283,10 @@ func TestSemantics(t *testing.T) {
 	if b, err := e.cons.GetBytes(ctx, "host"); err != nil || !bytes.Equal(b, host) {
 		t.Fatalf("host round trip: %v", err)
 	}
-	if err := e.cons.UnregisterBuffer(hp); err != nil {
+	if err := e.cons.UnregisterBuffer(ctx, hp); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.cons.UnregisterBuffer(hp); !errors.Is(err, client.ErrNotRegistered) {
+	if err := e.cons.UnregisterBuffer(ctx, hp); !errors.Is(err, client.ErrNotRegistered) {
 		t.Fatalf("double unregister: %v", err)
 	}
 	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
@@ -289,6 +300,42 @@ func TestSemantics(t *testing.T) {
 	if err := cons.Close(); err != nil {
 		t.Fatalf("second close: %v", err)
 	}
+}
+
+// TestGetBytesInto: the size comes from the master before any copy, so a
+// destination that is too small gets ErrBufferTooSmall and the size with no
+// copy at all (and stays untouched); one that fits gets the bytes.
+func TestGetBytesInto(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{LeaseTTL: 200 * time.Millisecond})
+	ctx := context.Background()
+	want := []byte("twenty bytes of data")
+	if err := e.cons.PutBytes(ctx, "k", want, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	copies := func() uint64 {
+		st := e.cons.TransferStats()
+		return st.KernelLaunches + st.BatchCalls + st.EachCalls
+	}
+	before := copies()
+	small := []byte("untouched")
+	n, err := e.cons.GetBytesInto(ctx, "k", small)
+	if !errors.Is(err, client.ErrBufferTooSmall) || n != uint64(len(want)) {
+		t.Fatalf("GetBytesInto %d bytes: %d, %v; want %d, ErrBufferTooSmall", len(small), n, err, len(want))
+	}
+	if string(small) != "untouched" || copies() != before {
+		t.Fatalf("too-small GetBytesInto copied (%d copy submissions; buffer %q)", copies()-before, small)
+	}
+	big := make([]byte, 64)
+	if n, err := e.cons.GetBytesInto(ctx, "k", big); err != nil || n != uint64(len(want)) || !bytes.Equal(big[:n], want) {
+		t.Fatalf("GetBytesInto: %d, %v, %q", n, err, big)
+	}
+	if _, err := e.cons.GetBytesInto(ctx, "missing", big); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("GetBytesInto of a missing key: %v", err)
+	}
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
 }
 
 // TestCloseRetry fails one teardown step of the provider pool and checks

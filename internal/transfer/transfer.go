@@ -10,9 +10,9 @@
 // slot's device buffer with one async copy and consumed by one kernel launch.
 // Larger blocks go to the copy engines with one cuMemcpyBatchAsync call, or
 // one MemcpyAsync crossing (a cuMemcpyAsync per block inside the shim) when
-// the driver lacks it. The crossover default, 1 MiB, is where the H200 probe
-// saw the two meet (SM kernel ~48 GB/s at every size; batched copy engine
-// 4 GB/s at 4 KiB, 53 GB/s at 1 MiB).
+// the driver lacks it. The crossover default, 128 KiB
+// (DefaultCopyEngineMinBytes), is where the copy engine catches up with the
+// SM kernel on H200 (docs/decisions.md item 6, docs/perf/datapath.md).
 package transfer
 
 import (
@@ -74,7 +74,8 @@ const DefaultCopyEngineMinBytes = 128 << 10
 // Options configures an Engine. The zero value is useful.
 type Options struct {
 	// CopyEngineMinBytes: blocks of at least this many bytes go to the copy
-	// engine; smaller ones to the SM kernel. 0 means 1 MiB.
+	// engine; smaller ones to the SM kernel. 0 means
+	// DefaultCopyEngineMinBytes (128 KiB).
 	CopyEngineMinBytes uint64
 	// Route forces one path; RouteAuto (the zero value) routes by size.
 	Route Route
@@ -285,29 +286,34 @@ func (e *Engine) Submit(s cuda.Stream, copies []cuda.Copy) error {
 
 // Do submits copies on s, then waits for them (and everything before them
 // on s) with an event of its own. When submission fails after part of the
-// batch was enqueued, Do still waits for s before returning the error, so
-// that nothing Do enqueued runs after it returns.
+// batch was enqueued, or the completion event cannot be had, Do still waits
+// for s before returning the error, so that nothing Do enqueued runs after
+// it returns (callers release the buffers on that promise).
 func (e *Engine) Do(s cuda.Stream, copies []cuda.Copy) error {
 	e.life.RLock()
 	defer e.life.RUnlock()
 	if e.closed {
 		return ErrClosed
 	}
+	drain := func(err error) error {
+		if serr := e.drv.StreamSynchronize(e.ctx, s); serr != nil {
+			err = errors.Join(err, fmt.Errorf("transfer: wait for the enqueued part of the batch: %w", serr))
+		}
+		return err
+	}
 	if err := e.submitLocked(s, copies); err != nil {
 		if !errors.Is(err, ErrInvalidCopy) {
-			if serr := e.drv.StreamSynchronize(e.ctx, s); serr != nil {
-				err = errors.Join(err, fmt.Errorf("transfer: wait for the enqueued part of the batch: %w", serr))
-			}
+			err = drain(err)
 		}
 		return err
 	}
 	ev, err := e.getEvent()
 	if err != nil {
-		return err
+		return drain(err)
 	}
 	defer e.putEvent(ev)
 	if err := e.drv.EventRecord(e.ctx, ev, s); err != nil {
-		return fmt.Errorf("transfer: record completion event: %w", err)
+		return drain(fmt.Errorf("transfer: record completion event: %w", err))
 	}
 	if err := e.drv.EventSynchronize(e.ctx, ev); err != nil {
 		return fmt.Errorf("transfer: wait for batch: %w", err)

@@ -565,30 +565,45 @@ func TestCloseDrainFailure(t *testing.T) {
 }
 
 // TestDoWaitsAfterPartialSubmit: when a driver call fails after part of the
-// batch was enqueued (the copy-engine blocks, then the kernel launch fails),
-// Do must not return while those copies may still run: its caller releases
-// the mappings and reuses the buffers they touch.
+// batch was enqueued (the copy-engine blocks, then the kernel launch fails;
+// or the copies, then the completion event), Do must not return while those
+// copies may still run: its caller releases the mappings and the buffers
+// they touch.
 func TestDoWaitsAfterPartialSubmit(t *testing.T) {
-	e := newSimEnv(t, sim.Config{})
-	eng := newEngine(t, e, transfer.Options{})
-	src, dst := e.hbm(t, 4<<20), e.dram(t, 4<<20)
-	cs := []cuda.Copy{
-		{Dst: dst, Src: src, Len: 2 << 20},              // copy engine
-		{Dst: dst + 3<<20, Src: src + 3<<20, Len: 4096}, // SM kernel
-	}
-	e.sim.ResetCalls()
-	e.sim.Fail("LaunchKernel", 1, cuda.ErrorLaunchFailed)
-	if err := eng.Do(e.s, cs); !errors.Is(err, cuda.ErrorLaunchFailed) {
-		t.Fatalf("Do with a failing launch: %v", err)
-	}
-	waited, failed := false, false
-	for _, c := range e.sim.Calls() {
-		failed = failed || c.Injected
-		if failed && (c.Method == "StreamSynchronize" || c.Method == "EventSynchronize") && c.Result == cuda.Success {
-			waited = true
-		}
-	}
-	if !waited {
-		t.Fatalf("Do returned without waiting for the enqueued part of the batch: %v", e.sim.Calls())
+	for _, tc := range []struct {
+		name, method string
+		kernel       bool // a small block too (the SM kernel after the copy engine)
+	}{
+		{"launch fails", "LaunchKernel", true},
+		{"no completion event", "EventCreate", false},
+		{"completion event not recorded", "EventRecord", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newSimEnv(t, sim.Config{})
+			eng := newEngine(t, e, transfer.Options{})
+			src, dst := e.hbm(t, 4<<20), e.dram(t, 4<<20)
+			cs := []cuda.Copy{{Dst: dst, Src: src, Len: 2 << 20}} // copy engine
+			if tc.kernel {
+				cs = append(cs, cuda.Copy{Dst: dst + 3<<20, Src: src + 3<<20, Len: 4096})
+			}
+			e.sim.ResetCalls()
+			e.sim.Fail(tc.method, 1, cuda.ErrorLaunchFailed)
+			if err := eng.Do(e.s, cs); !errors.Is(err, cuda.ErrorLaunchFailed) {
+				t.Fatalf("Do with a failing %s: %v", tc.method, err)
+			}
+			waited, failed := false, false
+			for _, c := range e.sim.Calls() {
+				failed = failed || c.Injected
+				if failed && (c.Method == "StreamSynchronize" || c.Method == "EventSynchronize") && c.Result == cuda.Success {
+					waited = true
+				}
+			}
+			if !failed {
+				t.Fatalf("%s was not called: %v", tc.method, e.sim.Calls())
+			}
+			if !waited {
+				t.Fatalf("Do returned without waiting for the enqueued part of the batch: %v", e.sim.Calls())
+			}
+		})
 	}
 }

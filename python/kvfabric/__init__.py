@@ -14,6 +14,7 @@ method, never ``fork``.
 from .errors import (
     AlreadyExistsError,
     AlreadyRegisteredError,
+    BufferInUseError,
     BufferTooSmallError,
     CleanupPendingError,
     ClosedError,
@@ -39,6 +40,7 @@ __all__ = [
     "KvfabricError",
     "AlreadyExistsError",
     "AlreadyRegisteredError",
+    "BufferInUseError",
     "BufferTooSmallError",
     "CleanupPendingError",
     "ClosedError",

@@ -25,6 +25,7 @@ ALREADY_REGISTERED = -3006
 LEASE_EXPIRED = -3007
 INVALID_HANDLE = -3008
 PANIC = -3009
+BUFFER_IN_USE = -3010
 
 
 class KvfabricError(Exception):
@@ -112,6 +113,13 @@ class AlreadyRegisteredError(KvfabricError):
     code = ALREADY_REGISTERED
 
 
+class BufferInUseError(KvfabricError):
+    """unregister_buffer waited too long for the copies using the buffer;
+    it stays registered, so do not free its memory yet (retry)."""
+
+    code = BUFFER_IN_USE
+
+
 class InvalidHandleError(ClosedError):
     code = INVALID_HANDLE
 
@@ -138,6 +146,7 @@ _BY_CODE = {
         BufferTooSmallError,
         NotRegisteredError,
         AlreadyRegisteredError,
+        BufferInUseError,
         InvalidHandleError,
         PanicError,
     )

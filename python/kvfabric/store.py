@@ -35,7 +35,7 @@ _STATUS_NAMES = {
     for n in (
         "INTERNAL NO_SPACE INVALID_ARGUMENT NOT_FOUND ALREADY_EXISTS HAS_LEASE TRANSFER RPC CONFIG "
         "CLOSED CLEANUP_PENDING BUFFER_TOO_SMALL NOT_REGISTERED ALREADY_REGISTERED LEASE_EXPIRED "
-        "INVALID_HANDLE PANIC"
+        "INVALID_HANDLE PANIC BUFFER_IN_USE"
     ).split()
 }
 
@@ -200,6 +200,10 @@ class Store:
             self._regs[ptr] = n
 
     def unregister_buffer(self, buf) -> None:
+        """Unregisters the buffer registered at buf's address. Waits for the
+        puts and gets that use it to finish (new ones are refused), so its
+        memory may be freed afterwards. Raises BufferInUseError, and leaves
+        the buffer registered, if they are still running after 30 s."""
         ptr = buf if isinstance(buf, int) else resolve(buf).ptr
         h = self._handle()
         self._raise(self._lib.kvfabric_unregister_buffer(h, ptr), h)

@@ -385,6 +385,12 @@ int main(int argc, char **argv) {
     uint64_t n = 0;
     if (kvfabric_get_bytes(h, "a", 1, dst, 4, &n) != KVFABRIC_ERR_BUFFER_TOO_SMALL || n != 8) return 15;
     if (kvfabric_get_bytes(h, "a", 1, dst, 8, &n) != 0 || memcmp(src, dst, 8)) return 16;
+    n = 0; /* the size alone: nothing is copied into a buffer of 0 bytes */
+    if (kvfabric_get_bytes(h, "a", 1, NULL, 0, &n) != KVFABRIC_ERR_BUFFER_TOO_SMALL || n != 8) return 24;
+    /* a NULL key with a length is a bad argument, not a panic */
+    if (kvfabric_exists(h, NULL, 3) != KVFABRIC_ERR_INVALID_ARGUMENT) return 25;
+    if (kvfabric_get_bytes(h, NULL, 3, dst, 8, &n) != KVFABRIC_ERR_INVALID_ARGUMENT) return 26;
+    if (kvfabric_put(h, NULL, 3, ptrs, lens, 1, 0, 0, 0, NULL, 0) != KVFABRIC_ERR_INVALID_ARGUMENT) return 27;
     int32_t ex[2];
     if (kvfabric_batch_exists(h, 2, keys, klen, ex) != 0 || ex[0] != 1 || ex[1] != 0) return 17;
     /* unregistered (pageable) host pointers in a batch: per-key statuses,

@@ -59,6 +59,7 @@ _TO_MOONCAKE = {
     _e.LEASE_EXPIRED: TRANSFER_FAIL,
     _e.CLEANUP_PENDING: INTERNAL_ERROR,
     _e.PANIC: INTERNAL_ERROR,
+    _e.BUFFER_IN_USE: INTERNAL_ERROR,  # Mooncake has no "busy" for buffers
 }
 
 
