@@ -689,3 +689,76 @@ func TestReregisterAfterExpiry(t *testing.T) {
 	}
 	e.close()
 }
+
+// slowPutStart is a master client after whose PutStart the writer's clock
+// has moved on by delay: the writer was paused (SIGSTOP, a long GC, a
+// preempted VM) between starting its puts and enqueueing their copies.
+type slowPutStart struct {
+	master.Client
+	delay time.Duration
+	once  sync.Once
+	stop  func()
+}
+
+func (m *slowPutStart) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]master.PutStartResult, error) {
+	res, err := m.Client.PutStart(ctx, reqs)
+	m.once.Do(func() { m.stop = client.SetTimeNow(func() time.Time { return time.Now().Add(m.delay) }) })
+	return res, err
+}
+
+// TestPutPausedPastItsTimeoutWritesNothing: a writer paused past its put's
+// timeout between PutStart and the copy must not enqueue the copy — the
+// master may have handed the range to a new writer (DESIGN §9, "timeouts
+// keep, never give"). The put fails, nothing is copied and the put is
+// revoked.
+func TestPutPausedPastItsTimeoutWritesNothing(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{PutTimeout: 2 * time.Second})
+	ctx := context.Background()
+	m := &slowPutStart{Client: e.mc, delay: 3 * time.Second}
+	w, err := client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: e.drv, Master: m, ClientID: "paused", ClientTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := devBuf(t, e, 4096)
+	e.drv.ResetCalls()
+	perr := w.Put(ctx, "k", client.Bytes(uintptr(src), 4096), 0, client.PutOptions{})
+	m.stop()
+	copies := e.drv.CallCount("MemcpyBatchAsync") + e.drv.CallCount("MemcpyAsync") + e.drv.CallCount("LaunchKernel")
+	if !errors.Is(perr, client.ErrRPC) || copies != 0 {
+		t.Fatalf("put paused past its timeout: %v, %d copy calls; want ErrRPC and no copy", perr, copies)
+	}
+	st, err := e.mc.Stats(ctx)
+	if err != nil || st.PendingPuts != 0 || st.Objects != 0 {
+		t.Fatalf("after the failed put: %+v, %v; want it revoked", st, err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
+
+// TestGetReleasesItsLease: a get releases its read lease when its copy is
+// done, so the space of an object removed by force right after comes back
+// at once, not at the lease TTL (issue 10, item 5).
+func TestGetReleasesItsLease(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{LeaseTTL: time.Hour})
+	ctx := context.Background()
+	if err := e.cons.PutBytes(ctx, "k", bytes.Repeat([]byte{7}, 8192), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dst := devBuf(t, e, 8192)
+	if _, err := e.cons.Get(ctx, "k", client.Bytes(uintptr(dst), 8192), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cons.GetBytes(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cons.Remove(ctx, "k", false); err != nil {
+		t.Fatalf("remove after the gets (their leases released): %v", err)
+	}
+	st, err := e.mc.Stats(ctx)
+	if err != nil || st.Tiers[0].Used != 0 {
+		t.Fatalf("space after remove: %+v, %v", st, err)
+	}
+	e.close()
+}
