@@ -87,6 +87,13 @@ leases) and reports the live driver objects left (zero on success).`,
 			for _, l := range perLocation(segs) {
 				fmt.Fprintf(out, "  %s: %d segments, %s\n", l.name, l.n, config.FormatSize(l.bytes))
 			}
+			for _, t := range st.Tiers {
+				fmt.Fprintf(out, "  tier %s: %s used of %s\n", t.Tier, config.FormatSize(t.Used), config.FormatSize(t.Capacity))
+			}
+			for _, c := range st.PerClient {
+				fmt.Fprintf(out, "  client %s (%s): provides %d segments, has %d segments (%s) of others mapped\n",
+					c.ID, c.Node, c.Segments, c.Mapped.Segments, config.FormatSize(c.Mapped.Bytes))
+			}
 			return nil
 		},
 	}

@@ -418,7 +418,12 @@ func (s *Store) heartbeat(ttl time.Duration) {
 // segments the master no longer has.
 func (s *Store) beat(ctx context.Context) error {
 	sent := timeNow()
-	hb, err := s.m.Heartbeat(ctx, s.clientID)
+	var mapped master.Mapped
+	if s.maps != nil {
+		st := s.maps.Stats()
+		mapped = master.Mapped{Segments: st.Entries, Bytes: st.VA}
+	}
+	hb, err := s.m.Heartbeat(ctx, s.clientID, mapped)
 	switch {
 	case errors.Is(err, master.ErrUnknownClient):
 		if err := s.reregister(ctx); err != nil {

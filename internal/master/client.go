@@ -31,7 +31,8 @@ type Client interface {
 	// Heartbeat renews a registration; ErrUnknownClient once it expired.
 	// Its answer says whether the set of mounted segments changed (a
 	// consumer then releases its mappings of segments that are gone).
-	Heartbeat(ctx context.Context, clientID string) (HeartbeatInfo, error)
+	// mapped is what the client has imported, shown in Stats.
+	Heartbeat(ctx context.Context, clientID string, mapped Mapped) (HeartbeatInfo, error)
 	// MountSegment adds capacity. d.Owner must be a registered client id.
 	// Mounting the same (id, generation) again is a no-op; the same id with
 	// another generation or owner is ErrAlreadyExists.
@@ -113,6 +114,13 @@ type Registration struct {
 	// LeaseTTL and PutTimeout are the master's: a client bounds what it does
 	// under a read lease or a put with them, in its own clock.
 	LeaseTTL, PutTimeout time.Duration
+}
+
+// Mapped is what a client has imported from other providers (its mapping
+// cache), as it reports with each heartbeat.
+type Mapped struct {
+	Segments int
+	Bytes    uint64
 }
 
 // HeartbeatInfo is the master's answer to Heartbeat.
@@ -216,6 +224,17 @@ type Stats struct {
 	Tiers       []UsageStats // one per tier with segments, by tier
 	Locations   []UsageStats // one per (node, tier, location), sorted
 	Evictions   uint64
+	// PerClient lists the registered clients, by id.
+	PerClient []ClientStats
+}
+
+// ClientStats is one registered client as the master sees it.
+type ClientStats struct {
+	ID, Node string
+	// Segments is how many segments it provides.
+	Segments int
+	// Mapped is what it reported at its last heartbeat.
+	Mapped Mapped
 }
 
 // UsageStats is capacity and usage of a set of segments.

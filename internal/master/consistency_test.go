@@ -1,6 +1,7 @@
 package master
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -173,7 +174,7 @@ func TestReportUnreachable(t *testing.T) {
 		wantErr(t, "report", e.c.ReportUnreachable(e.ctx, c, d.Key(), "connection refused"), nil)
 		e.clk.Advance(5*time.Second + time.Millisecond)
 		e.svc.Reap()
-		_, err := e.c.Heartbeat(e.ctx, p)
+		_, err := e.c.Heartbeat(e.ctx, p, Mapped{})
 		wantErr(t, "provider heartbeat after the probe window", err, ErrUnknownClient)
 		wantErr(t, "report of a gone segment", e.c.ReportUnreachable(e.ctx, c, d.Key(), "x"), ErrUnknownSegment)
 	})
@@ -243,7 +244,7 @@ func heartbeat(t *testing.T, e *env, ids ...string) uint64 {
 	t.Helper()
 	var v uint64
 	for _, id := range ids {
-		hb, err := e.c.Heartbeat(e.ctx, id)
+		hb, err := e.c.Heartbeat(e.ctx, id, Mapped{})
 		if err != nil {
 			t.Fatalf("Heartbeat(%q): %v", id, err)
 		}
@@ -257,4 +258,24 @@ func release(t *testing.T, e *env, ids ...uint64) {
 	if err := e.c.ReleaseLeases(e.ctx, ids); err != nil {
 		t.Fatalf("ReleaseLeases: %v", err)
 	}
+}
+
+// TestPerClientStats: Stats shows each client's provided segments and what
+// it reported mapped at its last heartbeat (issue 10, item 3).
+func TestPerClientStats(t *testing.T) {
+	forEachTransport(t, testConfig(), func(t *testing.T, e *env) {
+		p := e.register("p1", "host-a", 0, 0)
+		c := e.register("c1", "host-b", 0, 0)
+		e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, MiB))
+		if _, err := e.c.Heartbeat(e.ctx, c, Mapped{Segments: 3, Bytes: 3 * MiB}); err != nil {
+			t.Fatal(err)
+		}
+		want := []ClientStats{
+			{ID: "c1", Node: "host-b", Mapped: Mapped{Segments: 3, Bytes: 3 * MiB}},
+			{ID: "p1", Node: "host-a", Segments: 1},
+		}
+		if got := e.stats().PerClient; !reflect.DeepEqual(got, want) {
+			t.Fatalf("PerClient = %+v, want %+v", got, want)
+		}
+	})
 }

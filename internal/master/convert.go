@@ -124,16 +124,37 @@ func statsToPB(st *Stats) *pb.StatsResponse {
 	return &pb.StatsResponse{
 		Objects: uint64(st.Objects), PendingPuts: uint64(st.PendingPuts), Segments: uint64(st.Segments),
 		Clients: uint64(st.Clients), Tiers: usageToPB(st.Tiers), Locations: usageToPB(st.Locations),
-		Evictions: st.Evictions,
+		Evictions: st.Evictions, ClientStats: clientStatsToPB(st.PerClient),
 	}
+}
+
+func clientStatsToPB(cs []ClientStats) []*pb.ClientStats {
+	out := make([]*pb.ClientStats, len(cs))
+	for i, c := range cs {
+		out[i] = &pb.ClientStats{Id: c.ID, Node: c.Node, Segments: uint32(c.Segments),
+			MappedSegments: uint32(c.Mapped.Segments), MappedBytes: c.Mapped.Bytes}
+	}
+	return out
 }
 
 func statsFromPB(p *pb.StatsResponse) Stats {
 	return Stats{
 		Objects: int(p.Objects), PendingPuts: int(p.PendingPuts), Segments: int(p.Segments),
 		Clients: int(p.Clients), Tiers: usageFromPB(p.Tiers), Locations: usageFromPB(p.Locations),
-		Evictions: p.Evictions,
+		Evictions: p.Evictions, PerClient: clientStatsFromPB(p.ClientStats),
 	}
+}
+
+func clientStatsFromPB(cs []*pb.ClientStats) []ClientStats {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]ClientStats, len(cs))
+	for i, c := range cs {
+		out[i] = ClientStats{ID: c.Id, Node: c.Node, Segments: int(c.Segments),
+			Mapped: Mapped{Segments: int(c.MappedSegments), Bytes: c.MappedBytes}}
+	}
+	return out
 }
 
 func unixNS(ns int64) time.Time { return time.Unix(0, ns) }

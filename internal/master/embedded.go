@@ -35,11 +35,11 @@ func (e *embedded) RegisterClient(ctx context.Context, info ClientInfo) (Registr
 	return e.svc.RegisterClient(ctx, info)
 }
 
-func (e *embedded) Heartbeat(ctx context.Context, id string) (HeartbeatInfo, error) {
+func (e *embedded) Heartbeat(ctx context.Context, id string, mapped Mapped) (HeartbeatInfo, error) {
 	if err := e.check(); err != nil {
 		return HeartbeatInfo{}, err
 	}
-	return e.svc.Heartbeat(ctx, id)
+	return e.svc.Heartbeat(ctx, id, mapped)
 }
 
 func (e *embedded) ReleaseLeases(ctx context.Context, ids []uint64) error {

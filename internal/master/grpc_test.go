@@ -248,7 +248,7 @@ func TestInvalidUTF8BothTransports(t *testing.T) {
 		errs := e.c.Remove(e.ctx, []string{"x", bad}, false)
 		wantErr(t, "Remove x", errs[0], ErrNotFound)
 		wantErr(t, "Remove bad", errs[1], ErrInvalid)
-		_, hbErr := e.c.Heartbeat(e.ctx, bad)
+		_, hbErr := e.c.Heartbeat(e.ctx, bad, Mapped{})
 		wantErr(t, "Heartbeat bad", hbErr, ErrInvalid)
 		_, err = e.c.RegisterClient(e.ctx, ClientInfo{ID: bad})
 		wantErr(t, "Register bad", err, ErrInvalid)

@@ -175,10 +175,14 @@ var (
 	descPending      = prometheus.NewDesc("kvfabric_master_pending_puts", "Puts in progress.", nil, nil)
 	descSegments     = prometheus.NewDesc("kvfabric_master_segments", "Mounted segments.", nil, nil)
 	descClients      = prometheus.NewDesc("kvfabric_master_clients", "Registered clients.", nil, nil)
+	descMappedSegs   = prometheus.NewDesc("kvfabric_master_client_mapped_segments",
+		"Other providers' segments a client keeps mapped (imported), as it reported at its last heartbeat.", []string{"client"}, nil)
+	descMappedBytes = prometheus.NewDesc("kvfabric_master_client_mapped_bytes",
+		"Bytes of other providers' segments a client keeps mapped, as it reported at its last heartbeat.", []string{"client"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCapacity, descUsed, descTierCapacity, descTierUsed, descObjects, descPending, descSegments, descClients} {
+	for _, d := range []*prometheus.Desc{descCapacity, descUsed, descTierCapacity, descTierUsed, descObjects, descPending, descSegments, descClients, descMappedSegs, descMappedBytes} {
 		ch <- d
 	}
 }
@@ -203,6 +207,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	g(descPending, float64(st.PendingPuts))
 	g(descSegments, float64(st.Segments))
 	g(descClients, float64(st.Clients))
+	for _, c := range st.PerClient {
+		g(descMappedSegs, float64(c.Mapped.Segments), c.ID)
+		g(descMappedBytes, float64(c.Mapped.Bytes), c.ID)
+	}
 }
 
 func sortUsage(u []UsageStats) {

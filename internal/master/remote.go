@@ -102,14 +102,15 @@ func (r *remote) RegisterClient(ctx context.Context, info ClientInfo) (Registrat
 		LeaseTTL: time.Duration(resp.LeaseTtlNs), PutTimeout: time.Duration(resp.PutTimeoutNs)}, nil
 }
 
-func (r *remote) Heartbeat(ctx context.Context, id string) (HeartbeatInfo, error) {
+func (r *remote) Heartbeat(ctx context.Context, id string, mapped Mapped) (HeartbeatInfo, error) {
 	if err := r.check(); err != nil {
 		return HeartbeatInfo{}, err
 	}
 	if !utf8.ValidString(id) {
 		return HeartbeatInfo{}, validateID("client id", id)
 	}
-	resp, err := r.rpc.Heartbeat(ctx, &pb.HeartbeatRequest{ClientId: id})
+	resp, err := r.rpc.Heartbeat(ctx, &pb.HeartbeatRequest{ClientId: id,
+		MappedSegments: uint32(min(max(mapped.Segments, 0), math.MaxUint32)), MappedBytes: mapped.Bytes})
 	if err != nil {
 		return HeartbeatInfo{}, r.fail(err)
 	}

@@ -128,7 +128,7 @@ func (g *grpcService) RegisterClient(ctx context.Context, r *pb.RegisterClientRe
 }
 
 func (g *grpcService) Heartbeat(ctx context.Context, r *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
-	hb, err := g.svc.Heartbeat(ctx, r.ClientId)
+	hb, err := g.svc.Heartbeat(ctx, r.ClientId, Mapped{Segments: int(r.MappedSegments), Bytes: r.MappedBytes})
 	if err != nil {
 		return nil, toStatus(err)
 	}

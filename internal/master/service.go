@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,6 +94,8 @@ type clientState struct {
 	// seq identifies this registration (one incarnation of the client id);
 	// puts record it as their writer.
 	seq uint32
+	// mapped is what it reported at its last heartbeat.
+	mapped Mapped
 }
 
 // quarantine is a segment allocation the master dropped while readers held
@@ -274,7 +278,7 @@ func (s *Service) RegisterClient(ctx context.Context, info ClientInfo) (reg Regi
 }
 
 // Heartbeat implements Client.
-func (s *Service) Heartbeat(ctx context.Context, clientID string) (_ HeartbeatInfo, err error) {
+func (s *Service) Heartbeat(ctx context.Context, clientID string, mapped Mapped) (_ HeartbeatInfo, err error) {
 	defer s.met.op(opHeartbeat, time.Now(), &err)
 	if err := validateID("client id", clientID); err != nil {
 		return HeartbeatInfo{}, err
@@ -289,6 +293,7 @@ func (s *Service) Heartbeat(ctx context.Context, clientID string) (_ HeartbeatIn
 		return HeartbeatInfo{}, err
 	}
 	c.expires = now + int64(c.ttl)
+	c.mapped = mapped
 	// Alive: a report that its provider was unreachable was about the
 	// reporter's view, not this process.
 	for _, sg := range s.mu.segs {
@@ -1092,11 +1097,13 @@ func (s *Service) statsLocked() Stats {
 	}
 	locs := map[locKey]*UsageStats{}
 	var tiers [3]*UsageStats
+	provided := map[string]int{}
 	for _, sg := range s.mu.segs {
 		if sg == nil {
 			continue
 		}
 		d := sg.desc
+		provided[d.Owner]++
 		if tiers[d.Tier] == nil {
 			tiers[d.Tier] = &UsageStats{Tier: d.Tier, Location: -1}
 		}
@@ -1119,6 +1126,11 @@ func (s *Service) statsLocked() Stats {
 		st.Locations = append(st.Locations, *u)
 	}
 	sortUsage(st.Locations)
+	st.PerClient = make([]ClientStats, 0, len(s.mu.clients))
+	for id, c := range s.mu.clients {
+		st.PerClient = append(st.PerClient, ClientStats{ID: id, Node: c.info.Node, Segments: provided[id], Mapped: c.mapped})
+	}
+	slices.SortFunc(st.PerClient, func(a, b ClientStats) int { return strings.Compare(a.ID, b.ID) })
 	return st
 }
 

@@ -456,7 +456,7 @@ func TestMountRules(t *testing.T) {
 		if st := e.stats(); st.Segments != 1 || st.Tiers[0].Capacity != 64*MiB {
 			t.Fatalf("stats %+v", st)
 		}
-		_, hbErr := e.c.Heartbeat(e.ctx, "ghost")
+		_, hbErr := e.c.Heartbeat(e.ctx, "ghost", Mapped{})
 		wantErr(t, "Heartbeat unknown", hbErr, ErrUnknownClient)
 		// Re-registering the same id is a new incarnation: old segments go.
 		e.register("p1", "host-a", 0, 0)
@@ -491,13 +491,13 @@ func TestClientDeath(t *testing.T) {
 
 		for range 4 {
 			e.clk.Advance(3 * time.Second)
-			if _, err := e.c.Heartbeat(e.ctx, live); err != nil {
+			if _, err := e.c.Heartbeat(e.ctx, live, Mapped{}); err != nil {
 				t.Fatal(err)
 			}
 			e.svc.Reap()
 		}
 		// 12s > TTL 10s: dead expired.
-		_, hbErr := e.c.Heartbeat(e.ctx, dead)
+		_, hbErr := e.c.Heartbeat(e.ctx, dead, Mapped{})
 		wantErr(t, "Heartbeat after expiry", hbErr, ErrUnknownClient)
 		segs, err := e.c.ListSegments(e.ctx)
 		if err != nil || len(segs) != 1 || segs[0].ID != "live/0" {
@@ -547,7 +547,7 @@ func TestClosed(t *testing.T) {
 		_, err := e.c.GetReplicas(e.ctx, []string{"a"})
 		wantErr(t, "Get after Close", err, ErrClosed)
 		wantErr(t, "PutEnd after Close", e.c.PutEnd(e.ctx, []PutRef{{"a", 1}})[0], ErrClosed)
-		_, hbErr := e.c.Heartbeat(e.ctx, "p1")
+		_, hbErr := e.c.Heartbeat(e.ctx, "p1", Mapped{})
 		wantErr(t, "Heartbeat after Close", hbErr, ErrClosed)
 	})
 }

@@ -490,10 +490,14 @@ func (x *RegisterClientResponse) GetPutTimeoutNs() int64 {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// What the client has imported (its mapping cache): segments and bytes of
+	// other providers' memory it keeps mapped, shown per client in Stats.
+	MappedSegments uint32 `protobuf:"varint,2,opt,name=mapped_segments,json=mappedSegments,proto3" json:"mapped_segments,omitempty"`
+	MappedBytes    uint64 `protobuf:"varint,3,opt,name=mapped_bytes,json=mappedBytes,proto3" json:"mapped_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
@@ -531,6 +535,20 @@ func (x *HeartbeatRequest) GetClientId() string {
 		return x.ClientId
 	}
 	return ""
+}
+
+func (x *HeartbeatRequest) GetMappedSegments() uint32 {
+	if x != nil {
+		return x.MappedSegments
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetMappedBytes() uint64 {
+	if x != nil {
+		return x.MappedBytes
+	}
+	return 0
 }
 
 // HeartbeatResponse tells a client whether the set of mounted segments
@@ -2231,6 +2249,7 @@ type StatsResponse struct {
 	Tiers         []*UsageStats          `protobuf:"bytes,5,rep,name=tiers,proto3" json:"tiers,omitempty"`
 	Locations     []*UsageStats          `protobuf:"bytes,6,rep,name=locations,proto3" json:"locations,omitempty"`
 	Evictions     uint64                 `protobuf:"varint,7,opt,name=evictions,proto3" json:"evictions,omitempty"`
+	ClientStats   []*ClientStats         `protobuf:"bytes,8,rep,name=client_stats,json=clientStats,proto3" json:"client_stats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2314,6 +2333,90 @@ func (x *StatsResponse) GetEvictions() uint64 {
 	return 0
 }
 
+func (x *StatsResponse) GetClientStats() []*ClientStats {
+	if x != nil {
+		return x.ClientStats
+	}
+	return nil
+}
+
+// ClientStats is one registered client as the master sees it.
+type ClientStats struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Id             string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Node           string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Segments       uint32                 `protobuf:"varint,3,opt,name=segments,proto3" json:"segments,omitempty"`                                   // segments it provides (mounted)
+	MappedSegments uint32                 `protobuf:"varint,4,opt,name=mapped_segments,json=mappedSegments,proto3" json:"mapped_segments,omitempty"` // other providers' segments it has mapped
+	MappedBytes    uint64                 `protobuf:"varint,5,opt,name=mapped_bytes,json=mappedBytes,proto3" json:"mapped_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ClientStats) Reset() {
+	*x = ClientStats{}
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientStats) ProtoMessage() {}
+
+func (x *ClientStats) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientStats.ProtoReflect.Descriptor instead.
+func (*ClientStats) Descriptor() ([]byte, []int) {
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ClientStats) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ClientStats) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ClientStats) GetSegments() uint32 {
+	if x != nil {
+		return x.Segments
+	}
+	return 0
+}
+
+func (x *ClientStats) GetMappedSegments() uint32 {
+	if x != nil {
+		return x.MappedSegments
+	}
+	return 0
+}
+
+func (x *ClientStats) GetMappedBytes() uint64 {
+	if x != nil {
+		return x.MappedBytes
+	}
+	return 0
+}
+
 var File_kvfabric_v1_kvfabric_proto protoreflect.FileDescriptor
 
 const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
@@ -2350,9 +2453,11 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x06ttl_ns\x18\x02 \x01(\x03R\x05ttlNs\x12 \n" +
 	"\flease_ttl_ns\x18\x03 \x01(\x03R\n" +
 	"leaseTtlNs\x12$\n" +
-	"\x0eput_timeout_ns\x18\x04 \x01(\x03R\fputTimeoutNs\"/\n" +
+	"\x0eput_timeout_ns\x18\x04 \x01(\x03R\fputTimeoutNs\"{\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
-	"\tclient_id\x18\x01 \x01(\tR\bclientId\">\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12'\n" +
+	"\x0fmapped_segments\x18\x02 \x01(\rR\x0emappedSegments\x12!\n" +
+	"\fmapped_bytes\x18\x03 \x01(\x04R\vmappedBytes\">\n" +
 	"\x11HeartbeatResponse\x12)\n" +
 	"\x10segments_version\x18\x01 \x01(\x06R\x0fsegmentsVersion\"O\n" +
 	"\x13MountSegmentRequest\x128\n" +
@@ -2452,7 +2557,7 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\bsegments\x18\x04 \x01(\rR\bsegments\x12\x1a\n" +
 	"\bcapacity\x18\x05 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04used\x18\x06 \x01(\x04R\x04used\"\x0e\n" +
-	"\fStatsRequest\"\x86\x02\n" +
+	"\fStatsRequest\"\xc3\x02\n" +
 	"\rStatsResponse\x12\x18\n" +
 	"\aobjects\x18\x01 \x01(\x04R\aobjects\x12!\n" +
 	"\fpending_puts\x18\x02 \x01(\x04R\vpendingPuts\x12\x1a\n" +
@@ -2460,7 +2565,14 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\aclients\x18\x04 \x01(\x04R\aclients\x12-\n" +
 	"\x05tiers\x18\x05 \x03(\v2\x17.kvfabric.v1.UsageStatsR\x05tiers\x125\n" +
 	"\tlocations\x18\x06 \x03(\v2\x17.kvfabric.v1.UsageStatsR\tlocations\x12\x1c\n" +
-	"\tevictions\x18\a \x01(\x04R\tevictions*9\n" +
+	"\tevictions\x18\a \x01(\x04R\tevictions\x12;\n" +
+	"\fclient_stats\x18\b \x03(\v2\x18.kvfabric.v1.ClientStatsR\vclientStats\"\x99\x01\n" +
+	"\vClientStats\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x1a\n" +
+	"\bsegments\x18\x03 \x01(\rR\bsegments\x12'\n" +
+	"\x0fmapped_segments\x18\x04 \x01(\rR\x0emappedSegments\x12!\n" +
+	"\fmapped_bytes\x18\x05 \x01(\x04R\vmappedBytes*9\n" +
 	"\x04Tier\x12\x14\n" +
 	"\x10TIER_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tTIER_DRAM\x10\x01\x12\f\n" +
@@ -2500,7 +2612,7 @@ func file_kvfabric_v1_kvfabric_proto_rawDescGZIP() []byte {
 }
 
 var file_kvfabric_v1_kvfabric_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kvfabric_v1_kvfabric_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_kvfabric_v1_kvfabric_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_kvfabric_v1_kvfabric_proto_goTypes = []any{
 	(Tier)(0),                         // 0: kvfabric.v1.Tier
 	(HandleKind)(0),                   // 1: kvfabric.v1.HandleKind
@@ -2544,6 +2656,7 @@ var file_kvfabric_v1_kvfabric_proto_goTypes = []any{
 	(*UsageStats)(nil),                // 39: kvfabric.v1.UsageStats
 	(*StatsRequest)(nil),              // 40: kvfabric.v1.StatsRequest
 	(*StatsResponse)(nil),             // 41: kvfabric.v1.StatsResponse
+	(*ClientStats)(nil),               // 42: kvfabric.v1.ClientStats
 }
 var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	1,  // 0: kvfabric.v1.Handle.kind:type_name -> kvfabric.v1.HandleKind
@@ -2570,41 +2683,42 @@ var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	0,  // 21: kvfabric.v1.UsageStats.tier:type_name -> kvfabric.v1.Tier
 	39, // 22: kvfabric.v1.StatsResponse.tiers:type_name -> kvfabric.v1.UsageStats
 	39, // 23: kvfabric.v1.StatsResponse.locations:type_name -> kvfabric.v1.UsageStats
-	5,  // 24: kvfabric.v1.Master.RegisterClient:input_type -> kvfabric.v1.RegisterClientRequest
-	7,  // 25: kvfabric.v1.Master.Heartbeat:input_type -> kvfabric.v1.HeartbeatRequest
-	9,  // 26: kvfabric.v1.Master.MountSegment:input_type -> kvfabric.v1.MountSegmentRequest
-	11, // 27: kvfabric.v1.Master.UnmountSegment:input_type -> kvfabric.v1.UnmountSegmentRequest
-	15, // 28: kvfabric.v1.Master.PutStart:input_type -> kvfabric.v1.PutStartRequest
-	20, // 29: kvfabric.v1.Master.PutEnd:input_type -> kvfabric.v1.PutEndRequest
-	22, // 30: kvfabric.v1.Master.PutRevoke:input_type -> kvfabric.v1.PutRevokeRequest
-	24, // 31: kvfabric.v1.Master.GetReplicas:input_type -> kvfabric.v1.GetReplicasRequest
-	27, // 32: kvfabric.v1.Master.Exists:input_type -> kvfabric.v1.ExistsRequest
-	29, // 33: kvfabric.v1.Master.Remove:input_type -> kvfabric.v1.RemoveRequest
-	31, // 34: kvfabric.v1.Master.RemoveAll:input_type -> kvfabric.v1.RemoveAllRequest
-	33, // 35: kvfabric.v1.Master.ListSegments:input_type -> kvfabric.v1.ListSegmentsRequest
-	40, // 36: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
-	35, // 37: kvfabric.v1.Master.ReleaseLeases:input_type -> kvfabric.v1.ReleaseLeasesRequest
-	37, // 38: kvfabric.v1.Master.ReportUnreachable:input_type -> kvfabric.v1.ReportUnreachableRequest
-	6,  // 39: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
-	8,  // 40: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
-	10, // 41: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
-	12, // 42: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
-	18, // 43: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
-	21, // 44: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
-	23, // 45: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
-	26, // 46: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
-	28, // 47: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
-	30, // 48: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
-	32, // 49: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
-	34, // 50: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
-	41, // 51: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
-	36, // 52: kvfabric.v1.Master.ReleaseLeases:output_type -> kvfabric.v1.ReleaseLeasesResponse
-	38, // 53: kvfabric.v1.Master.ReportUnreachable:output_type -> kvfabric.v1.ReportUnreachableResponse
-	39, // [39:54] is the sub-list for method output_type
-	24, // [24:39] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	42, // 24: kvfabric.v1.StatsResponse.client_stats:type_name -> kvfabric.v1.ClientStats
+	5,  // 25: kvfabric.v1.Master.RegisterClient:input_type -> kvfabric.v1.RegisterClientRequest
+	7,  // 26: kvfabric.v1.Master.Heartbeat:input_type -> kvfabric.v1.HeartbeatRequest
+	9,  // 27: kvfabric.v1.Master.MountSegment:input_type -> kvfabric.v1.MountSegmentRequest
+	11, // 28: kvfabric.v1.Master.UnmountSegment:input_type -> kvfabric.v1.UnmountSegmentRequest
+	15, // 29: kvfabric.v1.Master.PutStart:input_type -> kvfabric.v1.PutStartRequest
+	20, // 30: kvfabric.v1.Master.PutEnd:input_type -> kvfabric.v1.PutEndRequest
+	22, // 31: kvfabric.v1.Master.PutRevoke:input_type -> kvfabric.v1.PutRevokeRequest
+	24, // 32: kvfabric.v1.Master.GetReplicas:input_type -> kvfabric.v1.GetReplicasRequest
+	27, // 33: kvfabric.v1.Master.Exists:input_type -> kvfabric.v1.ExistsRequest
+	29, // 34: kvfabric.v1.Master.Remove:input_type -> kvfabric.v1.RemoveRequest
+	31, // 35: kvfabric.v1.Master.RemoveAll:input_type -> kvfabric.v1.RemoveAllRequest
+	33, // 36: kvfabric.v1.Master.ListSegments:input_type -> kvfabric.v1.ListSegmentsRequest
+	40, // 37: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
+	35, // 38: kvfabric.v1.Master.ReleaseLeases:input_type -> kvfabric.v1.ReleaseLeasesRequest
+	37, // 39: kvfabric.v1.Master.ReportUnreachable:input_type -> kvfabric.v1.ReportUnreachableRequest
+	6,  // 40: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
+	8,  // 41: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
+	10, // 42: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
+	12, // 43: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
+	18, // 44: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
+	21, // 45: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
+	23, // 46: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
+	26, // 47: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
+	28, // 48: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
+	30, // 49: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
+	32, // 50: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
+	34, // 51: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
+	41, // 52: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
+	36, // 53: kvfabric.v1.Master.ReleaseLeases:output_type -> kvfabric.v1.ReleaseLeasesResponse
+	38, // 54: kvfabric.v1.Master.ReportUnreachable:output_type -> kvfabric.v1.ReportUnreachableResponse
+	40, // [40:55] is the sub-list for method output_type
+	25, // [25:40] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_kvfabric_v1_kvfabric_proto_init() }
@@ -2618,7 +2732,7 @@ func file_kvfabric_v1_kvfabric_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvfabric_v1_kvfabric_proto_rawDesc), len(file_kvfabric_v1_kvfabric_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
