@@ -96,6 +96,9 @@ type clientState struct {
 	seq uint32
 	// mapped is what it reported at its last heartbeat.
 	mapped Mapped
+	// suspects counts its segments reported unreachable since its last
+	// heartbeat (which clears them).
+	suspects int
 }
 
 // quarantine is a segment allocation the master dropped while readers held
@@ -296,10 +299,13 @@ func (s *Service) Heartbeat(ctx context.Context, clientID string, mapped Mapped)
 	c.mapped = mapped
 	// Alive: a report that its provider was unreachable was about the
 	// reporter's view, not this process.
-	for _, sg := range s.mu.segs {
-		if sg != nil && sg.suspect && sg.desc.Owner == clientID {
-			sg.suspect = false
-			s.log.Info("master: segment reported unreachable; its provider heartbeats, placing on it again", "segment", sg.desc.Key().String())
+	if c.suspects > 0 {
+		c.suspects = 0
+		for _, sg := range s.mu.segs {
+			if sg != nil && sg.suspect && sg.desc.Owner == clientID {
+				sg.suspect = false
+				s.log.Info("master: segment reported unreachable; its provider heartbeats, placing on it again", "segment", sg.desc.Key().String())
+			}
 		}
 	}
 	return HeartbeatInfo{SegmentsVersion: s.mu.segVersion}, nil
@@ -569,7 +575,7 @@ func (s *Service) freeObjectLocked(slot uint32, now int64) {
 	if (o.state == stateVisible || o.state == stateZombie) && o.aux > 0 {
 		delete(s.mu.leases, o.leaseID)
 	}
-	if o.flags&flagLeaseQueued != 0 && o.leaseUntil <= now {
+	if o.flags&flagLeaseQueued != 0 && o.leaseUntil != 0 && o.leaseUntil <= now {
 		s.met.leaseExpiries.Inc()
 	}
 	s.mu.objs.dropKey(slot)
@@ -1032,13 +1038,16 @@ func (s *Service) ReportUnreachable(ctx context.Context, reporter string, k segm
 		s.log.Warn("master: segment reported unreachable; no new puts or leases on it until its provider heartbeats",
 			"segment", k.String(), "reporter", reporter, "reason", reason)
 	}
-	sg.suspect = true
 	// Its provider heartbeats every third of its TTL: if it is alive, one
 	// arrives within half the TTL; if not, it is expired then, not at the
 	// full TTL.
 	if c, ok := s.mu.clients[sg.desc.Owner]; ok {
 		c.expires = min(c.expires, now+int64(c.ttl/2))
+		if !sg.suspect {
+			c.suspects++
+		}
 	}
+	sg.suspect = true
 	return nil
 }
 
@@ -1061,7 +1070,9 @@ func (s *Service) expireLeasesLocked(now int64) {
 				continue
 			}
 			o.flags &^= flagLeaseQueued
-			s.met.leaseExpiries.Inc()
+			if o.leaseUntil != 0 { // 0: its readers released it (counted then)
+				s.met.leaseExpiries.Inc()
+			}
 			s.endLeasePeriodLocked(slot)
 			if o.state == stateZombie {
 				s.freeObjectLocked(slot, now)
