@@ -210,6 +210,12 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		s.numa = int32(id)
 	}
 
+	// The mapping cache comes before the heartbeat, which reports its size
+	// and releases mappings of segments that are gone.
+	if s.maps, err = mapping.New(s.drv, s.cctx, s.accessDevices(n), mapping.Options{MaxEntries: opts.MaxMappings, Logger: log}); err != nil {
+		return nil, fmt.Errorf("mapping cache: %w", err)
+	}
+
 	// Master and registration.
 	switch {
 	case opts.Master != nil:
@@ -283,9 +289,6 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	}
 
 	// Consumer data path.
-	if s.maps, err = mapping.New(s.drv, s.cctx, s.accessDevices(n), mapping.Options{MaxEntries: opts.MaxMappings, Logger: log}); err != nil {
-		return nil, fmt.Errorf("mapping cache: %w", err)
-	}
 	if s.xfer, err = transfer.New(s.drv, s.cctx, s.dev, transfer.Options{CopyEngineMinBytes: cfg.CopyEngineMinBytes, Logger: log}); err != nil {
 		return nil, fmt.Errorf("transfer engine: %w", err)
 	}
