@@ -555,7 +555,7 @@ type stopCase struct {
 // live objects; readers got wrong bytes with no error. Each round: writer A
 // loops over puts of new keys into a store of 24 MiB (about 220 objects),
 // is stopped for 3 s, writer B refills the store (256 new keys) after A's
-// puts timed out, A resumes and runs on for a while, then a reader checks
+// puts timed out, A resumes and runs on briefly, then a reader checks
 // every key of A and B: not found, or exactly its value.
 func TestStoppedWriter(t *testing.T) {
 	if dispatchRole(t) {
@@ -633,7 +633,9 @@ func runStoppedWriter(t *testing.T, cases []stopCase) {
 		if err := syscall.Kill(a.Pid(), syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond) // A finishes what it was doing and puts a little more
+		// A finishes the batch it was stopped in (stop waits for it) and
+		// puts a little more; not much, or it evicts what it overwrote.
+		time.Sleep(50 * time.Millisecond)
 		a.Send("stop 0")
 		akv, atail := reply(t, a, "stopped")
 		wrong := 0
