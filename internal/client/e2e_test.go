@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -30,6 +31,13 @@ const (
 	envMaster = "KVFABRIC_E2E_MASTER"
 	envSocket = "KVFABRIC_E2E_SOCKETS"
 	envName   = "KVFABRIC_E2E_NAME"
+	// envTTL overrides a child's registration TTL (a time.Duration; 1s
+	// when unset).
+	envTTL = "KVFABRIC_E2E_TTL"
+	// envDebug, when set (in the test's environment), makes the master and
+	// every child log at debug level to stderr (a child's stderr shows when
+	// it fails).
+	envDebug = "KVFABRIC_E2E_DEBUG"
 )
 
 // value is the deterministic content of key: any process can check it.
@@ -47,6 +55,9 @@ func value(key string) []byte {
 
 func startMaster(t *testing.T, mcfg master.Config) string {
 	t.Helper()
+	if os.Getenv(envDebug) != "" {
+		mcfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	svc, err := master.New(mcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +88,15 @@ func startMaster(t *testing.T, mcfg master.Config) string {
 // childStore opens this child's Store from the environment the parent set.
 func childStore(t *testing.T, extra map[string]any) (*client.Store, cuda.Driver) {
 	t.Helper()
+	s := openChild(t, extra, client.Options{})
+	drv, _ := s.Driver()
+	return s, drv
+}
+
+// openChild opens this child's Store with opts (ClientID and ClientTTL come
+// from the environment).
+func openChild(t *testing.T, extra map[string]any, opts client.Options) *client.Store {
+	t.Helper()
 	m := map[string]any{"driver": "sim", "master_server_addr": os.Getenv(envMaster), "socket_dir": os.Getenv(envSocket)}
 	for k, v := range extra {
 		m[k] = v
@@ -85,12 +105,20 @@ func childStore(t *testing.T, extra map[string]any) (*client.Store, cuda.Driver)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := client.Open(context.Background(), cfg, client.Options{ClientID: os.Getenv(envName), ClientTTL: time.Second})
+	opts.ClientID, opts.ClientTTL = os.Getenv(envName), time.Second
+	if os.Getenv(envDebug) != "" {
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	if v := os.Getenv(envTTL); v != "" {
+		if opts.ClientTTL, err = time.ParseDuration(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := client.Open(context.Background(), cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv, _ := s.Driver()
-	return s, drv
+	return s
 }
 
 // runConsumer serves the parent's commands: "put <prefix> <n>", "get

@@ -176,6 +176,9 @@ func (c *Child) appendOut(p []byte) {
 	c.out.Write(p)
 }
 
+// Pid is the child's process id (to signal it: SIGSTOP, SIGKILL).
+func (c *Child) Pid() int { return c.cmd.Process.Pid }
+
 // Output is what the child printed so far (stdout without protocol lines,
 // and stderr).
 func (c *Child) Output() string {

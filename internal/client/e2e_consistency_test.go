@@ -1,0 +1,896 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvfabric/kvfabric/internal/client"
+	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim/simtest"
+	"github.com/kvfabric/kvfabric/internal/master"
+	"github.com/kvfabric/kvfabric/internal/segment"
+)
+
+// The ownership rules of DESIGN §9 with real processes (issue 10): a writer
+// stopped (SIGSTOP) past the put timeout while another writer refills the
+// store; consumers' mappings of a provider that went away; puts
+// acknowledged into the segments of a provider killed with SIGKILL.
+
+// dispatchRole runs this process's child role, if it is a child, and
+// reports whether it was one (the test function then returns).
+func dispatchRole(t *testing.T) bool {
+	switch simtest.Role() {
+	case "":
+		return false
+	case "consumer":
+		runConsumer(t)
+	case "provider":
+		runProvider(t)
+	case "worker":
+		runWorker(t)
+	default:
+		t.Fatalf("unknown child role %q", simtest.Role())
+	}
+	return true
+}
+
+// keySlot is the room a worker's buffers give each key (values are at most
+// 200 KiB); bufKeys is how many keys one buffer holds.
+const (
+	keySlot = 256 << 10
+	bufKeys = 64
+)
+
+// stopSelf tells the parent where this process stops, then stops it; the
+// parent resumes it with SIGCONT. The signal is sent to the calling thread:
+// it stops on its way out of the syscall. (kill(getpid()) is delivered to
+// the main thread, which stops the others a few milliseconds later: the
+// caller would run on past the point to stop at.)
+func stopSelf(where string) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	simtest.Send("stopping " + where)
+	_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
+}
+
+// spyMaster is the worker's master client: it remembers which providers
+// each put was placed on, and can stop the process right after a PutStart
+// answer (the writer then holds granted ranges and has enqueued nothing).
+// Safe for concurrent use.
+type spyMaster struct {
+	master.Client
+	stopAfterStart atomic.Bool
+
+	mu struct {
+		sync.Mutex
+		owners map[string]string // key → owners of its replicas, from its PutStart
+	}
+}
+
+func (m *spyMaster) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]master.PutStartResult, error) {
+	res, err := m.Client.PutStart(ctx, reqs)
+	if err == nil {
+		m.mu.Lock()
+		for i := range res {
+			if res[i].Err != nil {
+				continue
+			}
+			var o []string
+			for _, r := range res[i].Replicas {
+				o = append(o, r.Segment.Owner)
+			}
+			m.mu.owners[reqs[i].Key] = strings.Join(o, ",")
+		}
+		m.mu.Unlock()
+	}
+	if m.stopAfterStart.CompareAndSwap(true, false) {
+		stopSelf("putstart")
+	}
+	return res, err
+}
+
+// owners returns (and forgets) the providers key's last PutStart placed it on.
+func (m *spyMaster) owners(key string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.mu.owners[key]
+	delete(m.mu.owners, key)
+	if o == "" {
+		return nil
+	}
+	return strings.Split(o, ",")
+}
+
+// stopDriver is the simulator, able to stop the process just before the
+// next copy runs: the writer has passed its last check and enqueued its
+// copies (the simulator runs them at enqueue), as a GPU copy queued behind
+// other work on the stream. It is a cuda.ObjectCounter and a
+// cuda.KernelEmulator through the embedded *sim.Driver.
+type stopDriver struct {
+	*sim.Driver
+	stopBeforeCopy atomic.Bool
+}
+
+func (d *stopDriver) maybeStop() {
+	if d.stopBeforeCopy.CompareAndSwap(true, false) {
+		stopSelf("copy")
+	}
+}
+
+func (d *stopDriver) MemcpyBatchAsync(ctx cuda.Context, cs []cuda.Copy, s cuda.Stream) error {
+	d.maybeStop()
+	return d.Driver.MemcpyBatchAsync(ctx, cs, s)
+}
+
+func (d *stopDriver) MemcpyAsync(ctx cuda.Context, cs []cuda.Copy, s cuda.Stream) error {
+	d.maybeStop()
+	return d.Driver.MemcpyAsync(ctx, cs, s)
+}
+
+func (d *stopDriver) LaunchKernel(ctx cuda.Context, f cuda.Function, grid, block cuda.Dim3, sharedMem uint32, s cuda.Stream, params [][]byte) error {
+	d.maybeStop()
+	return d.Driver.LaunchKernel(ctx, f, grid, block, sharedMem, s, params)
+}
+
+// worker is a consumer child driven line by line (see runWorker).
+type worker struct {
+	t    *testing.T
+	s    *client.Store
+	drv  *stopDriver
+	spy  *spyMaster
+	cmd  cuda.DevicePtr // buffer of the commands
+	loop cuda.DevicePtr // buffer of the put loop
+
+	stopLoop chan struct{}
+	loopDone chan *loopStats
+}
+
+// loopStats is what a put loop did.
+type loopStats struct {
+	next, ok, failed int
+	noSpace          int                    // failures with ErrNoSpace (a full, fragmented store: not interesting)
+	firstErr         string                 // the first failure of another kind
+	acks             map[string][]time.Time // provider → when each put acknowledged on it returned
+}
+
+// runWorker serves the parent's commands, each answered with one line:
+//
+//	loop <prefix> <batch> <pauseMs>  put <prefix>/0, /1, … in batches until stop → "looping"
+//	arm putstart|copy                stop this process after the loop's next PutStart / before its next copy → "armed"
+//	stop <sinceUnixNano>             end the loop → "stopped next= ok= failed= nospace= acks=owner:n:last;… | first error but no space"
+//	put <prefix> <from> <n>          → "put ok= failed= | first error"
+//	verify <prefix> <from> <n>       every key not found or exactly value(key) → "verified found= missing= wrong= errors= | …"
+//	stats                            mapping cache and simulator objects → "stats entries= invalidations= imports= import_objs= mapping_objs="
+//	quit                             close, check for leaks → "closed"
+func runWorker(t *testing.T) {
+	ctx := context.Background()
+	scfg, err := sim.ConfigFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := sim.New(scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &worker{t: t, drv: &stopDriver{Driver: d}}
+	mc, err := master.Dial(ctx, os.Getenv(envMaster))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.spy = &spyMaster{Client: mc}
+	w.spy.mu.owners = map[string]string{}
+	w.s = openChild(t, nil, client.Options{Driver: w.drv, Master: w.spy})
+	for _, p := range []*cuda.DevicePtr{&w.cmd, &w.loop} {
+		if *p, err = w.drv.MemAlloc(w.s.Context(), keySlot*bufKeys); err != nil {
+			t.Fatal(err)
+		}
+	}
+	simtest.Send("ready")
+	for {
+		msg, err := simtest.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(msg)
+		arg := func(i int) int {
+			n, err := strconv.Atoi(f[i])
+			if err != nil {
+				t.Fatalf("%q: %v", msg, err)
+			}
+			return n
+		}
+		switch f[0] {
+		case "loop":
+			w.stopLoop, w.loopDone = make(chan struct{}), make(chan *loopStats, 1)
+			go func(prefix string, batch int, pause time.Duration) {
+				w.loopDone <- w.putLoop(prefix, batch, pause)
+			}(f[1], arg(2), time.Duration(arg(3))*time.Millisecond)
+			simtest.Send("looping")
+		case "arm":
+			switch f[1] {
+			case "putstart":
+				w.spy.stopAfterStart.Store(true)
+			case "copy":
+				w.drv.stopBeforeCopy.Store(true)
+			}
+			simtest.Send("armed")
+		case "stop":
+			since, _ := strconv.ParseInt(f[1], 10, 64)
+			close(w.stopLoop)
+			st := <-w.loopDone
+			w.stopLoop = nil
+			var acks []string
+			for o, ts := range st.acks {
+				n, last := 0, int64(0)
+				for _, at := range ts {
+					if at.UnixNano() >= since {
+						n++
+						last = max(last, at.UnixNano())
+					}
+				}
+				acks = append(acks, fmt.Sprintf("%s:%d:%d", o, n, last))
+			}
+			simtest.Send(fmt.Sprintf("stopped next=%d ok=%d failed=%d nospace=%d acks=%s | %s", st.next, st.ok, st.failed, st.noSpace, strings.Join(acks, ";"), st.firstErr))
+		case "put":
+			simtest.Send(w.put(f[1], arg(2), arg(3)))
+		case "verify":
+			simtest.Send(w.verify(f[1], arg(2), arg(3)))
+		case "stats":
+			ms := w.s.MappingStats()
+			live := w.drv.LiveObjects()
+			simtest.Send(fmt.Sprintf("stats entries=%d invalidations=%d imports=%d import_objs=%d mapping_objs=%d",
+				ms.Entries, ms.Invalidations, ms.Imports, live[cuda.ObjImport], live[cuda.ObjMapping]))
+		case "quit":
+			if w.stopLoop != nil {
+				close(w.stopLoop)
+				<-w.loopDone
+			}
+			for _, p := range []cuda.DevicePtr{w.cmd, w.loop} {
+				if err := w.drv.MemFree(w.s.Context(), p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := w.s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := mc.Close(); err != nil {
+				t.Fatal(err)
+			}
+			simtest.AssertNoLeaks(t, w.drv)
+			if err := w.drv.Close(); err != nil {
+				t.Fatal(err)
+			}
+			simtest.Send("closed")
+			return
+		default:
+			t.Fatalf("unknown command %q", msg)
+		}
+	}
+}
+
+// stage copies the values of keys into buf and returns their regions.
+func (w *worker) stage(buf cuda.DevicePtr, keys []string) [][]client.Region {
+	regions := make([][]client.Region, len(keys))
+	for i, k := range keys {
+		v := value(k)
+		if err := w.drv.MemcpyHtoD(w.s.Context(), buf+cuda.DevicePtr(i*keySlot), v); err != nil {
+			w.t.Fatal(err)
+		}
+		regions[i] = client.Bytes(uintptr(buf)+uintptr(i*keySlot), uint64(len(v)))
+	}
+	return regions
+}
+
+func keyRange(prefix string, from, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s/%d", prefix, from+i)
+	}
+	return keys
+}
+
+// putLoop puts batches of new keys until stopLoop closes.
+func (w *worker) putLoop(prefix string, batch int, pause time.Duration) *loopStats {
+	st := &loopStats{acks: map[string][]time.Time{}}
+	for {
+		select {
+		case <-w.stopLoop:
+			return st
+		default:
+		}
+		keys := keyRange(prefix, st.next, min(batch, bufKeys))
+		st.next += len(keys)
+		errs := w.s.BatchPut(context.Background(), keys, w.stage(w.loop, keys), 0, client.PutOptions{})
+		now := time.Now()
+		for i, err := range errs {
+			owners := w.spy.owners(keys[i])
+			if err != nil {
+				st.failed++
+				switch {
+				case errors.Is(err, client.ErrNoSpace):
+					st.noSpace++
+				case st.firstErr == "":
+					st.firstErr = err.Error()
+				}
+				continue
+			}
+			st.ok++
+			for _, o := range owners {
+				st.acks[o] = append(st.acks[o], now)
+			}
+		}
+		select {
+		case <-w.stopLoop:
+			return st
+		case <-time.After(pause):
+		}
+	}
+}
+
+func (w *worker) put(prefix string, from, n int) string {
+	ok, failed, first := 0, 0, ""
+	for lo := from; lo < from+n; lo += bufKeys {
+		keys := keyRange(prefix, lo, min(bufKeys, from+n-lo))
+		for i, err := range w.s.BatchPut(context.Background(), keys, w.stage(w.cmd, keys), 0, client.PutOptions{}) {
+			w.spy.owners(keys[i])
+			if err != nil {
+				failed++
+				if first == "" {
+					first = err.Error()
+				}
+				continue
+			}
+			ok++
+		}
+	}
+	return fmt.Sprintf("put ok=%d failed=%d | %s", ok, failed, first)
+}
+
+// verify reads keys and checks that each is either not found or exactly
+// value(key): never other bytes, never an error.
+func (w *worker) verify(prefix string, from, n int) string {
+	found, missing, wrong, errs := 0, 0, 0, 0
+	var wrongKeys []string
+	var firstErr string
+	for lo := from; lo < from+n; lo += bufKeys {
+		keys := keyRange(prefix, lo, min(bufKeys, from+n-lo))
+		regions := make([][]client.Region, len(keys))
+		for i := range keys {
+			regions[i] = client.Bytes(uintptr(w.cmd)+uintptr(i*keySlot), keySlot)
+		}
+		sizes, es := w.s.BatchGet(context.Background(), keys, regions, 0)
+		for i, k := range keys {
+			switch {
+			case errors.Is(es[i], client.ErrNotFound):
+				missing++
+			case es[i] != nil:
+				errs++
+				if firstErr == "" {
+					firstErr = es[i].Error()
+				}
+			default:
+				got := make([]byte, sizes[i])
+				if err := w.drv.MemcpyDtoH(w.s.Context(), got, w.cmd+cuda.DevicePtr(i*keySlot)); err != nil {
+					w.t.Fatal(err)
+				}
+				if !bytes.Equal(got, value(k)) {
+					wrong++
+					if len(wrongKeys) < 5 {
+						wrongKeys = append(wrongKeys, k)
+					}
+					continue
+				}
+				found++
+			}
+		}
+	}
+	return fmt.Sprintf("verified found=%d missing=%d wrong=%d errors=%d | wrong keys %v; first error: %s", found, missing, wrong, errs, wrongKeys, firstErr)
+}
+
+// e2e is a master in this process and what its children need to reach it.
+type e2e struct {
+	t       *testing.T
+	addr    string
+	sockets string
+	simCfg  *sim.Config
+}
+
+func newE2E(t *testing.T, mcfg master.Config) *e2e {
+	return &e2e{t: t, addr: startMaster(t, mcfg), sockets: t.TempDir(), simCfg: &sim.Config{}}
+}
+
+// start spawns a child of role under name (ttl 0: the default 1s) and waits
+// for its "ready".
+func (e *e2e) start(role, name string, ttl time.Duration) *simtest.Child {
+	e.t.Helper()
+	env := []string{envMaster + "=" + e.addr, envSocket + "=" + e.sockets, envName + "=" + name}
+	if ttl > 0 {
+		env = append(env, envTTL+"="+ttl.String())
+	}
+	c := simtest.Spawn(e.t, e.t.Name(), role, simtest.Options{Config: e.simCfg, Env: env, Timeout: 2 * time.Minute})
+	if m := c.Recv(); m != "ready" {
+		e.t.Fatalf("%s %s: %s", role, name, m)
+	}
+	return c
+}
+
+func (e *e2e) dial() master.Client {
+	e.t.Helper()
+	mc, err := master.Dial(context.Background(), e.addr)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { mc.Close() })
+	return mc
+}
+
+// reply parses a child's answer "word k=v k=v … | tail"; it fails the test
+// unless the answer starts with word.
+func reply(t *testing.T, c *simtest.Child, word string) (map[string]string, string) {
+	t.Helper()
+	m := c.Recv()
+	head, tail, _ := strings.Cut(m, " | ")
+	f := strings.Fields(head)
+	if len(f) == 0 || f[0] != word {
+		t.Fatalf("want %q, got %q", word, m)
+	}
+	kv := map[string]string{}
+	for _, p := range f[1:] {
+		k, v, _ := strings.Cut(p, "=")
+		kv[k] = v
+	}
+	return kv, tail
+}
+
+func num(t *testing.T, kv map[string]string, k string) int {
+	t.Helper()
+	n, err := strconv.Atoi(kv[k])
+	if err != nil {
+		t.Fatalf("field %s=%q: %v", k, kv[k], err)
+	}
+	return n
+}
+
+func quit(t *testing.T, c *simtest.Child) {
+	t.Helper()
+	c.Send("quit")
+	if m := c.Recv(); m != "closed" {
+		t.Fatal(m)
+	}
+	c.Wait()
+}
+
+// waitStopped waits until process pid is stopped (state T in /proc).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// "pid (comm) state …": comm may hold spaces, the state follows the last ')'.
+		if s := string(b); strings.HasPrefix(strings.TrimSpace(s[strings.LastIndexByte(s, ')')+1:]), "T") {
+			return
+		}
+	}
+	t.Fatalf("process %d did not stop", pid)
+}
+
+// simMemfds returns the inodes of the simulator memfds (every simulated
+// allocation is one) that process pid has open or mapped. The kernel frees
+// an allocation's memory only once no process holds its memfd.
+func simMemfds(t *testing.T, pid int) map[uint64]bool {
+	t.Helper()
+	const name = "/memfd:kvfabric-sim"
+	out := map[uint64]bool{}
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 6 && strings.HasPrefix(f[5], name) {
+			ino, err := strconv.ParseUint(f[4], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[ino] = true
+		}
+	}
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		p := dir + "/" + e.Name()
+		if l, err := os.Readlink(p); err != nil || !strings.HasPrefix(l, name) {
+			continue
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err == nil {
+			out[st.Ino] = true
+		}
+	}
+	return out
+}
+
+func common(a, b map[uint64]bool) int {
+	n := 0
+	for k := range a {
+		if b[k] {
+			n++
+		}
+	}
+	return n
+}
+
+// stopCase is one round of TestStoppedWriter: where the writer is stopped
+// and its registration TTL.
+type stopCase struct {
+	name string
+	// stop: "putstart" (right after a PutStart answer: ranges granted,
+	// nothing enqueued), "copy" (its copies enqueued, not yet run) or
+	// "random" (SIGSTOP from the parent at an arbitrary moment).
+	stop string
+	ttl  time.Duration
+}
+
+// The issue's reproduction: a writer stopped (SIGSTOP) past a 2 s put
+// timeout while another writer refilled the store, then resumed, overwrote
+// live objects; readers got wrong bytes with no error. Each round: writer A
+// loops over puts of new keys into a store of 24 MiB (about 220 objects),
+// is stopped for 3 s, writer B refills the store (256 new keys) after A's
+// puts timed out, A resumes and runs on briefly, then a reader checks
+// every key of A and B: not found, or exactly its value.
+func TestStoppedWriter(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	runStoppedWriter(t, []stopCase{
+		{"stopped after PutStart, registration expired meanwhile", "putstart", time.Second},
+		{"stopped after PutStart, registration alive (put timeout only)", "putstart", 10 * time.Second},
+		{"stopped with its copies enqueued, registration alive", "copy", 10 * time.Second},
+		{"SIGSTOP at an arbitrary moment, registration alive", "random", 10 * time.Second},
+	})
+}
+
+// TestStoppedWriterMidCopyExpired stops a writer whose copies are enqueued
+// (it passed its registration and deadline checks) for longer than its
+// registration TTL. The master ends the registration and revokes its puts,
+// freeing their ranges, although the copies will still run when it resumes
+// (in the simulator the copy runs in the stopped process; on a GPU it is a
+// copy queued behind other work on the writer's stream while its process
+// is paused or cut off from the master). Known to fail on h4 (see the
+// report of this branch): run it with KVFABRIC_E2E_KNOWN_HOLES=1.
+func TestStoppedWriterMidCopyExpired(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	if os.Getenv("KVFABRIC_E2E_KNOWN_HOLES") == "" {
+		t.Skip("known hole: puts of a writer whose registration expires with copies in flight are freed at expiry; KVFABRIC_E2E_KNOWN_HOLES=1 runs it")
+	}
+	runStoppedWriter(t, []stopCase{{"stopped with its copies enqueued, registration expired meanwhile", "copy", time.Second}})
+}
+
+func runStoppedWriter(t *testing.T, cases []stopCase) {
+	const (
+		putTimeout = 2 * time.Second
+		stopFor    = 3 * time.Second
+		refill     = 256
+	)
+	e := newE2E(t, master.Config{PutTimeout: putTimeout, LeaseTTL: 500 * time.Millisecond, MinClientTTL: 100 * time.Millisecond})
+	prov := e.start("provider", "provider-a", 0)
+	b := e.start("worker", "refiller", 0)
+	r := e.start("worker", "reader", 0)
+
+	for i, rc := range cases {
+		a := e.start("worker", fmt.Sprintf("writer-%d", i), rc.ttl)
+		a.Send(fmt.Sprintf("loop a%d 32 20", i))
+		if m := a.Recv(); m != "looping" {
+			t.Fatal(m)
+		}
+		time.Sleep(300 * time.Millisecond) // the store turns over: A's ranges are everywhere
+		var t0 time.Time
+		switch rc.stop {
+		case "random":
+			time.Sleep(time.Duration(rand.IntN(100)) * time.Millisecond)
+			if err := syscall.Kill(a.Pid(), syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			t0 = time.Now()
+		default:
+			a.Send("arm " + rc.stop)
+			if m := a.Recv(); m != "armed" {
+				t.Fatal(m)
+			}
+			if m := a.Recv(); m != "stopping "+rc.stop {
+				t.Fatal(m)
+			}
+			t0 = time.Now()
+		}
+		waitStopped(t, a.Pid())
+		// Past the put timeout (and a reap): the old master had freed A's
+		// ranges by now. B's puts take whatever is free.
+		time.Sleep(time.Until(t0.Add(putTimeout + 300*time.Millisecond)))
+		b.Send(fmt.Sprintf("put b%d 0 %d", i, refill))
+		bkv, _ := reply(t, b, "put")
+		time.Sleep(time.Until(t0.Add(stopFor)))
+		if err := syscall.Kill(a.Pid(), syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		// A finishes the batch it was stopped in (stop waits for it) and
+		// puts a little more; not much, or it evicts what it overwrote.
+		time.Sleep(50 * time.Millisecond)
+		a.Send("stop 0")
+		akv, atail := reply(t, a, "stopped")
+		wrong := 0
+		var visible int
+		for _, q := range []struct {
+			prefix string
+			n      int
+		}{{fmt.Sprintf("a%d", i), num(t, akv, "next")}, {fmt.Sprintf("b%d", i), refill}} {
+			r.Send(fmt.Sprintf("verify %s 0 %d", q.prefix, q.n))
+			kv, tail := reply(t, r, "verified")
+			wrong += num(t, kv, "wrong")
+			visible += num(t, kv, "found") + num(t, kv, "wrong")
+			if num(t, kv, "wrong") > 0 || num(t, kv, "errors") > 0 {
+				t.Errorf("round %d (%s): keys %s/*: %v: %s", i, rc.name, q.prefix, kv, tail)
+			}
+		}
+		t.Logf("round %d (%s, TTL %v): %d wrong of %d visible objects; writer A: %s ok, %s failed (%s no space; first other: %s); refill: %s ok, %s failed",
+			i, rc.name, rc.ttl, wrong, visible, akv["ok"], akv["failed"], akv["nospace"], atail, bkv["ok"], bkv["failed"])
+		if os.Getenv(envDebug) != "" {
+			t.Logf("writer output:\n%s", a.Output())
+		}
+		quit(t, a)
+	}
+	quit(t, r)
+	quit(t, b)
+	prov.Send("quit")
+	if m := prov.Recv(); m != "closed" {
+		t.Fatal(m)
+	}
+	prov.Wait()
+}
+
+// Gone means released (DESIGN §9): when a provider goes away — it closes,
+// or it crashes and a new process takes its name — every consumer that
+// mapped its segments releases the mappings within about one heartbeat
+// (child TTL 1s: a heartbeat every 333 ms), so that no process holds the
+// old allocations any more and their memory is freed.
+func TestProviderGoneReleasesMappings(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	const (
+		heartbeat = time.Second / 3
+		slack     = 400 * time.Millisecond
+	)
+	e := newE2E(t, master.Config{LeaseTTL: 500 * time.Millisecond, MinClientTTL: 100 * time.Millisecond})
+	mc := e.dial()
+	ctx := context.Background()
+	c := e.start("worker", "consumer", 0)
+	prov := e.start("provider", "provider-a", 0)
+
+	for round, how := range []string{"quit", "crash"} {
+		prefix := fmt.Sprintf("r%d", round)
+		c.Send("put " + prefix + " 0 64")
+		if kv, tail := reply(t, c, "put"); num(t, kv, "failed") != 0 {
+			t.Fatalf("put: %v %s", kv, tail)
+		}
+		c.Send("verify " + prefix + " 0 64")
+		if kv, tail := reply(t, c, "verified"); num(t, kv, "found") != 64 {
+			t.Fatalf("verify: %v %s", kv, tail)
+		}
+		c.Send("stats")
+		st0, _ := reply(t, c, "stats")
+		mapped := num(t, st0, "entries")
+		// The provider's allocations the consumer holds (imported and mapped).
+		held := simMemfds(t, prov.Pid())
+		for ino := range held {
+			if !simMemfds(t, c.Pid())[ino] {
+				delete(held, ino)
+			}
+		}
+		segs, err := mc.ListSegments(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := map[string]bool{}
+		for _, d := range segs {
+			old[d.Key().String()] = true
+		}
+		if mapped == 0 || num(t, st0, "import_objs") != mapped || len(held) < mapped {
+			t.Fatalf("round %d: consumer maps %d segments, %s import objects, holds %d of the provider's memfds; want all of them",
+				round, mapped, st0["import_objs"], len(held))
+		}
+
+		prov.Send(how)
+		if how == "quit" {
+			if m := prov.Recv(); m != "closed" {
+				t.Fatal(m)
+			}
+		}
+		prov.Wait()
+		gone := time.Now()
+		// dropped: when the master no longer lists the old generations (a
+		// provider that closed unmounted them; a crashed one's go when the
+		// new process registers under its name); released: when the
+		// consumer holds none of them.
+		var dropped, released time.Time
+		checkDropped := func() {
+			if !dropped.IsZero() {
+				return
+			}
+			segs, err := mc.ListSegments(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(segs, func(d segment.Descriptor) bool { return old[d.Key().String()] }) {
+				dropped = time.Now()
+			}
+		}
+		checkDropped()
+		prov = e.start("provider", "provider-a", 0) // same segment ids, new generations
+		var st map[string]string
+		for deadline := gone.Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			checkDropped()
+			c.Send("stats")
+			st, _ = reply(t, c, "stats")
+			if num(t, st, "entries") == 0 && num(t, st, "import_objs") == 0 && num(t, st, "mapping_objs") == 0 &&
+				common(held, simMemfds(t, c.Pid())) == 0 {
+				released = time.Now()
+				break
+			}
+		}
+		if released.IsZero() {
+			t.Fatalf("round %d (provider %s): consumer still maps the old segments 5s after the provider exited: %v (had %v), holds %d of its %d memfds",
+				round, how, st, st0, common(held, simMemfds(t, c.Pid())), len(held))
+		}
+		if dropped.IsZero() {
+			dropped = released // the consumer saw it first
+		}
+		if inv := num(t, st, "invalidations") - num(t, st0, "invalidations"); inv < mapped {
+			t.Errorf("round %d: %d mappings invalidated, want %d", round, inv, mapped)
+		}
+		t.Logf("round %d (provider %s): master dropped the old segments %v after the provider exited; the consumer released its %d mappings (%d memfds) %v after that (%v after the exit)",
+			round, how, dropped.Sub(gone).Round(time.Millisecond), mapped, len(held),
+			released.Sub(dropped).Round(time.Millisecond), released.Sub(gone).Round(time.Millisecond))
+		if d := released.Sub(dropped); d > heartbeat+slack {
+			t.Errorf("round %d: consumer released the mappings of gone segments %v after the master dropped them; want within a heartbeat (%v) + %v", round, d, heartbeat, slack)
+		}
+	}
+	// The consumer works with the last provider.
+	c.Send("put r9 0 32")
+	if kv, tail := reply(t, c, "put"); num(t, kv, "failed") != 0 {
+		t.Fatalf("put: %v %s", kv, tail)
+	}
+	c.Send("verify r9 0 32")
+	if kv, tail := reply(t, c, "verified"); num(t, kv, "found") != 32 {
+		t.Fatalf("verify: %v %s", kv, tail)
+	}
+	quit(t, c)
+	prov.Send("quit")
+	if m := prov.Recv(); m != "closed" {
+		t.Fatal(m)
+	}
+	prov.Wait()
+}
+
+// After a provider is killed (SIGKILL), puts placed on its segments by a
+// consumer that mapped them before still succeed — the bytes land in
+// memory only that consumer still holds — and are acknowledged, then lost
+// when the master drops the segments at the provider's TTL. A consumer that
+// tries to import one of them (here a fresh one, right after the kill) finds
+// the provider gone and reports it: the master stops placing there at once.
+// The window is measured from the kill to the last acknowledged put on the
+// killed provider's segments, by a writer putting every few milliseconds.
+func TestProviderKilledPutWindow(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	const (
+		providerTTL = 3 * time.Second
+		heartbeat   = time.Second / 3 // of the consumers (TTL 1s)
+		slack       = 300 * time.Millisecond
+	)
+	e := newE2E(t, master.Config{LeaseTTL: 500 * time.Millisecond, MinClientTTL: 100 * time.Millisecond})
+	mc := e.dial()
+	ctx := context.Background()
+	victim := e.start("provider", "provider-victim", providerTTL)
+	other := e.start("provider", "provider-other", providerTTL)
+	m := e.start("worker", "mapped-writer", 0)
+	f := e.start("worker", "fresh-consumer", 0)
+
+	// M maps every segment of both providers.
+	m.Send("put m 0 128")
+	if kv, tail := reply(t, m, "put"); num(t, kv, "failed") != 0 {
+		t.Fatalf("put: %v %s", kv, tail)
+	}
+	m.Send("stats")
+	if kv, _ := reply(t, m, "stats"); num(t, kv, "entries") != 6 {
+		t.Fatalf("mapped writer maps %s segments, want 6", kv["entries"])
+	}
+	f.Send("stats")
+	if kv, _ := reply(t, f, "stats"); num(t, kv, "entries") != 0 {
+		t.Fatalf("fresh consumer maps %s segments, want 0", kv["entries"])
+	}
+	m.Send("loop w 8 5")
+	if msg := m.Recv(); msg != "looping" {
+		t.Fatal(msg)
+	}
+	time.Sleep(300 * time.Millisecond)
+
+	if err := syscall.Kill(victim.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	f.Send("put f 0 32")
+	fkv, ftail := reply(t, f, "put")
+	fDone := time.Since(killed)
+
+	// Until the master drops the victim's segments (at its TTL at the
+	// latest), then a little longer.
+	var dropped time.Duration
+	for deadline := killed.Add(providerTTL + 2*time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		segs, err := mc.ListSegments(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(segs, func(d segment.Descriptor) bool { return d.Owner == "provider-victim" }) {
+			dropped = time.Since(killed)
+			break
+		}
+	}
+	if dropped == 0 {
+		t.Fatalf("master still lists the killed provider's segments %v after the kill", providerTTL+2*time.Second)
+	}
+	time.Sleep(200 * time.Millisecond)
+	m.Send(fmt.Sprintf("stop %d", killed.UnixNano()))
+	mkv, mtail := reply(t, m, "stopped")
+	var lost int
+	var window time.Duration
+	for _, a := range strings.Split(mkv["acks"], ";") {
+		p := strings.Split(a, ":")
+		if len(p) != 3 || p[0] != "provider-victim" {
+			continue
+		}
+		lost, _ = strconv.Atoi(p[1])
+		last, _ := strconv.ParseInt(p[2], 10, 64)
+		if lost > 0 {
+			window = time.Unix(0, last).Sub(killed)
+		}
+	}
+	t.Logf("puts acknowledged on the killed provider's segments until %v after the kill (%d puts, lost); the fresh consumer's put returned %v after the kill (%s ok, %s failed: %s); the master dropped the segments %v after the kill; writer: %s ok, %s failed %s",
+		window.Round(time.Millisecond), lost, fDone.Round(time.Millisecond), fkv["ok"], fkv["failed"], ftail,
+		dropped.Round(time.Millisecond), mkv["ok"], mkv["failed"], mtail)
+	if num(t, fkv, "failed") == 0 {
+		t.Errorf("the fresh consumer's 32 puts all succeeded: none was placed on the killed provider, the test proves nothing")
+	}
+	if window > heartbeat+slack {
+		t.Errorf("puts were acknowledged on the killed provider's segments for %v after the kill; want at most a heartbeat (%v) + %v", window, heartbeat, slack)
+	}
+
+	quit(t, m)
+	quit(t, f)
+	other.Send("quit")
+	if msg := other.Recv(); msg != "closed" {
+		t.Fatal(msg)
+	}
+	other.Wait()
+}
