@@ -51,28 +51,58 @@ func TestTimedOutPutKeepsRangeWhileWriterLives(t *testing.T) {
 }
 
 // TestDeadWritersPutsRevokedAtExpiry: a writer whose registration expires
-// loses its puts at once — pending or past their timeout — not at the put
-// timeout (issue 10, item 7).
+// loses its puts at once — never visible, keys free for others — not at the
+// put timeout (issue 10, item 7). Their bytes stay reserved for copies it
+// may have queued before it stopped (DESIGN §9, "timeouts keep, never
+// give"): until it registers again (the client waits for its copies first)
+// or, if it never does, one put timeout after the expiry.
 func TestDeadWritersPutsRevokedAtExpiry(t *testing.T) {
 	cfg := testConfig()
 	cfg.PutTimeout = 30 * time.Second
 	forEachTransport(t, cfg, func(t *testing.T, e *env) {
 		p := e.registerTTL("p1", time.Hour)
 		e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 64*MiB))
-		w := e.registerTTL("w", 10*time.Second)
-		e.putStart("a", MiB, withClient(w))
-		e.putStart("b", MiB, withClient(w))
-		if st := e.stats(); st.PendingPuts != 2 {
-			t.Fatalf("stats %+v", st)
+		for _, w := range []string{"w", "dead"} {
+			e.registerTTL(w, 10*time.Second)
+			e.putStart(w+"/a", MiB, withClient(w))
+			e.putStart(w+"/b", MiB, withClient(w))
 		}
-		e.clk.Advance(11 * time.Second) // past w's TTL, far from the put timeout
+		other := e.registerTTL("other", time.Hour)
+		e.clk.Advance(11 * time.Second) // past the TTLs, far from the put timeout
+		heartbeat(t, e, other)
+		e.svc.Reap()
+		// Revoked: the keys are free at once...
+		for _, k := range []string{"w/a", "dead/b"} {
+			r := e.putStart(k, 10, withClient(other))
+			wantErr(t, "PutStart of a dead writer's key", r.Err, nil)
+			wantErr(t, "PutRevoke", e.c.PutRevoke(e.ctx, []PutRef{{k, r.Token}})[0], nil)
+		}
+		// ...but the bytes are held for copies the writers may have queued.
+		if st := e.stats(); st.PendingPuts != 4 || e.tierUsed(segment.TierDRAM) != 4*MiB {
+			t.Fatalf("after expiry: %+v", st)
+		}
+		// A put by an expired writer is refused.
+		wantErr(t, "PutStart by an expired writer", e.putStart("c", 10, withClient("w")).Err, ErrUnknownClient)
+		wantErr(t, "PutStart by nobody", e.putStart("c", 10, withClient("ghost")).Err, ErrUnknownClient)
+		// w comes back (its client fenced its copies first): its bytes are
+		// free at once.
+		e.registerTTL("w", 10*time.Second)
+		if u := e.tierUsed(segment.TierDRAM); u != 2*MiB {
+			t.Fatalf("used %d after w registered again, want 2 MiB (dead's)", u)
+		}
+		// dead never comes back: freed one put timeout after its expiry.
+		e.clk.Advance(29 * time.Second)
+		heartbeat(t, e, other)
+		e.svc.Reap()
+		if u := e.tierUsed(segment.TierDRAM); u != 2*MiB {
+			t.Fatalf("freed before the put timeout after expiry: used %d", u)
+		}
+		e.clk.Advance(2 * time.Second)
+		heartbeat(t, e, other)
 		e.svc.Reap()
 		if st := e.stats(); st.PendingPuts != 0 || e.tierUsed(segment.TierDRAM) != 0 {
-			t.Fatalf("dead writer's puts held: %+v", st)
+			t.Fatalf("dead writer's bytes still held: %+v", st)
 		}
-		// A put by an unknown or expired writer is refused.
-		wantErr(t, "PutStart by an expired writer", e.putStart("c", 10, withClient(w)).Err, ErrUnknownClient)
-		wantErr(t, "PutStart by nobody", e.putStart("c", 10, withClient("ghost")).Err, ErrUnknownClient)
 	})
 }
 

@@ -101,6 +101,18 @@ type clientState struct {
 	suspects int
 }
 
+// retiredReg is a registration that expired while its writer had puts in
+// progress. Those puts are revoked (never visible, their keys free), but
+// the writer may be only paused with copies already queued, so their ranges
+// stay reserved until the same client id registers again — a client does
+// that only after its copies are complete — or until until (the put
+// timeout after the expiry: a queued copy that has still not run by then
+// means the writer is dead).
+type retiredReg struct {
+	id    string
+	until int64
+}
+
 // quarantine is a segment allocation the master dropped while readers held
 // leases on it or writers had puts into it: the same (id, generation) may be
 // mounted again only after until, so nothing granted before the drop can
@@ -139,6 +151,7 @@ type Service struct {
 
 		bySeq   map[uint32]*clientState // registrations by seq
 		nextSeq uint32
+		retired map[uint32]retiredReg // expired registrations whose puts still reserve ranges, by seq
 
 		objs     objTable             // records, keys, index of visible and pending keys
 		extra    map[uint32][]replica // all replicas of objects with > inlineReps
@@ -186,6 +199,7 @@ func New(cfg Config) (*Service, error) {
 	m.leaseQ = map[int64][]uint32{}
 	m.leases = map[uint64]uint32{}
 	m.bySeq = map[uint32]*clientState{}
+	m.retired = map[uint32]retiredReg{}
 	m.quarantine = map[string]quarantine{}
 	seed := uint64(time.Now().UnixNano())
 	m.rng = rand.New(rand.NewPCG(seed, seed>>17|1))
@@ -260,10 +274,20 @@ func (s *Service) RegisterClient(ctx context.Context, info ClientInfo) (reg Regi
 	if info.ID == "" {
 		s.mu.nextClient++
 		info.ID = fmt.Sprintf("client-%d-%08x", s.mu.nextClient, s.mu.rng.Uint32())
-	} else if old, ok := s.mu.clients[info.ID]; ok {
-		// A new incarnation: the old process, its puts and its memory are
-		// gone.
-		s.retireClientLocked(old, now)
+	} else {
+		if old, ok := s.mu.clients[info.ID]; ok {
+			// A new incarnation: the old process, its puts and its memory
+			// are gone.
+			s.retireClientLocked(old, now, true)
+		}
+		// Puts of earlier, expired incarnations: a client registers again
+		// only after the copies it had queued are complete.
+		for seq, r := range s.mu.retired {
+			if r.id == info.ID {
+				s.freePutsOfLocked(seq, now)
+				delete(s.mu.retired, seq)
+			}
+		}
 	}
 	ttl := info.TTL
 	if ttl == 0 {
@@ -327,30 +351,36 @@ func (s *Service) liveClientLocked(id string, now int64) (*clientState, error) {
 
 func (s *Service) expireClientLocked(id string, now int64) {
 	c := s.mu.clients[id]
-	puts, segs := s.retireClientLocked(c, now)
+	puts, segs := s.retireClientLocked(c, now, false)
 	delete(s.mu.clients, id)
 	s.met.clientExpiries.Inc()
 	s.log.Warn("master: client expired", "client", id, "segments", segs, "puts revoked", puts)
 }
 
-// retireClientLocked ends registration c (expired, or replaced by a new
-// incarnation of its id): its puts are revoked, since a process whose
-// registration ended enqueues no more copies (the client checks its
-// registration and each put's deadline before every batch of copies), and
-// its segments are dropped. It returns how many of each.
-func (s *Service) retireClientLocked(c *clientState, now int64) (puts, segs int) {
+// retireClientLocked ends registration c — expired, or replaced by a new
+// incarnation of its id (gone: its puts are freed) — and returns how many
+// puts it revoked and segments it dropped. A process whose registration
+// ended enqueues no more copies (the client checks its registration and
+// each put's deadline before every batch of copies), so its puts are
+// revoked at once: never visible, their keys free. On expiry their ranges
+// stay reserved (retiredReg) for copies it may have queued before.
+func (s *Service) retireClientLocked(c *clientState, now int64, gone bool) (puts, segs int) {
 	delete(s.mu.bySeq, c.seq)
 	for slot := range s.mu.pending {
 		if s.mu.objs.at(slot).aux == c.seq {
-			s.freeObjectLocked(slot, now)
+			s.timeOutPutLocked(slot)
 			puts++
 		}
 	}
 	for _, slot := range s.mu.timedOut {
 		if s.mu.objs.at(slot).aux == c.seq {
-			s.freeObjectLocked(slot, now)
 			puts++
 		}
+	}
+	if gone {
+		s.freePutsOfLocked(c.seq, now)
+	} else if puts > 0 {
+		s.mu.retired[c.seq] = retiredReg{id: c.info.ID, until: now + int64(s.cfg.PutTimeout)}
 	}
 	for slot, sg := range s.mu.segs {
 		if sg != nil && sg.desc.Owner == c.info.ID {
@@ -470,9 +500,8 @@ func (s *Service) dropSegmentLocked(slot uint32, now int64) {
 			// The writer enqueues no copy after its deadline (o.stamp).
 			until = max(until, o.stamp)
 		case stateTimedOut:
-			// Past its deadline, still registered: a copy it enqueued in
-			// time may still be running. Give it a lease's length.
-			until = max(until, now+int64(s.cfg.LeaseTTL))
+			// Revoked, but a copy its writer queued in time may still run.
+			until = max(until, now+int64(s.cfg.PutTimeout))
 		default:
 			until = max(until, o.leaseUntil)
 		}
@@ -711,7 +740,7 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 				// after them): the range is free at last.
 				s.freeObjectLocked(ts, now)
 				if op == opPutEnd {
-					out[i] = fmt.Errorf("%w: put of key %q timed out after %v; it was not made visible", ErrNotFound, p.Key, s.cfg.PutTimeout)
+					out[i] = fmt.Errorf("%w: put of key %q was revoked (put timeout %v, or the writer's registration ended); it was not made visible", ErrNotFound, p.Key, s.cfg.PutTimeout)
 				}
 				continue
 			}
@@ -929,6 +958,12 @@ func (s *Service) Reap() {
 			s.timeOutPutLocked(slot)
 		}
 	}
+	for seq, r := range s.mu.retired {
+		if r.until <= now {
+			s.freePutsOfLocked(seq, now)
+			delete(s.mu.retired, seq)
+		}
+	}
 	for id, q := range s.mu.quarantine {
 		if q.until <= now {
 			delete(s.mu.quarantine, id)
@@ -938,14 +973,24 @@ func (s *Service) Reap() {
 	s.evictToWatermarksLocked(now)
 }
 
-// timeOutPutLocked ends a put in progress that passed its timeout: it can
-// no longer become visible and its key is free for a new put, but its
-// bytes stay reserved (counted as a pending put) until its writer ends or
-// revokes it, or the writer's registration ends. Its writer is registered:
-// a writer's puts are revoked when its registration ends.
+// freePutsOfLocked frees the timed-out and revoked puts of registration seq:
+// its writer can no longer write them.
+func (s *Service) freePutsOfLocked(seq uint32, now int64) {
+	for _, slot := range s.mu.timedOut {
+		if s.mu.objs.at(slot).aux == seq {
+			s.freeObjectLocked(slot, now)
+		}
+	}
+}
+
+// timeOutPutLocked ends a put in progress that passed its timeout or whose
+// writer's registration expired: it can no longer become visible and its
+// key is free for a new put, but its bytes stay reserved (counted as a
+// pending put) until its writer ends or revokes it, registers again, or
+// (after an expiry) the retiredReg deadline passes.
 func (s *Service) timeOutPutLocked(slot uint32) {
 	o := s.mu.objs.at(slot)
-	s.log.Info("master: put timed out; its bytes stay reserved until the writer ends or revokes it or its registration ends",
+	s.log.Info("master: put revoked; its bytes stay reserved until its writer can no longer write them",
 		"key", s.mu.objs.key(slot), "writer", s.writerLocked(o.aux))
 	s.mu.objs.unindex(slot)
 	delete(s.mu.pending, slot)
