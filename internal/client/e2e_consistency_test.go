@@ -561,7 +561,7 @@ func TestStoppedWriter(t *testing.T) {
 	if dispatchRole(t) {
 		return
 	}
-	runStoppedWriter(t, []stopCase{
+	runStoppedWriter(t, putTimeoutTiming, []stopCase{
 		{"stopped after PutStart, registration expired meanwhile", "putstart", time.Second},
 		{"stopped after PutStart, registration alive (put timeout only)", "putstart", 10 * time.Second},
 		{"stopped with its copies enqueued, registration alive", "copy", 10 * time.Second},
@@ -571,10 +571,10 @@ func TestStoppedWriter(t *testing.T) {
 
 // TestStoppedWriterMidCopyExpired stops a writer whose copies are enqueued
 // (it passed its registration and deadline checks) for longer than its
-// registration TTL (2 s; stopped 3 s). The master ends the registration and
-// revokes its puts, but keeps their ranges until the writer registers again
-// (its client does so only after its copies are complete) or one put
-// timeout (2 s) after the expiry: the copies that run when it resumes land
+// registration TTL (2 s; stopped 3.5 s). The master ends the registration
+// and revokes its puts, but keeps their ranges until the writer registers
+// again (its client does so only after its copies are complete) or one put
+// timeout (6 s) after the expiry: the copies that run when it resumes land
 // in ranges nobody else owns. (In the simulator the copy runs in the stopped
 // process; on a GPU it is a copy queued behind other work on the writer's
 // stream while its process is paused or cut off from the master.) A writer
@@ -584,15 +584,25 @@ func TestStoppedWriterMidCopyExpired(t *testing.T) {
 	if dispatchRole(t) {
 		return
 	}
-	runStoppedWriter(t, []stopCase{{"stopped with its copies enqueued, registration expired meanwhile", "copy", 2 * time.Second}})
+	// A's registration (TTL 2 s) expires during its 3.5 s stop; B refills
+	// after that; A's revoked ranges stay reserved for the put timeout (6 s)
+	// after the expiry, well past A's resumption.
+	runStoppedWriter(t, stopTiming{putTimeout: 6 * time.Second, stopFor: 3500 * time.Millisecond, refillAfter: 2600 * time.Millisecond},
+		[]stopCase{{"stopped with its copies enqueued, registration expired meanwhile", "copy", 2 * time.Second}})
 }
 
-func runStoppedWriter(t *testing.T, cases []stopCase) {
-	const (
-		putTimeout = 2 * time.Second
-		stopFor    = 3 * time.Second
-		refill     = 256
-	)
+// stopTiming is the master's put timeout, how long writer A stays stopped
+// and when (after the stop) writer B refills the store.
+type stopTiming struct {
+	putTimeout, stopFor, refillAfter time.Duration
+}
+
+// putTimeoutTiming: B refills after A's puts passed their timeout.
+var putTimeoutTiming = stopTiming{putTimeout: 2 * time.Second, stopFor: 3 * time.Second, refillAfter: 2300 * time.Millisecond}
+
+func runStoppedWriter(t *testing.T, tm stopTiming, cases []stopCase) {
+	const refill = 256
+	putTimeout, stopFor := tm.putTimeout, tm.stopFor
 	e := newE2E(t, master.Config{PutTimeout: putTimeout, LeaseTTL: 500 * time.Millisecond, MinClientTTL: 100 * time.Millisecond})
 	prov := e.start("provider", "provider-a", 0)
 	b := e.start("worker", "refiller", 0)
@@ -626,7 +636,7 @@ func runStoppedWriter(t *testing.T, cases []stopCase) {
 		waitStopped(t, a.Pid())
 		// Past the put timeout (and a reap): the old master had freed A's
 		// ranges by now. B's puts take whatever is free.
-		time.Sleep(time.Until(t0.Add(putTimeout + 300*time.Millisecond)))
+		time.Sleep(time.Until(t0.Add(tm.refillAfter)))
 		b.Send(fmt.Sprintf("put b%d 0 %d", i, refill))
 		bkv, _ := reply(t, b, "put")
 		time.Sleep(time.Until(t0.Add(stopFor)))

@@ -280,6 +280,9 @@ def test_close_semantics(cfg):
         ({"protocol": "rdma"}, "protocol"),
         ({"global_segment_size": 0}, "global_segment_size"),
         ({"local_buffer_size": "16MiB"}, "local_buffer_size"),
+        ({"lease_ttl": "forever"}, "lease_ttl"),
+        ({"put_timeout": -1}, "put_timeout"),
+        ({"client_ttl": "2d"}, "client_ttl"),
     ],
 )
 def test_config_errors(tmp_path, override, key):
@@ -288,6 +291,14 @@ def test_config_errors(tmp_path, override, key):
     assert key in str(ei.value)
     assert ei.value.code == errors.CONFIG
     assert isinstance(ei.value, ValueError)
+
+
+def test_config_embedded_master_settings(tmp_path):
+    # The embedded master's lease TTL and put timeout are config keys.
+    with kvfabric.Store(sim_config(tmp_path, lease_ttl="250ms", put_timeout=3, client_ttl="2s")) as s:
+        s.put("k", b"v")
+        assert s.get_bytes("k") == b"v"
+        s.remove("k")  # the get released its lease: not leased
 
 
 def test_config_egm_off_allows_local_buffer(tmp_path):
