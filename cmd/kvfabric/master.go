@@ -45,7 +45,7 @@ lets calls in flight finish for up to --shutdown-timeout, then stops.`,
 	f.StringVar(&o.listen, "listen", "127.0.0.1:50051", "gRPC listen address")
 	f.StringVar(&o.metricsListen, "metrics-listen", "127.0.0.1:9090", "HTTP address for /metrics (empty: none)")
 	f.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", 5*time.Second, "read lease granted by GetReplicas")
-	f.DurationVar(&o.cfg.PutTimeout, "put-timeout", 30*time.Second, "a put not ended within this is revoked")
+	f.DurationVar(&o.cfg.PutTimeout, "put-timeout", 30*time.Second, "a put not ended within this can no longer become visible (its bytes stay reserved while its writer may still write them)")
 	f.DurationVar(&o.cfg.ClientTTL, "client-ttl", 10*time.Second, "default client registration TTL (heartbeat deadline)")
 	f.Float64Var(&o.cfg.DRAM.High, "dram-high-watermark", 0.95, "DRAM usage fraction that starts eviction")
 	f.Float64Var(&o.cfg.DRAM.Low, "dram-low-watermark", 0.85, "DRAM usage fraction eviction brings usage down to")
