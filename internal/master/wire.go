@@ -728,14 +728,18 @@ func decodeItemError(b []byte) (error, error) {
 		switch {
 		case f.is(1, protowire.VarintType):
 			code = f.v
-		case f.is(2, protowire.BytesType):
-			reason = f.p
-		case f.is(3, protowire.BytesType):
-			msg = f.p
+		case f.is(2, protowire.BytesType), f.is(3, protowire.BytesType):
+			// Every occurrence must be valid UTF-8, not only the last one
+			// that wins, as proto.Unmarshal checks.
+			if !utf8.Valid(f.p) {
+				return nil, errInvalidUTF8
+			}
+			if f.num == 2 {
+				reason = f.p
+			} else {
+				msg = f.p
+			}
 		}
-	}
-	if !utf8.Valid(reason) || !utf8.Valid(msg) {
-		return nil, errInvalidUTF8
 	}
 	if uint32(code) == 0 {
 		return nil, nil
