@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/kvfabric/kvfabric/internal/master"
 )
@@ -23,6 +25,11 @@ type masterOpts struct {
 	cfg                   master.Config
 	shutdownTimeout       time.Duration
 	verbose               bool
+	// Security: the master's TLS certificate and key, the CA of accepted
+	// client certificates, the bearer tokens file; insecure allows
+	// plaintext or unauthenticated callers on a non-loopback address.
+	tlsCert, tlsKey, clientCA, tokensFile string
+	insecure                              bool
 }
 
 func init() {
@@ -55,6 +62,14 @@ lets calls in flight finish for up to --shutdown-timeout, then stops.`,
 	f.Uint64Var(&o.cfg.Alignment, "alignment", 64, "allocation alignment in bytes (a power of two)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long calls in flight may finish on shutdown")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log at info level (default: warnings)")
+	f.StringVar(&o.tlsCert, "tls-cert-file", "", "PEM certificate of the master (TLS; see `kvfabric certs` and docs/security.md)")
+	f.StringVar(&o.tlsKey, "tls-key-file", "", "PEM private key of --tls-cert-file")
+	f.StringVar(&o.clientCA, "tls-client-ca-file", "", "PEM CA whose client certificates authenticate callers (mutual TLS; the principal is the subject CN, OU=admin gives the admin role)")
+	f.StringVar(&o.tokensFile, "tokens-file", "", `bearer tokens, one "<principal> <client|admin> <token>" per line (needs TLS)`)
+	f.IntVar(&o.cfg.Quotas.Segments, "quota-segments", 0, "segments one client may mount (0: 65536; -1: no limit)")
+	f.IntVar(&o.cfg.Quotas.PendingPuts, "quota-pending-puts", 0, "puts one client may have in progress (0: 1Mi; -1: no limit)")
+	f.Int64Var(&o.cfg.Quotas.ReservedBytes, "quota-reserved-bytes", 0, "bytes one client's puts in progress may reserve (0: 16TiB; -1: no limit)")
+	f.BoolVar(&o.insecure, "insecure", false, "allow plaintext or unauthenticated callers on a non-loopback --listen (anyone who reaches the port can then read and wipe the cache)")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -69,6 +84,10 @@ func runMaster(ctx context.Context, o masterOpts) (err error) {
 	cfg := o.cfg
 	cfg.Logger = log
 	cfg.Registerer = reg
+	sopts, auth, err := o.security(&cfg)
+	if err != nil {
+		return err
+	}
 	svc, err := master.New(cfg)
 	if err != nil {
 		return err
@@ -86,10 +105,11 @@ func runMaster(ctx context.Context, o masterOpts) (err error) {
 			return fmt.Errorf("--metrics-listen: %w", err)
 		}
 	}
-	srv := master.NewServer(svc, reg)
+	srv := master.NewServerAuth(svc, reg, auth, sopts...)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis, mlis) }()
-	log.Warn("kvfabric master serving", "grpc", lis.Addr().String(), "metrics", o.metricsListen)
+	log.Warn("kvfabric master serving", "grpc", lis.Addr().String(), "metrics", o.metricsListen,
+		"tls", o.tlsCert != "", "client certificates", o.clientCA != "", "tokens", o.tokensFile != "", "authentication required", cfg.RequireAuth)
 
 	select {
 	case err := <-served: // a listener failed
@@ -100,4 +120,47 @@ func runMaster(ctx context.Context, o masterOpts) (err error) {
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
 	return errors.Join(srv.Shutdown(sctx), <-served)
+}
+
+// security builds the master's TLS credentials and authenticator from the
+// flags, and refuses what would expose the cache: a non-loopback --listen
+// without TLS and client authentication, unless --insecure says so.
+func (o masterOpts) security(cfg *master.Config) ([]grpc.ServerOption, *master.Authenticator, error) {
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return nil, nil, fmt.Errorf("--tls-cert-file %q and --tls-key-file %q must be given together", o.tlsCert, o.tlsKey)
+	}
+	tlsOn := o.tlsCert != ""
+	if !tlsOn && (o.clientCA != "" || o.tokensFile != "") {
+		return nil, nil, errors.New("--tls-client-ca-file and --tokens-file need --tls-cert-file/--tls-key-file: credentials must not travel in plaintext")
+	}
+	authOn := o.clientCA != "" || o.tokensFile != ""
+	if !master.IsLoopback(o.listen) && !o.insecure {
+		switch {
+		case !tlsOn:
+			return nil, nil, fmt.Errorf("--listen %s is not a loopback address: refusing to serve plaintext (anyone who reaches the port could read and wipe the cache); give --tls-cert-file/--tls-key-file and --tls-client-ca-file or --tokens-file (docs/security.md), or --insecure to accept the risk", o.listen)
+		case !authOn:
+			return nil, nil, fmt.Errorf("--listen %s is not a loopback address: refusing to serve without client authentication; give --tls-client-ca-file or --tokens-file (docs/security.md), or --insecure to accept the risk", o.listen)
+		}
+	}
+	var opts []grpc.ServerOption
+	if tlsOn {
+		tc, err := master.ServerTLS(o.tlsCert, o.tlsKey, o.clientCA)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	var ps []master.Principal
+	var toks [][]byte
+	if o.tokensFile != "" {
+		data, err := os.ReadFile(o.tokensFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--tokens-file: %w", err)
+		}
+		if ps, toks, err = master.ParseTokens(data); err != nil {
+			return nil, nil, fmt.Errorf("--tokens-file %s: %w", o.tokensFile, err)
+		}
+	}
+	cfg.RequireAuth = authOn
+	return opts, master.NewAuthenticator(ps, toks, authOn), nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -236,8 +237,14 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		}
 		s.m, s.ownMaster = master.NewEmbedded(s.svc), true
 	default:
+		sec := master.ClientSecurity{CAFile: cfg.TLSCAFile, CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile,
+			ServerName: cfg.TLSServerName, TokenFile: cfg.AuthTokenFile}
+		dopts, err := sec.DialOptions()
+		if err != nil {
+			return nil, fmt.Errorf("%w: master security: %w", ErrInvalidArgument, err)
+		}
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		s.m, err = master.Dial(dctx, cfg.MasterServerAddr)
+		s.m, err = master.Dial(dctx, cfg.MasterServerAddr, dopts...)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("%w: dial master %s: %v", ErrRPC, cfg.MasterServerAddr, err)
@@ -255,9 +262,9 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	s.regInfo = master.ClientInfo{
 		ID: s.clientID, Node: cfg.LocalHostname, TTL: ttl,
 		NUMANode: s.numa, Device: int32(cfg.Device),
+		Incarnation: rand.Uint64() | 1,
 	}
-	sent := timeNow()
-	reg, err := s.m.RegisterClient(ctx, s.regInfo)
+	reg, sent, err := s.register(ctx, ttl)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("register client %q: %w", s.clientID, err))
 	}
@@ -357,6 +364,35 @@ func (s *Store) Health(ctx context.Context) error {
 		return mapErr(err)
 	}
 	return nil
+}
+
+// register registers this process. While another live process holds the
+// id (a restart under the same --client-id before the old registration
+// expired, or two processes configured with one id) the master refuses it;
+// register retries until the old registration can have expired (the TTL
+// asked for, 10s by default, plus slack), then gives up with the master's
+// error, which names the other process's node.
+func (s *Store) register(ctx context.Context, ttl time.Duration) (master.Registration, time.Time, error) {
+	if ttl <= 0 {
+		ttl = 10 * time.Second
+	}
+	give := time.Now().Add(ttl + 2*time.Second)
+	for logged := false; ; {
+		sent := timeNow()
+		reg, err := s.m.RegisterClient(ctx, s.regInfo)
+		if !errors.Is(err, master.ErrAlreadyExists) || time.Now().After(give) {
+			return reg, sent, err
+		}
+		if !logged {
+			s.log.Warn("kvfabric client id in use by another live process; waiting for its registration to expire", "client", s.clientID, "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return reg, sent, errors.Join(err, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // setRegistration records a registration the master granted for a request

@@ -92,6 +92,15 @@ type Config struct {
 	// the master's default, 10s): it heartbeats every third of it, and a
 	// process that stops heartbeating loses its segments and puts after it.
 	ClientTTL time.Duration `json:"client_ttl"`
+	// TLSCAFile turns on TLS to a remote master, verified against this CA;
+	// TLSCertFile/TLSKeyFile are this client's certificate (mutual TLS);
+	// TLSServerName overrides the name checked in the master's certificate;
+	// AuthTokenFile holds a bearer token (docs/security.md).
+	TLSCAFile     string `json:"tls_ca_file"`
+	TLSCertFile   string `json:"tls_cert_file"`
+	TLSKeyFile    string `json:"tls_key_file"`
+	TLSServerName string `json:"tls_server_name"`
+	AuthTokenFile string `json:"auth_token_file"`
 }
 
 // Defaults returns the default configuration.
@@ -158,6 +167,14 @@ func (c *Config) Validate() error {
 		if d.key != "client_ttl" && d.v != 0 && c.MasterServerAddr != MasterEmbedded {
 			return invalid(d.key, d.v, "sets the embedded master only; a remote master ("+c.MasterServerAddr+") takes it as its own flag")
 		}
+	}
+	switch {
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		return invalid("tls_cert_file", c.TLSCertFile, "tls_cert_file and tls_key_file go together (tls_key_file="+strconv.Quote(c.TLSKeyFile)+")")
+	case c.TLSCAFile == "" && (c.TLSCertFile != "" || c.AuthTokenFile != "" || c.TLSServerName != ""):
+		return invalid("tls_ca_file", c.TLSCAFile, "required with tls_cert_file, auth_token_file or tls_server_name: credentials never travel in plaintext")
+	case c.TLSCAFile != "" && c.MasterServerAddr == MasterEmbedded:
+		return invalid("tls_ca_file", c.TLSCAFile, "is for a remote master; master_server_addr is embedded")
 	}
 	if c.MasterServerAddr != MasterEmbedded && !strings.Contains(c.MasterServerAddr, ":") {
 		return invalid("master_server_addr", c.MasterServerAddr, "want embedded or host:port")
@@ -232,6 +249,11 @@ var setters = map[string]setter{
 	"lease_ttl":             durationKey("lease_ttl", func(c *Config, d time.Duration) { c.LeaseTTL = d }),
 	"put_timeout":           durationKey("put_timeout", func(c *Config, d time.Duration) { c.PutTimeout = d }),
 	"client_ttl":            durationKey("client_ttl", func(c *Config, d time.Duration) { c.ClientTTL = d }),
+	"tls_ca_file":           stringKey("tls_ca_file", func(c *Config, s string) { c.TLSCAFile = s }),
+	"tls_cert_file":         stringKey("tls_cert_file", func(c *Config, s string) { c.TLSCertFile = s }),
+	"tls_key_file":          stringKey("tls_key_file", func(c *Config, s string) { c.TLSKeyFile = s }),
+	"tls_server_name":       stringKey("tls_server_name", func(c *Config, s string) { c.TLSServerName = s }),
+	"auth_token_file":       stringKey("auth_token_file", func(c *Config, s string) { c.AuthTokenFile = s }),
 	"device": func(c *Config, v any) error {
 		n, err := toInt(v)
 		if err != nil || n < 0 {
@@ -330,6 +352,11 @@ func (c *Config) Map() map[string]any {
 		"lease_ttl":             c.LeaseTTL.String(),
 		"put_timeout":           c.PutTimeout.String(),
 		"client_ttl":            c.ClientTTL.String(),
+		"tls_ca_file":           c.TLSCAFile,
+		"tls_cert_file":         c.TLSCertFile,
+		"tls_key_file":          c.TLSKeyFile,
+		"tls_server_name":       c.TLSServerName,
+		"auth_token_file":       c.AuthTokenFile,
 	}
 }
 

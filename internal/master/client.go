@@ -105,6 +105,12 @@ type ClientInfo struct {
 	// -1 when unknown.
 	NUMANode int32
 	Device   int32
+	// Incarnation is random per client process (0: unset). While a
+	// registration of another incarnation is live, registering its id is
+	// refused (ErrAlreadyExists): a second process started with the same id
+	// must not wipe the first one's segments. The same incarnation
+	// registering again is a retry.
+	Incarnation uint64
 }
 
 // Registration is the master's answer to RegisterClient.

@@ -32,6 +32,9 @@ var wireCodes = []struct {
 	{ErrGenerationMismatch, codes.FailedPrecondition, "GENERATION_MISMATCH"},
 	{ErrUnknownClient, codes.NotFound, "UNKNOWN_CLIENT"},
 	{ErrClosed, codes.Unavailable, "CLOSED"},
+	{ErrPermission, codes.PermissionDenied, "PERMISSION_DENIED"},
+	{ErrUnauthenticated, codes.Unauthenticated, "UNAUTHENTICATED"},
+	{ErrQuota, codes.ResourceExhausted, "QUOTA"},
 	{context.Canceled, codes.Canceled, "CANCELED"},
 	{context.DeadlineExceeded, codes.DeadlineExceeded, "DEADLINE_EXCEEDED"},
 }

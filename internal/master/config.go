@@ -59,6 +59,14 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, when set, receives the Service's metrics.
 	Registerer prometheus.Registerer
+	// RequireAuth makes every call carry a Principal (WithPrincipal; the
+	// gRPC server sets it from a verified client certificate or a bearer
+	// token): calls without one fail with ErrUnauthenticated, and a client
+	// may act only on its own registrations, segments and puts (DESIGN §9,
+	// "every caller is someone"). Off, callers are trusted.
+	RequireAuth bool
+	// Quotas bound each registration (zero fields: DefaultQuotas).
+	Quotas Quotas
 }
 
 // Defaults returns c with zero fields set to their defaults.
@@ -95,6 +103,7 @@ func (c Config) Defaults() Config {
 	if c.Clock == nil {
 		c.Clock = SystemClock
 	}
+	c.Quotas = c.Quotas.withDefaults()
 	return c
 }
 

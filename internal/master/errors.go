@@ -42,4 +42,15 @@ var (
 	ErrUnknownClient = errors.New("master: unknown client")
 	// ErrClosed: the Service or the Client is closed. gRPC: Unavailable.
 	ErrClosed = errors.New("master: closed")
+	// ErrPermission: the caller may not do this (another principal's
+	// registration, segment or put; an admin call without the admin role).
+	// gRPC: PermissionDenied.
+	ErrPermission = errors.New("master: permission denied")
+	// ErrUnauthenticated: the master requires authentication and the call
+	// carried no valid client certificate or token. gRPC: Unauthenticated.
+	ErrUnauthenticated = errors.New("master: unauthenticated")
+	// ErrQuota: the caller's registration is at one of its quotas
+	// (segments mounted, puts in progress, bytes reserved). gRPC:
+	// ResourceExhausted.
+	ErrQuota = errors.New("master: quota exceeded")
 )

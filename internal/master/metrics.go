@@ -58,6 +58,8 @@ const (
 	resGenerationMismatch
 	resUnknownClient
 	resClosed
+	resPermission
+	resQuota
 	resCanceled
 	resError
 	nResults
@@ -65,7 +67,7 @@ const (
 
 var resultNames = [nResults]string{"ok", "invalid", "not_found", "already_exists", "no_space",
 	"has_lease", "wrong_state", "unknown_segment", "generation_mismatch", "unknown_client",
-	"closed", "canceled", "error"}
+	"closed", "permission_denied", "quota", "canceled", "error"}
 
 // metrics are the Service's Prometheus metrics. Counters are pre-resolved
 // per (op, result) so the hot path does no label lookups.

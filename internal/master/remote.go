@@ -94,7 +94,7 @@ func (r *remote) RegisterClient(ctx context.Context, info ClientInfo) (Registrat
 		return Registration{}, validateClientInfo(&info)
 	}
 	resp, err := r.rpc.RegisterClient(ctx, &pb.RegisterClientRequest{Id: info.ID, Node: info.Node,
-		TtlNs: int64(info.TTL), NumaNode: info.NUMANode, Device: info.Device})
+		TtlNs: int64(info.TTL), NumaNode: info.NUMANode, Device: info.Device, Incarnation: info.Incarnation})
 	if err != nil {
 		return Registration{}, r.fail(err)
 	}

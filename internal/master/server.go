@@ -38,9 +38,17 @@ type Server struct {
 // goes through the generated handlers, so interceptors always see the
 // generated request and response messages.
 func NewServer(svc *Service, reg *prometheus.Registry, opts ...grpc.ServerOption) *Server {
+	return NewServerAuth(svc, reg, nil, opts...)
+}
+
+// NewServerAuth is NewServer with callers authenticated by auth (nil: no
+// authentication): every call's context carries the caller's Principal,
+// and calls without one are refused when auth.Require is set. It is not an
+// interceptor, so the hand-coded hot calls stay on their fast path.
+func NewServerAuth(svc *Service, reg *prometheus.Registry, auth *Authenticator, opts ...grpc.ServerOption) *Server {
 	opts = append([]grpc.ServerOption{grpc.ForceServerCodecV2(codec)}, opts...)
 	s := &Server{svc: svc, grpc: grpc.NewServer(opts...)}
-	s.grpc.RegisterService(serviceDesc(), &grpcService{svc: svc})
+	s.grpc.RegisterService(serviceDesc(), &grpcService{svc: svc, auth: auth})
 	if reg != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -115,11 +123,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // requests with the same errors.
 type grpcService struct {
 	pb.UnimplementedMasterServer
-	svc *Service
+	svc  *Service
+	auth *Authenticator // nil: no authentication
 }
 
 func (g *grpcService) RegisterClient(ctx context.Context, r *pb.RegisterClientRequest) (*pb.RegisterClientResponse, error) {
-	reg, err := g.svc.RegisterClient(ctx, ClientInfo{ID: r.Id, Node: r.Node, TTL: time.Duration(r.TtlNs), NUMANode: r.NumaNode, Device: r.Device})
+	reg, err := g.svc.RegisterClient(ctx, ClientInfo{ID: r.Id, Node: r.Node, TTL: time.Duration(r.TtlNs), NUMANode: r.NumaNode, Device: r.Device, Incarnation: r.Incarnation})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -325,8 +334,29 @@ func serviceDesc() *grpc.ServiceDesc {
 		if h, ok := fast[m.MethodName]; ok {
 			d.Methods[i].Handler = h
 		}
+		d.Methods[i].Handler = authenticated(d.Methods[i].MethodName, d.Methods[i].Handler)
 	}
 	return &d
+}
+
+// authenticated runs h with the caller's principal in its context (see
+// NewServerAuth).
+func authenticated(method string, h grpc.MethodHandler) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+		g := srv.(*grpcService)
+		if g.auth != nil {
+			p, err := g.auth.principal(ctx)
+			switch {
+			case err != nil:
+				return nil, toStatus(err)
+			case p.Name != "":
+				ctx = WithPrincipal(ctx, p)
+			case g.auth.Require:
+				return nil, toStatus(fmt.Errorf("%w: %s needs a client certificate or a bearer token", ErrUnauthenticated, method))
+			}
+		}
+		return h(srv, ctx, dec, icpt)
+	}
 }
 
 // fastHandler returns a handler that decodes into a new In and calls f,

@@ -99,6 +99,11 @@ type clientState struct {
 	// suspects counts its segments reported unreachable since its last
 	// heartbeat (which clears them).
 	suspects int
+	// principal registered it ("" without authentication).
+	principal string
+	// What it holds, against Config.Quotas.
+	segments, pending int
+	reserved          int64
 }
 
 // retiredReg is a registration that expired while its writer had puts in
@@ -109,8 +114,8 @@ type clientState struct {
 // timeout after the expiry: a queued copy that has still not run by then
 // means the writer is dead).
 type retiredReg struct {
-	id    string
-	until int64
+	id, principal string
+	until         int64
 }
 
 // quarantine is a segment allocation the master dropped while readers held
@@ -266,6 +271,10 @@ func (s *Service) RegisterClient(ctx context.Context, info ClientInfo) (reg Regi
 	if err := validateClientInfo(&info); err != nil {
 		return Registration{}, err
 	}
+	who, err := s.callerOf(ctx)
+	if err != nil {
+		return Registration{}, err
+	}
 	if err := s.lock(ctx); err != nil {
 		return Registration{}, err
 	}
@@ -275,10 +284,26 @@ func (s *Service) RegisterClient(ctx context.Context, info ClientInfo) (reg Regi
 		s.mu.nextClient++
 		info.ID = fmt.Sprintf("client-%d-%08x", s.mu.nextClient, s.mu.rng.Uint32())
 	} else {
-		if old, ok := s.mu.clients[info.ID]; ok {
-			// A new incarnation: the old process, its puts and its memory
-			// are gone.
+		if old, err := s.liveClientLocked(info.ID, now); err == nil {
+			switch {
+			case !who.mayActAs(old.principal):
+				return Registration{}, fmt.Errorf("%w: client id %q is registered by %q", ErrPermission, info.ID, old.principal)
+			case info.Incarnation != 0 && old.info.Incarnation == info.Incarnation:
+				// A retried RegisterClient of the same process.
+				old.expires = now + int64(old.ttl)
+				return Registration{ID: info.ID, TTL: old.ttl, LeaseTTL: s.cfg.LeaseTTL, PutTimeout: s.cfg.PutTimeout}, nil
+			case info.Incarnation != 0 && old.info.Incarnation != 0:
+				return Registration{}, fmt.Errorf("%w: client id %q is in use by a live process on %q (its registration ends in %v unless it heartbeats); use another id, or wait if that process is gone",
+					ErrAlreadyExists, info.ID, old.info.Node, time.Duration(old.expires-now))
+			}
+			// A new incarnation of a client that does not say which it is:
+			// the old process, its puts and its memory are gone.
 			s.retireClientLocked(old, now, true)
+		}
+		for _, r := range s.mu.retired {
+			if r.id == info.ID && !who.mayActAs(r.principal) {
+				return Registration{}, fmt.Errorf("%w: client id %q was registered by %q", ErrPermission, info.ID, r.principal)
+			}
 		}
 		// Puts of earlier, expired incarnations: a client registers again
 		// only after the copies it had queued are complete.
@@ -298,7 +323,7 @@ func (s *Service) RegisterClient(ctx context.Context, info ClientInfo) (reg Regi
 	if s.mu.nextSeq == 0 {
 		s.mu.nextSeq++ // 0 names no writer
 	}
-	c := &clientState{info: info, ttl: ttl, expires: now + int64(ttl), seq: s.mu.nextSeq}
+	c := &clientState{info: info, ttl: ttl, expires: now + int64(ttl), seq: s.mu.nextSeq, principal: who.Name}
 	s.mu.clients[info.ID] = c
 	s.mu.bySeq[c.seq] = c
 	return Registration{ID: info.ID, TTL: ttl, LeaseTTL: s.cfg.LeaseTTL, PutTimeout: s.cfg.PutTimeout}, nil
@@ -310,11 +335,18 @@ func (s *Service) Heartbeat(ctx context.Context, clientID string, mapped Mapped)
 	if err := validateID("client id", clientID); err != nil {
 		return HeartbeatInfo{}, err
 	}
+	who, err := s.callerOf(ctx)
+	if err != nil {
+		return HeartbeatInfo{}, err
+	}
 	if err := s.lock(ctx); err != nil {
 		return HeartbeatInfo{}, err
 	}
 	defer s.mu.Unlock()
 	now := s.now()
+	if err := s.ownsLocked(who, clientID, "heartbeat"); err != nil {
+		return HeartbeatInfo{}, err
+	}
 	c, err := s.liveClientLocked(clientID, now)
 	if err != nil {
 		return HeartbeatInfo{}, err
@@ -380,7 +412,7 @@ func (s *Service) retireClientLocked(c *clientState, now int64, gone bool) (puts
 	if gone {
 		s.freePutsOfLocked(c.seq, now)
 	} else if puts > 0 {
-		s.mu.retired[c.seq] = retiredReg{id: c.info.ID, until: now + int64(s.cfg.PutTimeout)}
+		s.mu.retired[c.seq] = retiredReg{id: c.info.ID, principal: c.principal, until: now + int64(s.cfg.PutTimeout)}
 	}
 	for slot, sg := range s.mu.segs {
 		if sg != nil && sg.desc.Owner == c.info.ID {
@@ -397,6 +429,10 @@ func (s *Service) MountSegment(ctx context.Context, d segment.Descriptor) (err e
 	if err := validateDescriptor(&d); err != nil {
 		return err
 	}
+	who, err := s.callerOf(ctx)
+	if err != nil {
+		return err
+	}
 	al, err := alloc.New(d.Size, s.cfg.Alignment)
 	if err != nil {
 		return fmt.Errorf("%w: segment %q: size %d: smaller than the alignment %d", ErrInvalid, d.ID, d.Size, s.cfg.Alignment)
@@ -406,7 +442,11 @@ func (s *Service) MountSegment(ctx context.Context, d segment.Descriptor) (err e
 	}
 	defer s.mu.Unlock()
 	now := s.now()
-	if _, err := s.liveClientLocked(d.Owner, now); err != nil {
+	if err := s.ownsLocked(who, d.Owner, "mount segment "+d.ID); err != nil {
+		return err
+	}
+	owner, err := s.liveClientLocked(d.Owner, now)
+	if err != nil {
 		return fmt.Errorf("segment %q owner: %w", d.ID, err)
 	}
 	if slot, ok := s.mu.segIndex[d.ID]; ok {
@@ -419,6 +459,9 @@ func (s *Service) MountSegment(ctx context.Context, d segment.Descriptor) (err e
 	if q, ok := s.mu.quarantine[d.ID]; ok && q.gen == d.Generation && q.until > now {
 		return fmt.Errorf("%w: segment %q generation %#x was dropped while leases or puts on it were outstanding; it may be mounted again after %v (in %v)",
 			ErrHasLease, d.ID, d.Generation, time.Unix(0, q.until).UTC().Format(time.RFC3339Nano), time.Duration(q.until-now))
+	}
+	if q := s.cfg.Quotas.Segments; q > 0 && owner.segments >= q {
+		return fmt.Errorf("%w: client %q has %d segments mounted (quota %d)", ErrQuota, d.Owner, owner.segments, q)
 	}
 	delete(s.mu.quarantine, d.ID)
 	desc := d
@@ -435,6 +478,7 @@ func (s *Service) MountSegment(ctx context.Context, d segment.Descriptor) (err e
 	s.mu.segIndex[d.ID] = slot
 	s.mu.tierCap[d.Tier] += al.Size()
 	s.mu.segVersion++
+	owner.segments++
 	return nil
 }
 
@@ -444,12 +488,19 @@ func (s *Service) UnmountSegment(ctx context.Context, k segment.Key) (err error)
 	if err := validateSegmentKey(k); err != nil {
 		return err
 	}
+	who, err := s.callerOf(ctx)
+	if err != nil {
+		return err
+	}
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
 	slot, err := s.segmentLocked(k)
 	if err != nil {
+		return err
+	}
+	if err := s.ownsLocked(who, s.mu.segs[slot].desc.Owner, "unmount segment "+k.ID); err != nil {
 		return err
 	}
 	now := s.now()
@@ -523,6 +574,9 @@ func (s *Service) dropSegmentLocked(slot uint32, now int64) {
 		s.freeObjectLocked(o, now)
 	}
 	delete(s.mu.segIndex, sg.desc.ID)
+	if c, ok := s.mu.clients[sg.desc.Owner]; ok {
+		c.segments--
+	}
 	s.mu.segs[slot] = nil
 	s.mu.freeSegs = append(s.mu.freeSegs, slot)
 	s.mu.segVersion++
@@ -593,8 +647,10 @@ func (s *Service) freeObjectLocked(slot uint32, now int64) {
 	case statePending:
 		s.mu.objs.unindex(slot)
 		delete(s.mu.pending, slot)
+		s.unchargeLocked(o)
 	case stateTimedOut:
 		delete(s.mu.timedOut, o.token)
+		s.unchargeLocked(o)
 	case stateVisible:
 		s.mu.objs.unindex(slot)
 		s.mu.visible--
@@ -630,6 +686,10 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 			nrep += max(reqs[i].Replicas, 1)
 		}
 	}
+	who, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -646,12 +706,20 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 		// Every put has a registered writer: its range stays reserved past
 		// the put timeout for as long as that writer may still write it.
 		if writer == nil || writer.info.ID != r.Placement.Client {
+			if err := s.ownsLocked(who, r.Placement.Client, "put"); err != nil {
+				out[i].Err = fmt.Errorf("key %q: %w", r.Key, err)
+				continue
+			}
 			c, err := s.liveClientLocked(r.Placement.Client, now)
 			if err != nil {
 				out[i].Err = fmt.Errorf("key %q: writer (placement client): %w", r.Key, err)
 				continue
 			}
 			writer = c
+		}
+		if err := s.quotaLocked(writer, r.Size); err != nil {
+			out[i].Err = fmt.Errorf("key %q: %w", r.Key, err)
+			continue
 		}
 		h := s.mu.objs.hash(r.Key)
 		if _, ok := s.mu.objs.find(h, r.Key); ok {
@@ -665,8 +733,9 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 			continue
 		}
 		o := s.mu.objs.at(slot)
-		*o = object{key: noKey, size: r.Size, token: s.mu.nextToken, stamp: now + int64(s.cfg.PutTimeout), state: statePending, aux: writer.seq}
-		s.mu.nextToken++
+		*o = object{key: noKey, size: r.Size, token: s.newTokenLocked(), stamp: now + int64(s.cfg.PutTimeout), state: statePending, aux: writer.seq}
+		writer.pending++
+		writer.reserved += int64(r.Size)
 		if r.Pin {
 			o.flags |= flagPinned
 		}
@@ -719,6 +788,12 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 		}
 		err = s.lock(ctx)
 	}
+	var who caller
+	if err == nil {
+		if who, err = s.callerOf(ctx); err != nil {
+			s.mu.Unlock()
+		}
+	}
 	if err != nil {
 		s.met.op(op, start, &err)
 		return fillErr(out, err)
@@ -727,6 +802,10 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 	now := s.now()
 	for i, p := range puts {
 		if out[i] != nil {
+			continue
+		}
+		if err := s.mayFinishLocked(who, p); err != nil {
+			out[i] = err
 			continue
 		}
 		slot, ok := s.mu.objs.lookup(p.Key)
@@ -751,6 +830,7 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 		case op == opPutEnd && o.state == stateVisible:
 			// A retried PutEnd.
 		case op == opPutEnd:
+			s.unchargeLocked(o)
 			o.state = stateVisible
 			o.stamp = now
 			o.aux = 0 // from writer to reader count
@@ -918,6 +998,13 @@ func (s *Service) removeLocked(slot uint32, force bool, now int64) error {
 // RemoveAll implements Client.
 func (s *Service) RemoveAll(ctx context.Context, force bool) (n int, err error) {
 	defer s.met.op(opRemoveAll, time.Now(), &err)
+	who, err := s.callerOf(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if force && !who.admin() {
+		return 0, fmt.Errorf("%w: RemoveAll with force needs the admin role (%q is %s)", ErrPermission, who.Name, who.Role)
+	}
 	if err := s.lock(ctx); err != nil {
 		return 0, err
 	}
@@ -971,6 +1058,67 @@ func (s *Service) Reap() {
 	}
 	s.expireLeasesLocked(now)
 	s.evictToWatermarksLocked(now)
+}
+
+// newTokenLocked returns a random, unused put token: a writer cannot guess
+// another's (and with authentication a put is also bound to its writer).
+func (s *Service) newTokenLocked() uint64 {
+	for {
+		t := s.mu.rng.Uint64()
+		if _, dup := s.mu.timedOut[t]; t != 0 && !dup {
+			return t
+		}
+	}
+}
+
+// quotaLocked checks that writer may start one more put of size bytes.
+func (s *Service) quotaLocked(c *clientState, size uint64) error {
+	q := s.cfg.Quotas
+	switch {
+	case q.PendingPuts > 0 && c.pending >= q.PendingPuts:
+		return fmt.Errorf("%w: client %q has %d puts in progress (quota %d)", ErrQuota, c.info.ID, c.pending, q.PendingPuts)
+	case q.ReservedBytes > 0 && c.reserved+int64(min(size, 1<<62)) > q.ReservedBytes:
+		return fmt.Errorf("%w: client %q reserves %d bytes in puts in progress; %d more exceeds its quota of %d", ErrQuota, c.info.ID, c.reserved, size, q.ReservedBytes)
+	}
+	return nil
+}
+
+// unchargeLocked takes a put that is no longer in progress off its
+// writer's quota (if the writer is still registered).
+func (s *Service) unchargeLocked(o *object) {
+	if c, ok := s.mu.bySeq[o.aux]; ok {
+		c.pending--
+		c.reserved -= int64(o.size)
+	}
+}
+
+// mayFinishLocked checks that who may end or revoke put p: its writer's
+// principal (the put's token alone does not suffice with authentication).
+func (s *Service) mayFinishLocked(who caller, p PutRef) error {
+	if who.admin() {
+		return nil
+	}
+	var seq uint32
+	if slot, ok := s.mu.objs.lookup(p.Key); ok && s.mu.objs.at(slot).token == p.Token {
+		seq = s.mu.objs.at(slot).aux
+		if s.mu.objs.at(slot).state != statePending {
+			return nil // visible: a retried PutEnd changes nothing
+		}
+	} else if slot, ok := s.mu.timedOut[p.Token]; ok {
+		seq = s.mu.objs.at(slot).aux
+	} else {
+		return nil // not found: reported as such
+	}
+	owner := ""
+	if c, ok := s.mu.bySeq[seq]; ok {
+		owner = c.principal
+	} else if r, ok := s.mu.retired[seq]; ok {
+		owner = r.principal
+	}
+	if !who.mayActAs(owner) {
+		return fmt.Errorf("%w: put of key %q belongs to %q, not %q", ErrPermission, p.Key, owner, who.Name)
+	}
+	return nil
 }
 
 // freePutsOfLocked frees the timed-out and revoked puts of registration seq:
@@ -1062,11 +1210,18 @@ func (s *Service) ReportUnreachable(ctx context.Context, reporter string, k segm
 	if len(reason) > 1024 {
 		reason = reason[:1024]
 	}
+	who, err := s.callerOf(ctx)
+	if err != nil {
+		return err
+	}
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
 	now := s.now()
+	if err := s.ownsLocked(who, reporter, "report unreachable"); err != nil {
+		return err
+	}
 	if _, err := s.liveClientLocked(reporter, now); err != nil {
 		return fmt.Errorf("reporter: %w", err)
 	}
@@ -1215,6 +1370,10 @@ func errResult(err error) result {
 		return resUnknownClient
 	case errors.Is(err, ErrClosed):
 		return resClosed
+	case errors.Is(err, ErrPermission), errors.Is(err, ErrUnauthenticated):
+		return resPermission
+	case errors.Is(err, ErrQuota):
+		return resQuota
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return resCanceled
 	}

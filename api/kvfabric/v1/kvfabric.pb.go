@@ -344,12 +344,17 @@ func (x *ItemError) GetMessage() string {
 }
 
 type RegisterClientRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	TtlNs         int64                  `protobuf:"varint,3,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
-	NumaNode      int32                  `protobuf:"varint,4,opt,name=numa_node,json=numaNode,proto3" json:"numa_node,omitempty"`
-	Device        int32                  `protobuf:"varint,5,opt,name=device,proto3" json:"device,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Node     string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	TtlNs    int64                  `protobuf:"varint,3,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
+	NumaNode int32                  `protobuf:"varint,4,opt,name=numa_node,json=numaNode,proto3" json:"numa_node,omitempty"`
+	Device   int32                  `protobuf:"varint,5,opt,name=device,proto3" json:"device,omitempty"`
+	// incarnation is random per client process: registering an id that a
+	// live registration of another incarnation holds is refused (a second
+	// process started with the same id must not wipe the first one's
+	// segments); the same incarnation registering again is a retry.
+	Incarnation   uint64 `protobuf:"fixed64,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -415,6 +420,13 @@ func (x *RegisterClientRequest) GetNumaNode() int32 {
 func (x *RegisterClientRequest) GetDevice() int32 {
 	if x != nil {
 		return x.Device
+	}
+	return 0
+}
+
+func (x *RegisterClientRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
 	}
 	return 0
 }
@@ -2441,13 +2453,14 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\tItemError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x87\x01\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xa9\x01\n" +
 	"\x15RegisterClientRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x15\n" +
 	"\x06ttl_ns\x18\x03 \x01(\x03R\x05ttlNs\x12\x1b\n" +
 	"\tnuma_node\x18\x04 \x01(\x05R\bnumaNode\x12\x16\n" +
-	"\x06device\x18\x05 \x01(\x05R\x06device\"\x87\x01\n" +
+	"\x06device\x18\x05 \x01(\x05R\x06device\x12 \n" +
+	"\vincarnation\x18\x06 \x01(\x06R\vincarnation\"\x87\x01\n" +
 	"\x16RegisterClientResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06ttl_ns\x18\x02 \x01(\x03R\x05ttlNs\x12 \n" +
