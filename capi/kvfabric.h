@@ -77,6 +77,7 @@ extern "C" {
 #define KVFABRIC_ERR_INVALID_HANDLE     (-3008) /* handle not open (never opened, or closed) */
 #define KVFABRIC_ERR_PANIC              (-3009) /* a bug; see kvfabric_last_error */
 #define KVFABRIC_ERR_BUFFER_IN_USE      (-3010) /* copies using the buffer outlasted the unregister's wait */
+#define KVFABRIC_ERR_PERMISSION         (-3011) /* the master refused: not authenticated, or not this caller's to do */
 
 /* kvfabric_put* flags */
 #define KVFABRIC_PUT_PIN 0x1u /* keep from eviction until removed */

@@ -41,6 +41,8 @@ type demoOpts struct {
 	rounds    int
 	socketDir string
 	master    string
+	// sec reaches a remote master (the security flags).
+	sec master.ClientSecurity
 }
 
 func init() {
@@ -59,9 +61,11 @@ uses real CUDA when a GPU is present and the simulator otherwise, and says
 which.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.sec = clientSecurity(cmd)
 			return runDemo(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
+	addSecurityFlags(cmd)
 	f := cmd.Flags()
 	f.StringVar(&o.driver, "driver", "auto", "auto|cuda|sim")
 	f.BoolVar(&o.egm, "egm", true, "provide EGM HOST_NUMA DRAM (false: HBM segments)")
@@ -120,8 +124,12 @@ func runDemoOn(ctx context.Context, out io.Writer, drv cuda.Driver, why string, 
 	var mc master.Client
 	if remote {
 		// Consumer only: capacity comes from `kvfabric provider` processes.
+		dopts, err := o.sec.DialOptions()
+		if err != nil {
+			return err
+		}
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		mc, err = master.Dial(dctx, o.master)
+		mc, err = master.Dial(dctx, o.master, dopts...)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("--master-server-addr=%s: %w", o.master, err)

@@ -18,7 +18,6 @@ import (
 	"github.com/kvfabric/kvfabric/internal/client"
 	"github.com/kvfabric/kvfabric/internal/config"
 	"github.com/kvfabric/kvfabric/internal/cuda/choose"
-	"github.com/kvfabric/kvfabric/internal/master"
 )
 
 func init() {
@@ -51,6 +50,7 @@ leases) and reports the live driver objects left (zero on success).`,
 	provider.Flags().StringVar(&clientID, "client-id", "", "client id at the master (default <hostname>-<pid>-1); a restarted provider reusing it replaces the old one")
 	provider.Flags().StringVar(&readyFile, "ready-file", "", "write this file once every segment is mounted (for scripts)")
 	addConfigFlags(provider)
+	addSecurityFlags(provider)
 	provider.Flags().String("master-server-addr", "", "host:port of `kvfabric master`")
 	rootCmd.AddCommand(provider)
 
@@ -63,9 +63,9 @@ leases) and reports the live driver objects left (zero on success).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			mc, err := master.Dial(ctx, addr)
+			mc, err := dialMaster(ctx, cmd, addr)
 			if err != nil {
-				return fmt.Errorf("--master-server-addr=%s: %w", addr, err)
+				return err
 			}
 			defer mc.Close()
 			segs, err := mc.ListSegments(ctx)
@@ -99,6 +99,7 @@ leases) and reports the live driver objects left (zero on success).`,
 	}
 	stat.Flags().StringVar(&addr, "master-server-addr", "127.0.0.1:50051", "host:port of `kvfabric master`")
 	stat.Flags().BoolVar(&asJSON, "json", false, "JSON output")
+	addSecurityFlags(stat)
 	rootCmd.AddCommand(stat)
 }
 
@@ -124,6 +125,7 @@ func configFromFlags(cmd *cobra.Command, file string) (config.Config, error) {
 		}
 	}
 	keys := append([]struct{ flag, key, usage string }{{"master-server-addr", "master_server_addr", ""}}, poolFlags...)
+	keys = append(keys, securityFlags...)
 	for _, f := range keys {
 		if fl := cmd.Flags().Lookup(f.flag); fl != nil && fl.Changed {
 			if err := cfg.Set(f.key, fl.Value.String()); err != nil {

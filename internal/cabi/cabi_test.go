@@ -94,6 +94,7 @@ func TestStatusOf(t *testing.T) {
 		{client.ErrAlreadyRegistered, StatusAlreadyRegistered},
 		// An unregister whose wait for batches ran out: not an RPC failure.
 		{fmt.Errorf("%w: 1 batch: %w", client.ErrBufferInUse, context.DeadlineExceeded), StatusBufferInUse},
+		{fmt.Errorf("%w: RemoveAll with force needs the admin role", client.ErrPermission), StatusPermission},
 		{fmt.Errorf("x: %w", config.ErrInvalid), StatusConfig},
 		// Close wraps the step that failed; cleanup-pending wins.
 		{fmt.Errorf("%w: %w", client.ErrCleanupPending, client.ErrTransfer), StatusCleanupPending},

@@ -49,6 +49,7 @@ const (
 	StatusInvalidHandle     = -3008
 	StatusPanic             = -3009
 	StatusBufferInUse       = -3010
+	StatusPermission        = -3011
 )
 
 // StatusName is the header's name for a status code ("KVFABRIC_ERR_NOT_FOUND").
@@ -92,6 +93,8 @@ func StatusName(code int32) string {
 		return "KVFABRIC_ERR_PANIC"
 	case StatusBufferInUse:
 		return "KVFABRIC_ERR_BUFFER_IN_USE"
+	case StatusPermission:
+		return "KVFABRIC_ERR_PERMISSION"
 	}
 	return "KVFABRIC_ERR_UNKNOWN"
 }
@@ -137,6 +140,8 @@ func statusOf(err error) int32 {
 	case errors.Is(err, client.ErrBufferInUse):
 		// Before DeadlineExceeded (RPC): the unregister's wait ran out.
 		return StatusBufferInUse
+	case errors.Is(err, client.ErrPermission):
+		return StatusPermission
 	case errors.Is(err, client.ErrInvalidArgument):
 		return StatusInvalidArgument
 	case errors.Is(err, client.ErrTransfer):

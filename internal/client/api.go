@@ -35,7 +35,10 @@ type PutOptions struct {
 
 // Errors. Callers use errors.Is; the C ABI and Python map them to codes.
 var (
-	ErrNotFound          = errors.New("client: key not found")
+	ErrNotFound = errors.New("client: key not found")
+	// ErrPermission: the master authenticates callers and this one may not
+	// do what it asked (or presented no valid certificate or token).
+	ErrPermission        = errors.New("client: permission denied")
 	ErrAlreadyExists     = errors.New("client: key already exists")
 	ErrNoSpace           = errors.New("client: no space")
 	ErrHasLease          = errors.New("client: object has a lease")

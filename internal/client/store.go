@@ -588,8 +588,11 @@ const CloseTimeout = 30 * time.Second
 //  5. close the mapping cache (unmap imported segments);
 //  6. close the transfer engine;
 //  7. unregister host buffers and free the staging buffer;
-//  8. close the master client (and the embedded master this Store owns);
-//  9. release the primary context and close the driver it opened.
+//  8. end the registration at the master (after the pool: its segments are
+//     unmounted; after the operations in flight: their copies are done),
+//     so the client id is free for a restarted process at once;
+//  9. close the master client (and the embedded master this Store owns);
+//  10. release the primary context and close the driver it opened.
 //
 // A failed step keeps what it holds and every step that depends on it is
 // skipped (the fd exchange and the master need the pool closed; the context
@@ -660,12 +663,28 @@ func (s *Store) teardown() error {
 		teardown.Step{Name: closeXfer, Do: s.closeXferLocked},
 		teardown.Step{Name: unregister, Do: s.unregisterAllLocked},
 		teardown.Step{Name: freeStaging, Do: s.freeStagingLocked},
+		teardown.Step{Name: "end registration", Needs: []string{closePool}, Do: s.endRegistrationLocked},
 		teardown.Step{Name: "close master", Needs: []string{closePool}, Do: s.closeMasterLocked},
 		teardown.Step{Name: releaseCtx, Needs: []string{closePool, closeMaps, closeXfer, unregister, freeStaging}, Do: s.releaseCtxLocked},
 		teardown.Step{Name: "close driver", Needs: []string{releaseCtx}, Do: s.closeDriverLocked},
 	)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrCleanupPending, err)
+	}
+	return nil
+}
+
+// endRegistrationLocked ends this client's registration (Close step 8).
+// Best effort: if the master cannot be reached the registration ends by
+// its TTL, and Close goes on (it must not hang on a master that is gone).
+func (s *Store) endRegistrationLocked() error {
+	if s.m == nil || s.hbDone == nil {
+		return nil // never registered
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.m.UnregisterClient(ctx, s.clientID); err != nil && !errors.Is(err, master.ErrUnknownClient) {
+		s.log.Warn("kvfabric could not end its registration; it ends at its TTL", "client", s.clientID, "err", err)
 	}
 	return nil
 }
@@ -824,6 +843,11 @@ func mapErr(err error) error {
 		sentinel = ErrRPC
 	case errors.Is(err, master.ErrInvalid):
 		sentinel = ErrInvalidArgument
+	case errors.Is(err, master.ErrPermission), errors.Is(err, master.ErrUnauthenticated):
+		sentinel = ErrPermission
+	case errors.Is(err, master.ErrQuota):
+		// The caller's own share of the store is full.
+		sentinel = ErrNoSpace
 	case errors.Is(err, master.ErrClosed):
 		sentinel = ErrRPC
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

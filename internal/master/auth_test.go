@@ -225,6 +225,7 @@ func TestAuthRefusesAttacks(t *testing.T) {
 	wantErr(t, "RegisterClient with another principal's id", err, ErrPermission)
 	_, err = mal.Heartbeat(ctx, "p1", Mapped{})
 	wantErr(t, "Heartbeat of another principal", err, ErrPermission)
+	wantErr(t, "Unregister another principal", mal.UnregisterClient(ctx, "p1"), ErrPermission)
 	wantErr(t, "Unmount another principal's segment", mal.UnmountSegment(ctx, d.Key()), ErrPermission)
 	if _, err := mal.RegisterClient(ctx, ClientInfo{ID: "m1", Node: "evil", Incarnation: 3}); err != nil {
 		t.Fatal(err)
@@ -303,6 +304,15 @@ func TestDuplicateClientIDRefused(t *testing.T) {
 		e.clk.Advance(11 * time.Second)
 		if _, err := e.c.RegisterClient(e.ctx, second); err != nil {
 			t.Fatalf("after the first expired: %v", err)
+		}
+		// A client that closes cleanly ends its registration: its segments
+		// go and the id is free at once.
+		wantErr(t, "UnregisterClient", e.c.UnregisterClient(e.ctx, "prov"), nil)
+		wantErr(t, "UnregisterClient again", e.c.UnregisterClient(e.ctx, "prov"), ErrUnknownClient)
+		third := first
+		third.Incarnation = 33
+		if _, err := e.c.RegisterClient(e.ctx, third); err != nil {
+			t.Fatalf("after the other unregistered: %v", err)
 		}
 	})
 }

@@ -28,6 +28,11 @@ type Client interface {
 	// of the old one are unmounted, as on expiry (the memory went with the
 	// old process).
 	RegisterClient(ctx context.Context, info ClientInfo) (Registration, error)
+	// UnregisterClient ends a registration now: a client closing cleanly,
+	// whose copies are complete. Its puts are freed and its segments
+	// dropped (as on expiry, quarantined while leases on them run), and the
+	// id is free for another process. ErrUnknownClient if not registered.
+	UnregisterClient(ctx context.Context, clientID string) error
 	// Heartbeat renews a registration; ErrUnknownClient once it expired.
 	// Its answer says whether the set of mounted segments changed (a
 	// consumer then releases its mappings of segments that are gone).

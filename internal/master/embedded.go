@@ -42,6 +42,13 @@ func (e *embedded) Heartbeat(ctx context.Context, id string, mapped Mapped) (Hea
 	return e.svc.Heartbeat(ctx, id, mapped)
 }
 
+func (e *embedded) UnregisterClient(ctx context.Context, id string) error {
+	if err := e.check(); err != nil {
+		return err
+	}
+	return e.svc.UnregisterClient(ctx, id)
+}
+
 func (e *embedded) ReleaseLeases(ctx context.Context, ids []uint64) error {
 	if err := e.check(); err != nil {
 		return err

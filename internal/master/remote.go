@@ -117,6 +117,19 @@ func (r *remote) Heartbeat(ctx context.Context, id string, mapped Mapped) (Heart
 	return HeartbeatInfo{SegmentsVersion: resp.SegmentsVersion}, nil
 }
 
+func (r *remote) UnregisterClient(ctx context.Context, id string) error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	if !utf8.ValidString(id) {
+		return validateID("client id", id)
+	}
+	if _, err := r.rpc.UnregisterClient(ctx, &pb.UnregisterClientRequest{ClientId: id}); err != nil {
+		return r.fail(err)
+	}
+	return nil
+}
+
 func (r *remote) ReleaseLeases(ctx context.Context, ids []uint64) error {
 	if err := r.check(); err != nil {
 		return err

@@ -144,6 +144,13 @@ func (g *grpcService) Heartbeat(ctx context.Context, r *pb.HeartbeatRequest) (*p
 	return &pb.HeartbeatResponse{SegmentsVersion: hb.SegmentsVersion}, nil
 }
 
+func (g *grpcService) UnregisterClient(ctx context.Context, r *pb.UnregisterClientRequest) (*pb.UnregisterClientResponse, error) {
+	if err := g.svc.UnregisterClient(ctx, r.ClientId); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.UnregisterClientResponse{}, nil
+}
+
 func (g *grpcService) ReleaseLeases(ctx context.Context, r *pb.ReleaseLeasesRequest) (*pb.ReleaseLeasesResponse, error) {
 	if err := g.svc.ReleaseLeases(ctx, r.LeaseIds); err != nil {
 		return nil, toStatus(err)

@@ -381,6 +381,34 @@ func (s *Service) liveClientLocked(id string, now int64) (*clientState, error) {
 	return c, nil
 }
 
+// UnregisterClient implements Client.
+func (s *Service) UnregisterClient(ctx context.Context, clientID string) (err error) {
+	defer s.met.op(opUnregister, time.Now(), &err)
+	if err := validateID("client id", clientID); err != nil {
+		return err
+	}
+	who, err := s.callerOf(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	now := s.now()
+	if err := s.ownsLocked(who, clientID, "unregister"); err != nil {
+		return err
+	}
+	c, err := s.liveClientLocked(clientID, now)
+	if err != nil {
+		return err
+	}
+	puts, segs := s.retireClientLocked(c, now, true)
+	delete(s.mu.clients, clientID)
+	s.log.Info("master: client unregistered", "client", clientID, "segments", segs, "puts revoked", puts)
+	return nil
+}
+
 func (s *Service) expireClientLocked(id string, now int64) {
 	c := s.mu.clients[id]
 	puts, segs := s.retireClientLocked(c, now, false)

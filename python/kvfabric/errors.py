@@ -26,6 +26,7 @@ LEASE_EXPIRED = -3007
 INVALID_HANDLE = -3008
 PANIC = -3009
 BUFFER_IN_USE = -3010
+PERMISSION = -3011
 
 
 class KvfabricError(Exception):
@@ -120,6 +121,14 @@ class BufferInUseError(KvfabricError):
     code = BUFFER_IN_USE
 
 
+class PermissionDeniedError(KvfabricError, PermissionError):
+    """The master authenticates its callers and refused this one: no valid
+    certificate or token, or not its registration, segment or put (or an
+    admin-only call)."""
+
+    code = PERMISSION
+
+
 class InvalidHandleError(ClosedError):
     code = INVALID_HANDLE
 
@@ -147,6 +156,7 @@ _BY_CODE = {
         NotRegisteredError,
         AlreadyRegisteredError,
         BufferInUseError,
+        PermissionDeniedError,
         InvalidHandleError,
         PanicError,
     )

@@ -2132,6 +2132,89 @@ func (*ReportUnreachableResponse) Descriptor() ([]byte, []int) {
 	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{36}
 }
 
+// UnregisterClientRequest ends a registration at once (a client closing
+// cleanly, after its copies): its puts are revoked and freed and its
+// segments dropped, and the id is free for another process.
+type UnregisterClientRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterClientRequest) Reset() {
+	*x = UnregisterClientRequest{}
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterClientRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterClientRequest) ProtoMessage() {}
+
+func (x *UnregisterClientRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterClientRequest.ProtoReflect.Descriptor instead.
+func (*UnregisterClientRequest) Descriptor() ([]byte, []int) {
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *UnregisterClientRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+type UnregisterClientResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterClientResponse) Reset() {
+	*x = UnregisterClientResponse{}
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterClientResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterClientResponse) ProtoMessage() {}
+
+func (x *UnregisterClientResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterClientResponse.ProtoReflect.Descriptor instead.
+func (*UnregisterClientResponse) Descriptor() ([]byte, []int) {
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{38}
+}
+
 type UsageStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -2146,7 +2229,7 @@ type UsageStats struct {
 
 func (x *UsageStats) Reset() {
 	*x = UsageStats{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2241,7 @@ func (x *UsageStats) String() string {
 func (*UsageStats) ProtoMessage() {}
 
 func (x *UsageStats) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2254,7 @@ func (x *UsageStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageStats.ProtoReflect.Descriptor instead.
 func (*UsageStats) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{37}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *UsageStats) GetNode() string {
@@ -2224,7 +2307,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2319,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2332,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{38}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{40}
 }
 
 type StatsResponse struct {
@@ -2268,7 +2351,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2363,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2376,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{39}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StatsResponse) GetObjects() uint64 {
@@ -2366,7 +2449,7 @@ type ClientStats struct {
 
 func (x *ClientStats) Reset() {
 	*x = ClientStats{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2378,7 +2461,7 @@ func (x *ClientStats) String() string {
 func (*ClientStats) ProtoMessage() {}
 
 func (x *ClientStats) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2391,7 +2474,7 @@ func (x *ClientStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientStats.ProtoReflect.Descriptor instead.
 func (*ClientStats) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{40}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ClientStats) GetId() string {
@@ -2561,7 +2644,10 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x06R\n" +
 	"generation\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x1b\n" +
-	"\x19ReportUnreachableResponse\"\xaf\x01\n" +
+	"\x19ReportUnreachableResponse\"6\n" +
+	"\x17UnregisterClientRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\x1a\n" +
+	"\x18UnregisterClientResponse\"\xaf\x01\n" +
 	"\n" +
 	"UsageStats\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12%\n" +
@@ -2594,7 +2680,8 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"HandleKind\x12\x1b\n" +
 	"\x17HANDLE_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12HANDLE_KIND_FABRIC\x10\x01\x12\x18\n" +
-	"\x14HANDLE_KIND_POSIX_FD\x10\x022\xac\t\n" +
+	"\x14HANDLE_KIND_POSIX_FD\x10\x022\x8d\n" +
+	"\n" +
 	"\x06Master\x12Y\n" +
 	"\x0eRegisterClient\x12\".kvfabric.v1.RegisterClientRequest\x1a#.kvfabric.v1.RegisterClientResponse\x12J\n" +
 	"\tHeartbeat\x12\x1d.kvfabric.v1.HeartbeatRequest\x1a\x1e.kvfabric.v1.HeartbeatResponse\x12S\n" +
@@ -2610,7 +2697,8 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\fListSegments\x12 .kvfabric.v1.ListSegmentsRequest\x1a!.kvfabric.v1.ListSegmentsResponse\x12>\n" +
 	"\x05Stats\x12\x19.kvfabric.v1.StatsRequest\x1a\x1a.kvfabric.v1.StatsResponse\x12V\n" +
 	"\rReleaseLeases\x12!.kvfabric.v1.ReleaseLeasesRequest\x1a\".kvfabric.v1.ReleaseLeasesResponse\x12b\n" +
-	"\x11ReportUnreachable\x12%.kvfabric.v1.ReportUnreachableRequest\x1a&.kvfabric.v1.ReportUnreachableResponseB9Z7github.com/kvfabric/kvfabric/api/kvfabric/v1;kvfabricv1b\x06proto3"
+	"\x11ReportUnreachable\x12%.kvfabric.v1.ReportUnreachableRequest\x1a&.kvfabric.v1.ReportUnreachableResponse\x12_\n" +
+	"\x10UnregisterClient\x12$.kvfabric.v1.UnregisterClientRequest\x1a%.kvfabric.v1.UnregisterClientResponseB9Z7github.com/kvfabric/kvfabric/api/kvfabric/v1;kvfabricv1b\x06proto3"
 
 var (
 	file_kvfabric_v1_kvfabric_proto_rawDescOnce sync.Once
@@ -2625,7 +2713,7 @@ func file_kvfabric_v1_kvfabric_proto_rawDescGZIP() []byte {
 }
 
 var file_kvfabric_v1_kvfabric_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kvfabric_v1_kvfabric_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_kvfabric_v1_kvfabric_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_kvfabric_v1_kvfabric_proto_goTypes = []any{
 	(Tier)(0),                         // 0: kvfabric.v1.Tier
 	(HandleKind)(0),                   // 1: kvfabric.v1.HandleKind
@@ -2666,10 +2754,12 @@ var file_kvfabric_v1_kvfabric_proto_goTypes = []any{
 	(*ReleaseLeasesResponse)(nil),     // 36: kvfabric.v1.ReleaseLeasesResponse
 	(*ReportUnreachableRequest)(nil),  // 37: kvfabric.v1.ReportUnreachableRequest
 	(*ReportUnreachableResponse)(nil), // 38: kvfabric.v1.ReportUnreachableResponse
-	(*UsageStats)(nil),                // 39: kvfabric.v1.UsageStats
-	(*StatsRequest)(nil),              // 40: kvfabric.v1.StatsRequest
-	(*StatsResponse)(nil),             // 41: kvfabric.v1.StatsResponse
-	(*ClientStats)(nil),               // 42: kvfabric.v1.ClientStats
+	(*UnregisterClientRequest)(nil),   // 39: kvfabric.v1.UnregisterClientRequest
+	(*UnregisterClientResponse)(nil),  // 40: kvfabric.v1.UnregisterClientResponse
+	(*UsageStats)(nil),                // 41: kvfabric.v1.UsageStats
+	(*StatsRequest)(nil),              // 42: kvfabric.v1.StatsRequest
+	(*StatsResponse)(nil),             // 43: kvfabric.v1.StatsResponse
+	(*ClientStats)(nil),               // 44: kvfabric.v1.ClientStats
 }
 var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	1,  // 0: kvfabric.v1.Handle.kind:type_name -> kvfabric.v1.HandleKind
@@ -2694,9 +2784,9 @@ var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	4,  // 19: kvfabric.v1.RemoveResponse.errors:type_name -> kvfabric.v1.ItemError
 	3,  // 20: kvfabric.v1.ListSegmentsResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
 	0,  // 21: kvfabric.v1.UsageStats.tier:type_name -> kvfabric.v1.Tier
-	39, // 22: kvfabric.v1.StatsResponse.tiers:type_name -> kvfabric.v1.UsageStats
-	39, // 23: kvfabric.v1.StatsResponse.locations:type_name -> kvfabric.v1.UsageStats
-	42, // 24: kvfabric.v1.StatsResponse.client_stats:type_name -> kvfabric.v1.ClientStats
+	41, // 22: kvfabric.v1.StatsResponse.tiers:type_name -> kvfabric.v1.UsageStats
+	41, // 23: kvfabric.v1.StatsResponse.locations:type_name -> kvfabric.v1.UsageStats
+	44, // 24: kvfabric.v1.StatsResponse.client_stats:type_name -> kvfabric.v1.ClientStats
 	5,  // 25: kvfabric.v1.Master.RegisterClient:input_type -> kvfabric.v1.RegisterClientRequest
 	7,  // 26: kvfabric.v1.Master.Heartbeat:input_type -> kvfabric.v1.HeartbeatRequest
 	9,  // 27: kvfabric.v1.Master.MountSegment:input_type -> kvfabric.v1.MountSegmentRequest
@@ -2709,26 +2799,28 @@ var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	29, // 34: kvfabric.v1.Master.Remove:input_type -> kvfabric.v1.RemoveRequest
 	31, // 35: kvfabric.v1.Master.RemoveAll:input_type -> kvfabric.v1.RemoveAllRequest
 	33, // 36: kvfabric.v1.Master.ListSegments:input_type -> kvfabric.v1.ListSegmentsRequest
-	40, // 37: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
+	42, // 37: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
 	35, // 38: kvfabric.v1.Master.ReleaseLeases:input_type -> kvfabric.v1.ReleaseLeasesRequest
 	37, // 39: kvfabric.v1.Master.ReportUnreachable:input_type -> kvfabric.v1.ReportUnreachableRequest
-	6,  // 40: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
-	8,  // 41: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
-	10, // 42: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
-	12, // 43: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
-	18, // 44: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
-	21, // 45: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
-	23, // 46: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
-	26, // 47: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
-	28, // 48: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
-	30, // 49: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
-	32, // 50: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
-	34, // 51: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
-	41, // 52: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
-	36, // 53: kvfabric.v1.Master.ReleaseLeases:output_type -> kvfabric.v1.ReleaseLeasesResponse
-	38, // 54: kvfabric.v1.Master.ReportUnreachable:output_type -> kvfabric.v1.ReportUnreachableResponse
-	40, // [40:55] is the sub-list for method output_type
-	25, // [25:40] is the sub-list for method input_type
+	39, // 40: kvfabric.v1.Master.UnregisterClient:input_type -> kvfabric.v1.UnregisterClientRequest
+	6,  // 41: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
+	8,  // 42: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
+	10, // 43: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
+	12, // 44: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
+	18, // 45: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
+	21, // 46: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
+	23, // 47: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
+	26, // 48: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
+	28, // 49: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
+	30, // 50: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
+	32, // 51: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
+	34, // 52: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
+	43, // 53: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
+	36, // 54: kvfabric.v1.Master.ReleaseLeases:output_type -> kvfabric.v1.ReleaseLeasesResponse
+	38, // 55: kvfabric.v1.Master.ReportUnreachable:output_type -> kvfabric.v1.ReportUnreachableResponse
+	40, // 56: kvfabric.v1.Master.UnregisterClient:output_type -> kvfabric.v1.UnregisterClientResponse
+	41, // [41:57] is the sub-list for method output_type
+	25, // [25:41] is the sub-list for method input_type
 	25, // [25:25] is the sub-list for extension type_name
 	25, // [25:25] is the sub-list for extension extendee
 	0,  // [0:25] is the sub-list for field type_name
@@ -2745,7 +2837,7 @@ func file_kvfabric_v1_kvfabric_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvfabric_v1_kvfabric_proto_rawDesc), len(file_kvfabric_v1_kvfabric_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

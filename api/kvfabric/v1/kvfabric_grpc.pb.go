@@ -34,6 +34,7 @@ const (
 	Master_Stats_FullMethodName             = "/kvfabric.v1.Master/Stats"
 	Master_ReleaseLeases_FullMethodName     = "/kvfabric.v1.Master/ReleaseLeases"
 	Master_ReportUnreachable_FullMethodName = "/kvfabric.v1.Master/ReportUnreachable"
+	Master_UnregisterClient_FullMethodName  = "/kvfabric.v1.Master/UnregisterClient"
 )
 
 // MasterClient is the client API for Master service.
@@ -65,6 +66,7 @@ type MasterClient interface {
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
 	ReleaseLeases(ctx context.Context, in *ReleaseLeasesRequest, opts ...grpc.CallOption) (*ReleaseLeasesResponse, error)
 	ReportUnreachable(ctx context.Context, in *ReportUnreachableRequest, opts ...grpc.CallOption) (*ReportUnreachableResponse, error)
+	UnregisterClient(ctx context.Context, in *UnregisterClientRequest, opts ...grpc.CallOption) (*UnregisterClientResponse, error)
 }
 
 type masterClient struct {
@@ -225,6 +227,16 @@ func (c *masterClient) ReportUnreachable(ctx context.Context, in *ReportUnreacha
 	return out, nil
 }
 
+func (c *masterClient) UnregisterClient(ctx context.Context, in *UnregisterClientRequest, opts ...grpc.CallOption) (*UnregisterClientResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnregisterClientResponse)
+	err := c.cc.Invoke(ctx, Master_UnregisterClient_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -254,6 +266,7 @@ type MasterServer interface {
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
 	ReleaseLeases(context.Context, *ReleaseLeasesRequest) (*ReleaseLeasesResponse, error)
 	ReportUnreachable(context.Context, *ReportUnreachableRequest) (*ReportUnreachableResponse, error)
+	UnregisterClient(context.Context, *UnregisterClientRequest) (*UnregisterClientResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -308,6 +321,9 @@ func (UnimplementedMasterServer) ReleaseLeases(context.Context, *ReleaseLeasesRe
 }
 func (UnimplementedMasterServer) ReportUnreachable(context.Context, *ReportUnreachableRequest) (*ReportUnreachableResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportUnreachable not implemented")
+}
+func (UnimplementedMasterServer) UnregisterClient(context.Context, *UnregisterClientRequest) (*UnregisterClientResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnregisterClient not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -600,6 +616,24 @@ func _Master_ReportUnreachable_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_UnregisterClient_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnregisterClientRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).UnregisterClient(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_UnregisterClient_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).UnregisterClient(ctx, req.(*UnregisterClientRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -666,6 +700,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportUnreachable",
 			Handler:    _Master_ReportUnreachable_Handler,
+		},
+		{
+			MethodName: "UnregisterClient",
+			Handler:    _Master_UnregisterClient_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

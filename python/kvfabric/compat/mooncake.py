@@ -60,6 +60,7 @@ _TO_MOONCAKE = {
     _e.CLEANUP_PENDING: INTERNAL_ERROR,
     _e.PANIC: INTERNAL_ERROR,
     _e.BUFFER_IN_USE: INTERNAL_ERROR,  # Mooncake has no "busy" for buffers
+    _e.PERMISSION: INTERNAL_ERROR,  # nor a permission code
 }
 
 
