@@ -322,11 +322,36 @@ func serviceDesc() *grpc.ServiceDesc {
 		}),
 	}
 	for i, m := range d.Methods {
-		if h, ok := fast[m.MethodName]; ok {
-			d.Methods[i].Handler = h
+		h := m.Handler
+		if f, ok := fast[m.MethodName]; ok {
+			h = f
 		}
+		d.Methods[i].Handler = invalidOnDecodeError(m.MethodName, h)
 	}
 	return &d
+}
+
+// invalidOnDecodeError makes a request body that does not decode the
+// caller's fault: grpc-go turns any codec error into codes.Internal ("grpc:
+// failed to unmarshal the received message", grpc 1.85 rpc_util.go recv),
+// which says the master broke. The handler's dec decodes through a
+// decodeTarget instead: the codec records the decode error there and
+// reports success to grpc, and the error is answered as ErrInvalid
+// (InvalidArgument). Errors of the transport itself (size limits,
+// decompression, a cancelled stream) keep grpc's own codes.
+func invalidOnDecodeError(method string, h grpc.MethodHandler) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		return h(srv, ctx, func(v any) error {
+			t := &decodeTarget{v: v}
+			if err := dec(t); err != nil {
+				return err
+			}
+			if t.err != nil {
+				return toStatus(fmt.Errorf("%w: %s request body: %v", ErrInvalid, method, t.err))
+			}
+			return nil
+		}, interceptor)
+	}
 }
 
 // fastHandler returns a handler that decodes into a new In and calls f,

@@ -80,7 +80,19 @@ func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
+// decodeTarget is the server handlers' decode target (see
+// invalidOnDecodeError): Unmarshal decodes into v and keeps the error in
+// err instead of returning it.
+type decodeTarget struct {
+	v   any
+	err error
+}
+
 func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if t, ok := v.(*decodeTarget); ok {
+		t.err = c.Unmarshal(data, t.v)
+		return nil
+	}
 	m, ok := v.(wireMessage)
 	if !ok {
 		return c.std.Unmarshal(data, v)
