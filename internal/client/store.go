@@ -40,7 +40,9 @@ type Options struct {
 	// "embedded" and Master unset).
 	MasterConfig master.Config
 	// ClientID is this process's id at the master and the owner part of its
-	// segment ids; empty means "<local_hostname>-<pid>-<n>". Reusing the id
+	// segment ids: 1 to master.MaxClientIDLen letters, digits, '-', '_',
+	// '.' or ':' (anything else fails Open with ErrInvalidArgument); empty
+	// means "<local_hostname>-<pid>-<n>". Reusing the id
 	// of a dead process replaces its registration (its segments are
 	// unmounted).
 	ClientID string
@@ -170,6 +172,13 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.ClientID != "" {
+		// Refused here, before anything is built: the id names the
+		// client's segments and fd-exchange socket.
+		if err := master.ValidateClientID(opts.ClientID); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -246,7 +255,11 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	}
 	s.clientID = opts.ClientID
 	if s.clientID == "" {
-		s.clientID = fmt.Sprintf("%s-%d-%d", cfg.LocalHostname, os.Getpid(), storeSeq.Add(1))
+		host := sanitize(cfg.LocalHostname) // a valid client id whatever local_hostname holds
+		if len(host) > 64 {
+			host = host[:64]
+		}
+		s.clientID = fmt.Sprintf("%s-%d-%d", host, os.Getpid(), storeSeq.Add(1))
 	}
 	ttl := opts.ClientTTL
 	if ttl == 0 {
