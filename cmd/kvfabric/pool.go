@@ -92,7 +92,7 @@ func runPool(ctx context.Context, out, errOut io.Writer, cfg config.Config, owne
 		ctx = context.Background()
 	}
 	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	drv, reason, err := choose.Driver(cfg.Driver, log)
+	drv, reason, err := choose.ProviderDriver(cfg.Driver, log)
 	if err != nil {
 		return err
 	}

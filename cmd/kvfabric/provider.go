@@ -145,7 +145,7 @@ func runProvider(ctx context.Context, out io.Writer, cfg config.Config, clientID
 
 	// The driver is opened here, not by the Store, so that its live objects
 	// can be counted after the Store's teardown.
-	drv, why, err := choose.Driver(cfg.Driver, log)
+	drv, why, err := choose.ProviderDriver(cfg.Driver, log)
 	if err != nil {
 		return fmt.Errorf("driver %q: %w", cfg.Driver, err)
 	}

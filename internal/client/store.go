@@ -198,7 +198,13 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	if opts.Driver != nil {
 		s.drv, s.driverWhy = opts.Driver, opts.Driver.Name()+" (given)"
 	} else {
-		d, why, err := choose.Driver(cfg.Driver, log)
+		pick := choose.Driver
+		if cfg.GlobalSegmentSize > 0 {
+			// A provider never silently serves simulator memory on a
+			// GPU host whose driver is broken.
+			pick = choose.ProviderDriver
+		}
+		d, why, err := pick(cfg.Driver, log)
 		if err != nil {
 			return nil, fmt.Errorf("open driver %q: %w", cfg.Driver, err)
 		}
