@@ -351,6 +351,20 @@ func (s *Store) Hostname() string { return s.cfg.LocalHostname }
 // Driver is the CUDA driver in use and why it was chosen.
 func (s *Store) Driver() (cuda.Driver, string) { return s.drv, s.driverWhy }
 
+// DriverName is the name of the CUDA driver in use: "cuda" (the real
+// driver) or "sim" (the simulator).
+func (s *Store) DriverName() string { return s.drv.Name() }
+
+// HandleType is how the capacity this Store provides is exported:
+// "fabric" or "posix_fd" (handle_type=auto resolved); "" for a pure
+// consumer.
+func (s *Store) HandleType() string {
+	if s.pool == nil || s.cfg.GlobalSegmentSize == 0 {
+		return ""
+	}
+	return s.pool.HandleType().String()
+}
+
 // Context is the primary context of the Store's device.
 func (s *Store) Context() cuda.Context { return s.cctx }
 
