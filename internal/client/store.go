@@ -274,6 +274,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	s.regInfo = master.ClientInfo{
 		ID: s.clientID, Node: cfg.LocalHostname, TTL: ttl,
 		NUMANode: s.numa, Device: int32(cfg.Device),
+		Driver: s.drv.Name(), FabricDomain: cfg.FabricDomain,
 	}
 	sent := timeNow()
 	reg, err := s.m.RegisterClient(ctx, s.regInfo)

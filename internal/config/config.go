@@ -94,6 +94,12 @@ type Config struct {
 	// the master's default, 10s): it heartbeats every third of it, and a
 	// process that stops heartbeating loses its segments and puts after it.
 	ClientTTL time.Duration `json:"client_ttl"`
+	// FabricDomain names this client's fabric (NVLink/IMEX) domain: fabric
+	// handles import only within one. "" (the default) is the default
+	// domain, so a deployment that never sets it is one domain. The master
+	// places this client's puts, and offers its reads, only on fabric
+	// segments of its domain (and POSIX-fd segments of its host).
+	FabricDomain string `json:"fabric_domain"`
 }
 
 // Defaults returns the default configuration.
@@ -166,6 +172,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LocalHostname == "" {
 		return invalid("local_hostname", c.LocalHostname, "must not be empty")
+	}
+	if len(c.FabricDomain) > 128 || strings.ContainsAny(c.FabricDomain, "\x00\n") {
+		return invalid("fabric_domain", strconv.Quote(c.FabricDomain), "want at most 128 bytes, no NUL or newline")
 	}
 	if c.Device < 0 {
 		return invalid("device", c.Device, "must be >= 0")
@@ -250,6 +259,7 @@ var setters = map[string]setter{
 		c.EGMNUMANodes = nodes
 		return nil
 	},
+	"fabric_domain": stringKey("fabric_domain", func(c *Config, s string) { c.FabricDomain = s }),
 }
 
 // Set applies one key. On error c is unchanged.
@@ -366,6 +376,7 @@ func (c *Config) Map() map[string]any {
 		"lease_ttl":             c.LeaseTTL.String(),
 		"put_timeout":           c.PutTimeout.String(),
 		"client_ttl":            c.ClientTTL.String(),
+		"fabric_domain":         c.FabricDomain,
 	}
 }
 

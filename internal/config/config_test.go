@@ -407,6 +407,13 @@ func TestJSONRefusesDuplicatesAndFractions(t *testing.T) {
 			t.Errorf("FromJSON(%s) = %v, want ErrInvalid naming %s", tc.in, err, tc.want)
 		}
 	}
+	// fabric_domain is a bounded string.
+	if c, err := FromMap(map[string]any{"fabric_domain": " nvl72-a "}); err != nil || c.FabricDomain != "nvl72-a" {
+		t.Errorf("fabric_domain: %q, %v", c.FabricDomain, err)
+	}
+	if _, err := FromMap(map[string]any{"fabric_domain": strings.Repeat("d", 129)}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("fabric_domain of 129 bytes: %v", err)
+	}
 	// Python dicts reach FromMap with float64 values.
 	for _, v := range []any{67108864.5, 1e30, -1.0} {
 		if _, err := FromMap(map[string]any{"global_segment_size": v}); !errors.Is(err, ErrInvalid) {

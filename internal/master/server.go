@@ -119,7 +119,8 @@ type grpcService struct {
 }
 
 func (g *grpcService) RegisterClient(ctx context.Context, r *pb.RegisterClientRequest) (*pb.RegisterClientResponse, error) {
-	reg, err := g.svc.RegisterClient(ctx, ClientInfo{ID: r.Id, Node: r.Node, TTL: time.Duration(r.TtlNs), NUMANode: r.NumaNode, Device: r.Device})
+	reg, err := g.svc.RegisterClient(ctx, ClientInfo{ID: r.Id, Node: r.Node, TTL: time.Duration(r.TtlNs), NUMANode: r.NumaNode, Device: r.Device,
+		Driver: r.Driver, FabricDomain: r.FabricDomain})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -237,7 +238,7 @@ func (g *grpcService) PutRevoke(ctx context.Context, r *pb.PutRevokeRequest) (*p
 }
 
 func (g *grpcService) GetReplicas(ctx context.Context, r *pb.GetReplicasRequest) (*pb.GetReplicasResponse, error) {
-	res, err := g.svc.GetReplicas(ctx, r.Keys)
+	res, err := g.svc.GetReplicas(WithReader(ctx, r.ClientId), r.Keys)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -318,7 +319,7 @@ func serviceDesc() *grpc.ServiceDesc {
 			return g.putFinish(ctx, opPutRevoke, in.puts)
 		}),
 		"GetReplicas": fastHandler(pb.Master_ServiceDesc, "GetReplicas", func(g *grpcService, ctx context.Context, in *keysRequest) (any, error) {
-			return g.getReplicas(ctx, in.keys)
+			return g.getReplicas(WithReader(ctx, in.reader), in.keys)
 		}),
 	}
 	for i, m := range d.Methods {

@@ -80,6 +80,12 @@ func validateClientInfo(info *ClientInfo) error {
 	if err := validateID("client node", info.Node); err != nil {
 		return err
 	}
+	if err := validateID("client driver", info.Driver); err != nil {
+		return err
+	}
+	if err := validateID("client fabric domain", info.FabricDomain); err != nil {
+		return err
+	}
 	switch {
 	case info.TTL < 0:
 		return fmt.Errorf("%w: client %q: ttl %v", ErrInvalid, info.ID, info.TTL)

@@ -763,10 +763,13 @@ func decodeItemError(b []byte) (error, error) {
 
 // keysRequest is pb.GetReplicasRequest. Decoded keys share one string per
 // message: the Service does not keep them.
-type keysRequest struct{ keys []string }
+type keysRequest struct {
+	keys   []string
+	reader string // client_id
+}
 
 func (m *keysRequest) wireSize() int {
-	n := 0
+	n := 3 + len(m.reader)
 	for _, k := range m.keys {
 		n += 3 + len(k)
 	}
@@ -780,7 +783,7 @@ func (m *keysRequest) appendWire(b []byte) ([]byte, error) {
 			return b, err
 		}
 	}
-	return b, nil
+	return appendStringNZ(b, 2, m.reader)
 }
 
 func (m *keysRequest) unmarshalWire(b []byte) error {
@@ -792,12 +795,19 @@ func (m *keysRequest) unmarshalWire(b []byte) error {
 			return err
 		}
 		b = rest
-		if f.is(1, protowire.BytesType) {
+		switch {
+		case f.is(1, protowire.BytesType):
 			k, err := f.sub(all, base)
 			if err != nil {
 				return err
 			}
 			m.keys = append(m.keys, k)
+		case f.is(2, protowire.BytesType):
+			r, err := f.sub(all, base)
+			if err != nil {
+				return err
+			}
+			m.reader = strings.Clone(r) // kept in the context past the message
 		}
 	}
 	return nil
