@@ -198,6 +198,15 @@ int32_t kvfabric_unregister_buffer(int64_t handle, uintptr_t ptr);
  * cap-1 bytes); *len receives its full length. */
 int32_t kvfabric_hostname(int64_t handle, char *buf, size_t cap, size_t *len);
 
+/* Copies the name of the CUDA driver the Store runs on into buf like
+ * kvfabric_hostname: "cuda" (the real driver) or "sim" (the simulator). */
+int32_t kvfabric_driver(int64_t handle, char *buf, size_t cap, size_t *len);
+
+/* Copies how the capacity the Store provides is exported into buf like
+ * kvfabric_hostname: "fabric" or "posix_fd" (handle_type=auto resolved), or
+ * "" (*len 0) for a pure consumer. */
+int32_t kvfabric_handle_type(int64_t handle, char *buf, size_t cap, size_t *len);
+
 /* 0 when the Store is healthy (master reachable, own segments mounted). */
 int32_t kvfabric_health(int64_t handle);
 

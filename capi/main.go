@@ -170,6 +170,18 @@ func kvfabric_hostname(h C.int64_t, buf *C.char, capacity C.size_t, n *C.size_t)
 	return C.int32_t(cabi.Hostname(int64(h), bytesOf(buf, capacity), (*uint64)(unsafe.Pointer(n))))
 }
 
+//export kvfabric_driver
+func kvfabric_driver(h C.int64_t, buf *C.char, capacity C.size_t, n *C.size_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.DriverName(int64(h), bytesOf(buf, capacity), (*uint64)(unsafe.Pointer(n))))
+}
+
+//export kvfabric_handle_type
+func kvfabric_handle_type(h C.int64_t, buf *C.char, capacity C.size_t, n *C.size_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.HandleType(int64(h), bytesOf(buf, capacity), (*uint64)(unsafe.Pointer(n))))
+}
+
 //export kvfabric_health
 func kvfabric_health(h C.int64_t) (st C.int32_t) {
 	defer recoverStatus(&st)

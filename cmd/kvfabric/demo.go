@@ -102,7 +102,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOpts) (err error) {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 
-	drv, why, err := choose.Driver(o.driver, log)
+	drv, why, err := choose.ProviderDriver(o.driver, log) // the demo provides capacity
 	if err != nil {
 		return fmt.Errorf("--driver=%s: %w", o.driver, err)
 	}

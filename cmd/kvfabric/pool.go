@@ -38,6 +38,7 @@ var poolFlags = []struct{ flag, key, usage string }{
 	{"local-hostname", "local_hostname", "host identity in segment ids"},
 	{"socket-dir", "socket_dir", "directory of the posix_fd exchange socket"},
 	{"client-ttl", "client_ttl", "registration TTL asked of the master, e.g. 10s (heartbeats every third of it)"},
+	{"fabric-domain", "fabric_domain", `fabric (NVLink/IMEX) domain; "" is the default one`},
 }
 
 func init() {
@@ -92,7 +93,7 @@ func runPool(ctx context.Context, out, errOut io.Writer, cfg config.Config, owne
 		ctx = context.Background()
 	}
 	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	drv, reason, err := choose.Driver(cfg.Driver, log)
+	drv, reason, err := choose.ProviderDriver(cfg.Driver, log)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/kvfabric/kvfabric/internal/client"
 	"github.com/kvfabric/kvfabric/internal/config"
 	"github.com/kvfabric/kvfabric/internal/cuda/choose"
+	"github.com/kvfabric/kvfabric/internal/segment"
 )
 
 func init() {
@@ -91,8 +93,9 @@ leases) and reports the live driver objects left (zero on success).`,
 				fmt.Fprintf(out, "  tier %s: %s used of %s\n", t.Tier, config.FormatSize(t.Used), config.FormatSize(t.Capacity))
 			}
 			for _, c := range st.PerClient {
-				fmt.Fprintf(out, "  client %s (%s): provides %d segments, has %d segments (%s) of others mapped\n",
-					c.ID, c.Node, c.Segments, c.Mapped.Segments, config.FormatSize(c.Mapped.Bytes))
+				fmt.Fprintf(out, "  client %s (%s, driver %s%s): provides %d segments%s, has %d segments (%s) of others mapped\n",
+					c.ID, c.Node, orUnknown(c.Driver), domainNote(c.FabricDomain), c.Segments, handlesNote(c.Handles),
+					c.Mapped.Segments, config.FormatSize(c.Mapped.Bytes))
 			}
 			return nil
 		},
@@ -101,6 +104,32 @@ leases) and reports the live driver objects left (zero on success).`,
 	stat.Flags().BoolVar(&asJSON, "json", false, "JSON output")
 	addSecurityFlags(stat)
 	rootCmd.AddCommand(stat)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+func domainNote(d string) string {
+	if d == "" {
+		return ""
+	}
+	return ", fabric domain " + d
+}
+
+// handlesNote is " (posix_fd handles)" and the like; "" for none.
+func handlesNote(hs []segment.HandleKind) string {
+	if len(hs) == 0 {
+		return ""
+	}
+	s := make([]string, len(hs))
+	for i, h := range hs {
+		s[i] = h.String()
+	}
+	return " (" + strings.Join(s, ", ") + " handles)"
 }
 
 // addConfigFlags adds one flag per configuration key (see poolFlags).
@@ -147,7 +176,7 @@ func runProvider(ctx context.Context, out io.Writer, cfg config.Config, clientID
 
 	// The driver is opened here, not by the Store, so that its live objects
 	// can be counted after the Store's teardown.
-	drv, why, err := choose.Driver(cfg.Driver, log)
+	drv, why, err := choose.ProviderDriver(cfg.Driver, log)
 	if err != nil {
 		return fmt.Errorf("driver %q: %w", cfg.Driver, err)
 	}

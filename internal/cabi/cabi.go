@@ -30,6 +30,10 @@ type Backend interface {
 	RegisterBuffer(ptr uintptr, size uint64) error
 	UnregisterBuffer(ctx context.Context, ptr uintptr) error
 	Hostname() string
+	// DriverName is "cuda" or "sim"; HandleType is "fabric", "posix_fd",
+	// or "" for a pure consumer.
+	DriverName() string
+	HandleType() string
 	Health(ctx context.Context) error
 	Close() error
 	CleanupPending() bool
@@ -554,17 +558,31 @@ func UnregisterBuffer(h int64, ptr uintptr) int32 {
 // Hostname copies the Store's hostname into buf (NUL-terminated, truncated)
 // and stores its full length in *n.
 func Hostname(h int64, buf []byte, n *uint64) int32 {
-	return call(h, func(e *entry) error {
-		name := e.store.Hostname()
-		if n != nil {
-			*n = uint64(len(name))
-		}
-		if len(buf) > 0 {
-			k := copy(buf[:len(buf)-1], name)
-			buf[k] = 0
-		}
-		return nil
-	})
+	return call(h, func(e *entry) error { copyString(e.store.Hostname(), buf, n); return nil })
+}
+
+// DriverName copies the name of the Store's CUDA driver ("cuda" or "sim")
+// into buf like Hostname.
+func DriverName(h int64, buf []byte, n *uint64) int32 {
+	return call(h, func(e *entry) error { copyString(e.store.DriverName(), buf, n); return nil })
+}
+
+// HandleType copies how the Store's provided segments are exported
+// ("fabric" or "posix_fd"; "" for a pure consumer) into buf like Hostname.
+func HandleType(h int64, buf []byte, n *uint64) int32 {
+	return call(h, func(e *entry) error { copyString(e.store.HandleType(), buf, n); return nil })
+}
+
+// copyString copies s into buf (NUL-terminated, truncated) and stores its
+// full length in *n.
+func copyString(s string, buf []byte, n *uint64) {
+	if n != nil {
+		*n = uint64(len(s))
+	}
+	if len(buf) > 0 {
+		k := copy(buf[:len(buf)-1], s)
+		buf[k] = 0
+	}
 }
 
 // Health checks the Store (master reachable, segments mounted).

@@ -479,3 +479,23 @@ func TestFaultDriver(t *testing.T) {
 		t.Errorf("driver=cuda: err = %v", err)
 	}
 }
+
+// TestDriverAndHandleType: the Store's driver and resolved handle type
+// reach C callers (issue 11: store.driver, store.handle_type in Python).
+func TestDriverAndHandleType(t *testing.T) {
+	h := openFake(t, newFake(1<<20))
+	buf := make([]byte, 16)
+	var n uint64
+	if st := DriverName(h, buf, &n); st != StatusOK || n != 3 || string(buf[:4]) != "sim\x00" {
+		t.Errorf("DriverName = %s %d %q", StatusName(st), n, buf)
+	}
+	if st := HandleType(h, buf, &n); st != StatusOK || n != 8 || string(buf[:9]) != "posix_fd\x00" {
+		t.Errorf("HandleType = %s %d %q", StatusName(st), n, buf)
+	}
+	if st := HandleType(h, buf[:3], &n); st != StatusOK || n != 8 || string(buf[:3]) != "po\x00" {
+		t.Errorf("HandleType truncated = %s %d %q", StatusName(st), n, buf[:3])
+	}
+	if st := DriverName(-5, buf, &n); st != StatusInvalidHandle {
+		t.Errorf("DriverName(bad handle) = %s", StatusName(st))
+	}
+}

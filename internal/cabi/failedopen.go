@@ -62,4 +62,6 @@ func (f *failedOpen) RemoveAll(context.Context, bool) (int, error)          { re
 func (f *failedOpen) RegisterBuffer(uintptr, uint64) error                  { return f.closed() }
 func (f *failedOpen) UnregisterBuffer(context.Context, uintptr) error       { return f.closed() }
 func (f *failedOpen) Hostname() string                                      { return "" }
+func (f *failedOpen) DriverName() string                                    { return "" }
+func (f *failedOpen) HandleType() string                                    { return "" }
 func (f *failedOpen) Health(context.Context) error                          { return f.closed() }

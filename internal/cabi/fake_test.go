@@ -221,6 +221,8 @@ func (f *fakeStore) RemoveAll(context.Context, bool) (int, error) {
 func (f *fakeStore) RegisterBuffer(uintptr, uint64) error            { return nil }
 func (f *fakeStore) UnregisterBuffer(context.Context, uintptr) error { return client.ErrNotRegistered }
 func (f *fakeStore) Hostname() string                                { return "fakehost" }
+func (f *fakeStore) DriverName() string                              { return "sim" }
+func (f *fakeStore) HandleType() string                              { return "posix_fd" }
 func (f *fakeStore) Health(context.Context) error                    { return nil }
 
 func (f *fakeStore) Close() error {

@@ -123,7 +123,9 @@ func (s *Store) getBytes(ctx context.Context, key string, into func(size uint64)
 		return 0, err
 	}
 	defer s.exit()
-	res, err := s.m.GetReplicas(ctx, []string{key})
+	// Named as the reader: replicas this process cannot import (another
+	// host's POSIX-fd segments, another fabric domain's) are left out.
+	res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), []string{key})
 	if err != nil {
 		return 0, mapErr(fmt.Errorf("get replicas: %w", err))
 	}

@@ -451,7 +451,8 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	if len(q) == 0 {
 		return sizes, errs
 	}
-	res, err := s.m.GetReplicas(ctx, q)
+	// Named as the reader: only replicas this process can import.
+	res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), q)
 	ph.lap(&s.phases.get.meta)
 	if err != nil {
 		return sizes, fill(errs, mapErr(fmt.Errorf("get replicas: %w", err)))

@@ -41,7 +41,9 @@ type Options struct {
 	// "embedded" and Master unset).
 	MasterConfig master.Config
 	// ClientID is this process's id at the master and the owner part of its
-	// segment ids; empty means "<local_hostname>-<pid>-<n>". Reusing the id
+	// segment ids: 1 to master.MaxClientIDLen letters, digits, '-', '_',
+	// '.' or ':' (anything else fails Open with ErrInvalidArgument); empty
+	// means "<local_hostname>-<pid>-<n>". Reusing the id
 	// of a dead process replaces its registration (its segments are
 	// unmounted).
 	ClientID string
@@ -171,6 +173,13 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.ClientID != "" {
+		// Refused here, before anything is built: the id names the
+		// client's segments and fd-exchange socket.
+		if err := master.ValidateClientID(opts.ClientID); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -190,7 +199,13 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	if opts.Driver != nil {
 		s.drv, s.driverWhy = opts.Driver, opts.Driver.Name()+" (given)"
 	} else {
-		d, why, err := choose.Driver(cfg.Driver, log)
+		pick := choose.Driver
+		if cfg.GlobalSegmentSize > 0 {
+			// A provider never silently serves simulator memory on a
+			// GPU host whose driver is broken.
+			pick = choose.ProviderDriver
+		}
+		d, why, err := pick(cfg.Driver, log)
 		if err != nil {
 			return nil, fmt.Errorf("open driver %q: %w", cfg.Driver, err)
 		}
@@ -253,7 +268,11 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	}
 	s.clientID = opts.ClientID
 	if s.clientID == "" {
-		s.clientID = fmt.Sprintf("%s-%d-%d", cfg.LocalHostname, os.Getpid(), storeSeq.Add(1))
+		host := sanitize(cfg.LocalHostname) // a valid client id whatever local_hostname holds
+		if len(host) > 64 {
+			host = host[:64]
+		}
+		s.clientID = fmt.Sprintf("%s-%d-%d", host, os.Getpid(), storeSeq.Add(1))
 	}
 	ttl := opts.ClientTTL
 	if ttl == 0 {
@@ -263,6 +282,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		ID: s.clientID, Node: cfg.LocalHostname, TTL: ttl,
 		NUMANode: s.numa, Device: int32(cfg.Device),
 		Incarnation: rand.Uint64() | 1,
+		Driver:      s.drv.Name(), FabricDomain: cfg.FabricDomain,
 	}
 	reg, sent, err := s.register(ctx, ttl)
 	if err != nil {
@@ -338,6 +358,20 @@ func (s *Store) Hostname() string { return s.cfg.LocalHostname }
 
 // Driver is the CUDA driver in use and why it was chosen.
 func (s *Store) Driver() (cuda.Driver, string) { return s.drv, s.driverWhy }
+
+// DriverName is the name of the CUDA driver in use: "cuda" (the real
+// driver) or "sim" (the simulator).
+func (s *Store) DriverName() string { return s.drv.Name() }
+
+// HandleType is how the capacity this Store provides is exported:
+// "fabric" or "posix_fd" (handle_type=auto resolved); "" for a pure
+// consumer.
+func (s *Store) HandleType() string {
+	if s.pool == nil || s.cfg.GlobalSegmentSize == 0 {
+		return ""
+	}
+	return s.pool.HandleType().String()
+}
 
 // Context is the primary context of the Store's device.
 func (s *Store) Context() cuda.Context { return s.cctx }

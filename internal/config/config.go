@@ -4,10 +4,12 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -101,6 +103,12 @@ type Config struct {
 	TLSKeyFile    string `json:"tls_key_file"`
 	TLSServerName string `json:"tls_server_name"`
 	AuthTokenFile string `json:"auth_token_file"`
+	// FabricDomain names this client's fabric (NVLink/IMEX) domain: fabric
+	// handles import only within one. "" (the default) is the default
+	// domain, so a deployment that never sets it is one domain. The master
+	// places this client's puts, and offers its reads, only on fabric
+	// segments of its domain (and POSIX-fd segments of its host).
+	FabricDomain string `json:"fabric_domain"`
 }
 
 // Defaults returns the default configuration.
@@ -181,6 +189,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LocalHostname == "" {
 		return invalid("local_hostname", c.LocalHostname, "must not be empty")
+	}
+	if len(c.FabricDomain) > 128 || strings.ContainsAny(c.FabricDomain, "\x00\n") {
+		return invalid("fabric_domain", strconv.Quote(c.FabricDomain), "want at most 128 bytes, no NUL or newline")
 	}
 	if c.Device < 0 {
 		return invalid("device", c.Device, "must be >= 0")
@@ -270,6 +281,7 @@ var setters = map[string]setter{
 		c.EGMNUMANodes = nodes
 		return nil
 	},
+	"fabric_domain": stringKey("fabric_domain", func(c *Config, s string) { c.FabricDomain = s }),
 }
 
 // Set applies one key. On error c is unchanged.
@@ -306,21 +318,55 @@ func FromMap(m map[string]any) (Config, error) {
 	return c, nil
 }
 
-// FromJSON parses a JSON object with the schema's keys.
+// FromJSON parses a JSON object with the schema's keys. A key given twice is
+// an error naming it: encoding/json would silently keep the last value, so
+// a file edited by two hands could run with a size nobody meant.
 func FromJSON(data []byte) (Config, error) {
-	var m map[string]any
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.UseNumber()
-	if err := dec.Decode(&m); err != nil {
-		return Config{}, fmt.Errorf("%w: JSON: %v", ErrInvalid, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Config{}, fmt.Errorf("%w: JSON: trailing data after the object", ErrInvalid)
-	}
-	if m == nil {
-		return Config{}, fmt.Errorf("%w: JSON: want an object", ErrInvalid)
+	m, err := decodeObject(data)
+	if err != nil {
+		return Config{}, err
 	}
 	return FromMap(m)
+}
+
+// decodeObject decodes one JSON object (numbers as json.Number), refusing
+// duplicate keys and trailing data.
+func decodeObject(data []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, fmt.Errorf("%w: JSON: %v", ErrInvalid, err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, fmt.Errorf("%w: JSON: want an object", ErrInvalid)
+	}
+	m := map[string]any{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("%w: JSON: %v", ErrInvalid, err)
+		}
+		key, ok := tok.(string)
+		if !ok { // the decoder only yields strings as object keys
+			return nil, fmt.Errorf("%w: JSON: object key %v", ErrInvalid, tok)
+		}
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("%w: JSON: key %q: %v", ErrInvalid, key, err)
+		}
+		if _, dup := m[key]; dup {
+			return nil, fmt.Errorf("%w: JSON: key %q given twice", ErrInvalid, key)
+		}
+		m[key] = v
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return nil, fmt.Errorf("%w: JSON: %v", ErrInvalid, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: JSON: trailing data after the object", ErrInvalid)
+	}
+	return m, nil
 }
 
 // FromFile reads a JSON configuration file.
@@ -357,6 +403,7 @@ func (c *Config) Map() map[string]any {
 		"tls_key_file":          c.TLSKeyFile,
 		"tls_server_name":       c.TLSServerName,
 		"auth_token_file":       c.AuthTokenFile,
+		"fabric_domain":         c.FabricDomain,
 	}
 }
 
@@ -483,8 +530,11 @@ func toInt(v any) (int64, error) {
 		}
 		return int64(x), nil
 	case float64:
-		if x != float64(int64(x)) {
+		if x != math.Trunc(x) {
 			return 0, errors.New("not an integer")
+		}
+		if !(x >= -(1<<63) && x < 1<<63) { // also NaN
+			return 0, errors.New("out of range")
 		}
 		return int64(x), nil
 	case json.Number:
@@ -506,7 +556,9 @@ var sizeUnits = []struct {
 }
 
 // ParseSize parses "4096", "64GiB", "1.5 MiB", "2G" (binary), "3GB"
-// (decimal), or a 0x-prefixed hex byte count.
+// (decimal), or a 0x-prefixed hex byte count. A fraction is accepted only
+// when the result is a whole number of bytes ("1.5MiB" yes, "67108864.5" and
+// "0.1KiB" no): rounding a size nobody wrote would be a silent change.
 func ParseSize(s string) (uint64, error) {
 	t := strings.ToUpper(strings.TrimSpace(s))
 	if t == "" {
@@ -540,6 +592,9 @@ func ParseSize(s string) (uint64, error) {
 	v := f * float64(mult)
 	if v >= 1<<64 {
 		return 0, fmt.Errorf("size %q overflows", s)
+	}
+	if v != math.Trunc(v) {
+		return 0, fmt.Errorf("size %q is not a whole number of bytes", s)
 	}
 	return uint64(v), nil
 }

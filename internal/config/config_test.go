@@ -336,6 +336,11 @@ func TestParseSize(t *testing.T) {
 		{"NaN", 0, true},
 		{"Inf", 0, true},
 		{"1.5.2MiB", 0, true},
+		{"1.25KiB", 1280, false},
+		{"67108864.5", 0, true}, // a fraction of a byte (issue 11)
+		{"0.1KiB", 0, true},     // 102.4 bytes
+		{"1.1GiB", 0, true},     // 1181116006.4 bytes
+		{"67108864.0", 67108864, false},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := ParseSize(tc.in)
@@ -382,6 +387,41 @@ func TestJSON(t *testing.T) {
 		if _, err := FromJSON([]byte(bad)); !errors.Is(err, ErrInvalid) {
 			t.Errorf("FromJSON(%q) = %v, want ErrInvalid", bad, err)
 		}
+	}
+}
+
+// TestJSONRefusesDuplicatesAndFractions: encoding/json keeps the last of
+// two equal keys, which made a file with global_segment_size twice run with
+// whichever came last; and a fractional byte count was truncated.
+func TestJSONRefusesDuplicatesAndFractions(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"global_segment_size": "1GiB", "driver": "sim", "global_segment_size": "1TiB"}`, `"global_segment_size" given twice`},
+		{`{"driver": "sim", "driver": "sim"}`, `"driver" given twice`},
+		{`{"global_segment_size": 67108864.5}`, "global_segment_size=67108864.5"},
+		{`{"global_segment_size": "67108864.5"}`, "not a whole number of bytes"},
+		{`{"max_mr_size": 1.5}`, "max_mr_size=1.5"},
+		{`{"device": 1e30}`, "device=1e30"},
+	} {
+		_, err := FromJSON([]byte(tc.in))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("FromJSON(%s) = %v, want ErrInvalid naming %s", tc.in, err, tc.want)
+		}
+	}
+	// fabric_domain is a bounded string.
+	if c, err := FromMap(map[string]any{"fabric_domain": " nvl72-a "}); err != nil || c.FabricDomain != "nvl72-a" {
+		t.Errorf("fabric_domain: %q, %v", c.FabricDomain, err)
+	}
+	if _, err := FromMap(map[string]any{"fabric_domain": strings.Repeat("d", 129)}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("fabric_domain of 129 bytes: %v", err)
+	}
+	// Python dicts reach FromMap with float64 values.
+	for _, v := range []any{67108864.5, 1e30, -1.0} {
+		if _, err := FromMap(map[string]any{"global_segment_size": v}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("FromMap(global_segment_size=%v) = %v, want ErrInvalid", v, err)
+		}
+	}
+	if c, err := FromMap(map[string]any{"global_segment_size": 67108864.0}); err != nil || c.GlobalSegmentSize != 67108864 {
+		t.Errorf("FromMap(global_segment_size=67108864.0) = %d, %v", c.GlobalSegmentSize, err)
 	}
 }
 

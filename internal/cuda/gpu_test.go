@@ -101,6 +101,26 @@ func hostNUMA(t testing.TB, d *realDriver) int32 {
 	return int32(id)
 }
 
+// TestGPUDeviceTotalMem: cuDeviceTotalMem answers for every GPU with a
+// size of GPU memory (an H200 reports 143771 MiB), and refuses an ordinal
+// past the last GPU.
+func TestGPUDeviceTotalMem(t *testing.T) {
+	d := openGPU(t)
+	n, err := d.DeviceCount()
+	must(t, err)
+	for dev := range n {
+		b, err := d.DeviceTotalMem(Device(dev))
+		must(t, err)
+		t.Logf("device %d: %d bytes (%d MiB)", dev, b, b>>20)
+		if b < 1<<30 || b > 1<<40 {
+			t.Errorf("device %d: total memory %d bytes", dev, b)
+		}
+	}
+	if _, err := d.DeviceTotalMem(Device(n)); !errors.Is(err, ErrorInvalidDevice) {
+		t.Errorf("DeviceTotalMem(%d): %v, want CUDA_ERROR_INVALID_DEVICE", n, err)
+	}
+}
+
 func TestGPUExportImportHostNUMA(t *testing.T) {
 	d := openGPU(t)
 	exportImportRoundTrip(t, d, Location{Type: LocationHostNUMA, ID: hostNUMA(t, d)})

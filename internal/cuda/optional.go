@@ -51,3 +51,12 @@ type KernelFunc func(grid, block Dim3, params [][]byte, mem func(ptr DevicePtr, 
 type KernelEmulator interface {
 	RegisterKernel(name string, fn KernelFunc)
 }
+
+// DeviceMemory is implemented by drivers that report a device's memory
+// (cuDeviceTotalMem): the real driver and the simulator. The provider pool
+// refuses an HBM global_segment_size larger than it before planning.
+// Absent: the pool cannot bound the request by the device and relies on
+// its chunk limit and on cuMemCreate failing.
+type DeviceMemory interface {
+	DeviceTotalMem(dev Device) (uint64, error)
+}

@@ -118,6 +118,7 @@ type realDriver struct {
 var (
 	_ Driver        = (*realDriver)(nil)
 	_ ObjectCounter = (*realDriver)(nil)
+	_ DeviceMemory  = (*realDriver)(nil)
 )
 
 func (d *realDriver) Name() string               { return "cuda" }
@@ -177,6 +178,18 @@ func (d *realDriver) DeviceAttribute(dev Device, attr Attribute) (int, error) {
 		return 0, err
 	}
 	return int(v), nil
+}
+
+// DeviceTotalMem implements DeviceMemory (cuDeviceTotalMem_v2).
+func (d *realDriver) DeviceTotalMem(dev Device) (uint64, error) {
+	if d.closed.Load() {
+		return 0, ErrClosed
+	}
+	var n C.uint64_t
+	if err := cr("cuDeviceTotalMem", C.kvf_device_total_mem(d.tab, C.int(dev), &n)); err != nil {
+		return 0, err
+	}
+	return uint64(n), nil
 }
 
 func (d *realDriver) CanAccessPeer(dev, peer Device) (bool, error) {

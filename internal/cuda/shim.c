@@ -84,6 +84,7 @@ int kvf_resolve(kvf_driver *d, void *lib, int batch_max, char *err, size_t errle
 		KVF_REQ(cuDeviceGetCount),
 		KVF_REQ(cuDeviceGetName),
 		KVF_REQ(cuDeviceGetAttribute),
+		KVF_REQ(cuDeviceTotalMem),
 		KVF_REQ(cuDeviceCanAccessPeer),
 		KVF_REQ(cuDevicePrimaryCtxRetain),
 		KVF_REQ(cuDevicePrimaryCtxRelease),
@@ -214,6 +215,16 @@ kvf_CUresult kvf_device_attribute(kvf_driver *d, int ordinal, int attr, int *v) 
 	kvf_CUresult r = d->cuDeviceGet(&dev, ordinal);
 	if (r != KVF_CUDA_SUCCESS) return r;
 	return d->cuDeviceGetAttribute(v, attr, dev);
+}
+
+kvf_CUresult kvf_device_total_mem(kvf_driver *d, int ordinal, uint64_t *bytes) {
+	kvf_CUdevice dev;
+	kvf_CUresult r = d->cuDeviceGet(&dev, ordinal);
+	if (r != KVF_CUDA_SUCCESS) return r;
+	size_t n = 0;
+	r = d->cuDeviceTotalMem(&n, dev);
+	*bytes = n;
+	return r;
 }
 
 kvf_CUresult kvf_can_access_peer(kvf_driver *d, int ordinal, int peer, int *v) {

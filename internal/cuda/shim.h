@@ -119,6 +119,7 @@ typedef struct kvf_driver {
 	kvf_CUresult (*cuDeviceGetCount)(int *);
 	kvf_CUresult (*cuDeviceGetName)(char *, int, kvf_CUdevice);
 	kvf_CUresult (*cuDeviceGetAttribute)(int *, int, kvf_CUdevice);
+	kvf_CUresult (*cuDeviceTotalMem)(size_t *, kvf_CUdevice); // cuDeviceTotalMem_v2
 	kvf_CUresult (*cuDeviceCanAccessPeer)(int *, kvf_CUdevice, kvf_CUdevice);
 	kvf_CUresult (*cuDevicePrimaryCtxRetain)(kvf_CUcontext *, kvf_CUdevice);
 	kvf_CUresult (*cuDevicePrimaryCtxRelease)(kvf_CUdevice);
@@ -185,6 +186,7 @@ kvf_CUresult kvf_init(kvf_driver *d);
 kvf_CUresult kvf_device_count(kvf_driver *d, int *n);
 kvf_CUresult kvf_device_name(kvf_driver *d, int ordinal, char *name, int len);
 kvf_CUresult kvf_device_attribute(kvf_driver *d, int ordinal, int attr, int *v);
+kvf_CUresult kvf_device_total_mem(kvf_driver *d, int ordinal, uint64_t *bytes);
 kvf_CUresult kvf_can_access_peer(kvf_driver *d, int ordinal, int peer, int *v);
 kvf_CUresult kvf_primary_ctx_retain(kvf_driver *d, int ordinal, uintptr_t *ctx);
 kvf_CUresult kvf_primary_ctx_release(kvf_driver *d, int ordinal);

@@ -64,7 +64,9 @@ type Client interface {
 	PutRevoke(ctx context.Context, puts []PutRef) []error
 	// GetReplicas returns where visible keys live and grants each a read
 	// lease until GetResult.LeaseExpiry: until then the replicas are neither
-	// evicted nor freed. A missing or unfinished key is ErrNotFound.
+	// evicted nor freed. A missing or unfinished key is ErrNotFound. When
+	// ctx names the reader (WithReader), replicas it cannot reach are left
+	// out, and a key with none left is ErrNotFound.
 	GetReplicas(ctx context.Context, keys []string) ([]GetResult, error)
 	// ReleaseLeases ends read leases (GetResult.LeaseID) whose copies are
 	// complete. When an object's last lease is released, its bytes are
@@ -116,6 +118,14 @@ type ClientInfo struct {
 	// must not wipe the first one's segments. The same incarnation
 	// registering again is a retry.
 	Incarnation uint64
+	// Driver is the CUDA driver the client runs on ("cuda" or "sim"; ""
+	// when unknown), shown in Stats.
+	Driver string
+	// FabricDomain is the client's fabric (NVLink/IMEX) domain; "" is the
+	// default domain. A fabric handle imports only within its domain, so
+	// the client is offered fabric segments of its own domain only, and
+	// its own fabric segments belong to it (see reach.go).
+	FabricDomain string
 }
 
 // Registration is the master's answer to RegisterClient.
@@ -246,6 +256,11 @@ type ClientStats struct {
 	Segments int
 	// Mapped is what it reported at its last heartbeat.
 	Mapped Mapped
+	// Driver and FabricDomain are as it registered them.
+	Driver, FabricDomain string
+	// Handles are the handle kinds of the segments it provides, distinct
+	// and sorted.
+	Handles []segment.HandleKind
 }
 
 // UsageStats is capacity and usage of a set of segments.

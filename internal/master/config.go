@@ -40,9 +40,10 @@ type Config struct {
 	MinClientTTL, MaxClientTTL time.Duration
 	// DRAM and HBM are the eviction watermarks. Default {0.95, 0.85}.
 	DRAM, HBM Watermarks
-	// Alignment of every allocation (a power of two). Default 64.
+	// Alignment of every allocation: a power of two from MinAlignment to
+	// MaxAlignment. Default 64.
 	Alignment uint64
-	// MaxKeyLen bounds keys in bytes. Default 1024.
+	// MaxKeyLen bounds keys in bytes: 1 to MaxKeyLenLimit. Default 1024.
 	MaxKeyLen int
 	// MaxBatch bounds the items of one call. Default 65536.
 	MaxBatch int
@@ -68,6 +69,28 @@ type Config struct {
 	// Quotas bound each registration (zero fields: DefaultQuotas).
 	Quotas Quotas
 }
+
+// Bounds of Config.Alignment and Config.MaxKeyLen.
+//
+// MinAlignment: every replica then starts on an 8-byte boundary, so the SM
+// copy kernel's word accesses never straddle two objects, and no two
+// objects share a word.
+//
+// MaxAlignment: each object wastes up to Alignment-1 bytes, and a segment
+// smaller than the alignment cannot be mounted at all; 1 MiB divides the
+// 2 MiB VMM granularity of every GPU measured, so every chunk the pool
+// plans stays a whole number of allocation units, while anything larger
+// only wastes memory.
+//
+// MaxKeyLenLimit: the master keeps every key in memory and sends keys in
+// every batch; 64 KiB is far above any real key (a hash of a token prefix
+// is tens of bytes), and a 64 KiB key still fits gRPC's default 4 MiB
+// message with room for a batch.
+const (
+	MinAlignment   = 8
+	MaxAlignment   = 1 << 20
+	MaxKeyLenLimit = 64 << 10
+)
 
 // Defaults returns c with zero fields set to their defaults.
 func (c Config) Defaults() Config {
@@ -116,10 +139,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: config PutTimeout %v", ErrInvalid, c.PutTimeout)
 	case c.ClientTTL < 0 || c.MinClientTTL < 0 || c.MaxClientTTL < c.MinClientTTL:
 		return fmt.Errorf("%w: config ClientTTL %v (min %v, max %v)", ErrInvalid, c.ClientTTL, c.MinClientTTL, c.MaxClientTTL)
-	case c.Alignment&(c.Alignment-1) != 0:
-		return fmt.Errorf("%w: config Alignment %d is not a power of two", ErrInvalid, c.Alignment)
-	case c.MaxKeyLen < 1:
-		return fmt.Errorf("%w: config MaxKeyLen %d", ErrInvalid, c.MaxKeyLen)
+	case c.Alignment&(c.Alignment-1) != 0 || c.Alignment < MinAlignment || c.Alignment > MaxAlignment:
+		return fmt.Errorf("%w: config Alignment %d: want a power of two from %d to %d", ErrInvalid, c.Alignment, MinAlignment, MaxAlignment)
+	case c.MaxKeyLen < 1 || c.MaxKeyLen > MaxKeyLenLimit:
+		return fmt.Errorf("%w: config MaxKeyLen %d: want 1 to %d", ErrInvalid, c.MaxKeyLen, MaxKeyLenLimit)
 	case c.MaxBatch < 1:
 		return fmt.Errorf("%w: config MaxBatch %d", ErrInvalid, c.MaxBatch)
 	case c.EvictSample < 1:

@@ -291,18 +291,28 @@ func release(t *testing.T, e *env, ids ...uint64) {
 }
 
 // TestPerClientStats: Stats shows each client's provided segments and what
-// it reported mapped at its last heartbeat (issue 10, item 3).
+// it reported mapped at its last heartbeat (issue 10, item 3), its driver
+// and fabric domain as registered and the handle kinds of its segments
+// (issue 11, item 7).
 func TestPerClientStats(t *testing.T) {
 	forEachTransport(t, testConfig(), func(t *testing.T, e *env) {
-		p := e.register("p1", "host-a", 0, 0)
+		reg, err := e.c.RegisterClient(e.ctx, ClientInfo{ID: "p1", Node: "host-a", Driver: "sim", FabricDomain: "nvl72-a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := reg.ID
 		c := e.register("c1", "host-b", 0, 0)
 		e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, MiB))
+		s1 := desc("s1", p, "host-a", segment.TierDRAM, 1, MiB)
+		s1.Handle = segment.Handle{Kind: segment.HandlePosixFD, SocketPath: "/run/kvf/p1"}
+		e.mount(s1)
 		if _, err := e.c.Heartbeat(e.ctx, c, Mapped{Segments: 3, Bytes: 3 * MiB}); err != nil {
 			t.Fatal(err)
 		}
 		want := []ClientStats{
 			{ID: "c1", Node: "host-b", Mapped: Mapped{Segments: 3, Bytes: 3 * MiB}},
-			{ID: "p1", Node: "host-a", Segments: 1},
+			{ID: "p1", Node: "host-a", Segments: 2, Driver: "sim", FabricDomain: "nvl72-a",
+				Handles: []segment.HandleKind{segment.HandleFabric, segment.HandlePosixFD}},
 		}
 		if got := e.stats().PerClient; !reflect.DeepEqual(got, want) {
 			t.Fatalf("PerClient = %+v, want %+v", got, want)

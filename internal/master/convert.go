@@ -132,7 +132,11 @@ func clientStatsToPB(cs []ClientStats) []*pb.ClientStats {
 	out := make([]*pb.ClientStats, len(cs))
 	for i, c := range cs {
 		out[i] = &pb.ClientStats{Id: c.ID, Node: c.Node, Segments: uint32(c.Segments),
-			MappedSegments: uint32(c.Mapped.Segments), MappedBytes: c.Mapped.Bytes}
+			MappedSegments: uint32(c.Mapped.Segments), MappedBytes: c.Mapped.Bytes,
+			Driver: c.Driver, FabricDomain: c.FabricDomain}
+		for _, k := range c.Handles {
+			out[i].HandleKinds = append(out[i].HandleKinds, pb.HandleKind(k))
+		}
 	}
 	return out
 }
@@ -152,7 +156,11 @@ func clientStatsFromPB(cs []*pb.ClientStats) []ClientStats {
 	out := make([]ClientStats, len(cs))
 	for i, c := range cs {
 		out[i] = ClientStats{ID: c.Id, Node: c.Node, Segments: int(c.Segments),
-			Mapped: Mapped{Segments: int(c.MappedSegments), Bytes: c.MappedBytes}}
+			Mapped: Mapped{Segments: int(c.MappedSegments), Bytes: c.MappedBytes},
+			Driver: c.Driver, FabricDomain: c.FabricDomain}
+		for _, k := range c.HandleKinds {
+			out[i].Handles = append(out[i].Handles, segment.HandleKind(min(max(int32(k), 0), 255)))
+		}
 	}
 	return out
 }

@@ -107,9 +107,12 @@ func (e *env) registerTTL(id string, ttl time.Duration) string {
 	return reg.ID
 }
 
+// desc is a segment with a fabric handle: every client of the default
+// fabric domain reaches it, wherever its node, so the tests built on it are
+// about placement and state, not reachability (reach_test.go is).
 func desc(id, owner, node string, tier segment.Tier, loc int32, size uint64) segment.Descriptor {
 	d := segment.Descriptor{ID: id, Generation: 0x9f00 + uint64(len(id))*7 + uint64(loc), Node: node, Owner: owner,
-		Tier: tier, Location: loc, Size: size, Handle: segment.Handle{Kind: segment.HandlePosixFD, SocketPath: "/run/kvf/" + owner}}
+		Tier: tier, Location: loc, Size: size, Handle: segment.Handle{Kind: segment.HandleFabric}}
 	d.Handle.Fabric[0] = byte(len(id))
 	return d
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,7 +108,7 @@ func TestTCPLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	reg1, err := c.RegisterClient(ctx, ClientInfo{Node: "h", NUMANode: 0, Device: 0})
+	reg1, err := c.RegisterClient(ctx, ClientInfo{Node: "h", NUMANode: 0, Device: 0, Driver: "sim"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +142,13 @@ func TestTCPLoopback(t *testing.T) {
 		t.Fatalf("oversized batch over TCP: %v", err)
 	}
 
+	// The driver and handle kinds in Stats (kvfabric stat, issue 11).
+	st, err := c.Stats(ctx)
+	if err != nil || len(st.PerClient) != 1 || st.PerClient[0].Driver != "sim" ||
+		!slices.Equal(st.PerClient[0].Handles, []segment.HandleKind{segment.HandleFabric}) {
+		t.Fatalf("Stats over TCP: %+v, %v", st.PerClient, err)
+	}
+
 	// Metrics.
 	resp, err := http.Get("http://" + mlis.Addr().String() + "/metrics")
 	if err != nil {
@@ -156,6 +164,11 @@ func TestTCPLoopback(t *testing.T) {
 		`kvfabric_master_objects 1`,
 		`kvfabric_master_op_duration_seconds_count{op="put_start"} 2`,
 		`kvfabric_master_lease_expiries_total 0`,
+		`kvfabric_master_segments_by_handle{handle="fabric"} 1`,
+		`kvfabric_master_segments_by_handle{handle="posix_fd"} 0`,
+		`kvfabric_master_capacity_bytes_by_handle{handle="fabric"} 6.7108864e+07`,
+		`kvfabric_master_clients_by_driver{driver="sim"} 1`,
+		`kvfabric_master_clients_by_driver{driver="cuda"} 0`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)

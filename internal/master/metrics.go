@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvfabric/kvfabric/internal/segment"
 )
 
 type opKind int
@@ -182,10 +184,17 @@ var (
 		"Other providers' segments a client keeps mapped (imported), as it reported at its last heartbeat.", []string{"client"}, nil)
 	descMappedBytes = prometheus.NewDesc("kvfabric_master_client_mapped_bytes",
 		"Bytes of other providers' segments a client keeps mapped, as it reported at its last heartbeat.", []string{"client"}, nil)
+	descHandleSegs = prometheus.NewDesc("kvfabric_master_segments_by_handle",
+		"Mounted segments by handle kind (fabric, posix_fd).", []string{"handle"}, nil)
+	descHandleBytes = prometheus.NewDesc("kvfabric_master_capacity_bytes_by_handle",
+		"Mounted capacity by handle kind (fabric, posix_fd).", []string{"handle"}, nil)
+	descDriverClients = prometheus.NewDesc("kvfabric_master_clients_by_driver",
+		"Registered clients by the CUDA driver they run on (cuda, sim; unknown when not said, other for anything else).", []string{"driver"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCapacity, descUsed, descTierCapacity, descTierUsed, descObjects, descPending, descSegments, descClients, descMappedSegs, descMappedBytes} {
+	for _, d := range []*prometheus.Desc{descCapacity, descUsed, descTierCapacity, descTierUsed, descObjects, descPending, descSegments, descClients, descMappedSegs, descMappedBytes,
+		descHandleSegs, descHandleBytes, descDriverClients} {
 		ch <- d
 	}
 }
@@ -193,6 +202,13 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	c.s.mu.Lock()
 	st := c.s.statsLocked()
+	var handleSegs, handleBytes [3]uint64 // by segment.HandleKind (validated: 1 or 2)
+	for _, sg := range c.s.mu.segs {
+		if sg != nil && int(sg.desc.Handle.Kind) < len(handleSegs) {
+			handleSegs[sg.desc.Handle.Kind]++
+			handleBytes[sg.desc.Handle.Kind] += sg.desc.Size
+		}
+	}
 	c.s.mu.Unlock()
 	g := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
@@ -213,6 +229,25 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range st.PerClient {
 		g(descMappedSegs, float64(c.Mapped.Segments), c.ID)
 		g(descMappedBytes, float64(c.Mapped.Bytes), c.ID)
+	}
+	// Both kinds always, so a dashboard sees 0 rather than no series.
+	for _, k := range []segment.HandleKind{segment.HandleFabric, segment.HandlePosixFD} {
+		g(descHandleSegs, float64(handleSegs[k]), k.String())
+		g(descHandleBytes, float64(handleBytes[k]), k.String())
+	}
+	drivers := map[string]int{"cuda": 0, "sim": 0}
+	for _, c := range st.PerClient {
+		switch d := c.Driver; d {
+		case "cuda", "sim":
+			drivers[d]++
+		case "":
+			drivers["unknown"]++
+		default: // a label per free-form value would let clients grow the series
+			drivers["other"]++
+		}
+	}
+	for d, n := range drivers {
+		g(descDriverClients, float64(n), d)
 	}
 }
 

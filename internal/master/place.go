@@ -8,15 +8,20 @@ import (
 	"github.com/kvfabric/kvfabric/internal/segment"
 )
 
-// target is where a put's data will be read from.
+// target is where a put's data will be read from, and what its writer
+// can reach.
 type target struct {
 	node      string
 	numa, dev int32
+	writer    reach
 }
 
 func (s *Service) targetLocked(p *Placement) target {
 	t := target{node: p.Node, numa: p.NUMANode, dev: p.Device}
 	if c, ok := s.mu.clients[p.Client]; ok && p.Client != "" {
+		// The writer copies into the segment: it must be able to import
+		// it, whatever Node says about the readers.
+		t.writer = reachOf(c)
 		if t.node == "" {
 			t.node = c.info.Node
 		}
@@ -50,24 +55,33 @@ func (s *Service) placeLocked(r *PutStartReq, slot uint32, now int64, out []repl
 	tiers := tierOrder(&r.Placement)
 	// Size against segment limits: a size no segment of the allowed tiers
 	// could ever hold is a bad request, not a full store.
+	t := s.targetLocked(&r.Placement)
 	var largest uint64
-	segs := 0
+	segs, far := 0, 0
 	for _, sg := range s.mu.segs {
-		if sg != nil && slices.Contains(tiers, sg.desc.Tier) {
-			largest = max(largest, sg.al.Size())
-			segs++
+		if sg == nil || !slices.Contains(tiers, sg.desc.Tier) {
+			continue
 		}
+		if !s.reachesLocked(t.writer, sg) {
+			far++
+			continue
+		}
+		largest = max(largest, sg.al.Size())
+		segs++
+	}
+	if segs == 0 && far > 0 {
+		return out, fmt.Errorf("%w: key %q: none of the %d segments in tiers %v is reachable from writer %q on node %q (fabric domain %q): posix_fd segments only from their host, fabric segments only within their fabric domain",
+			ErrNoSpace, r.Key, far, tiers, r.Placement.Client, t.writer.node, t.writer.domain)
 	}
 	if segs == 0 {
 		return out, fmt.Errorf("%w: key %q: no segment mounted in tiers %v", ErrNoSpace, r.Key, tiers)
 	}
 	if r.Size > largest {
-		return out, fmt.Errorf("%w: key %q: size %d exceeds the largest segment (%d bytes)", ErrInvalid, r.Key, r.Size, largest)
+		return out, fmt.Errorf("%w: key %q: size %d exceeds the largest segment its writer reaches (%d bytes)", ErrInvalid, r.Key, r.Size, largest)
 	}
 	if n > segs {
-		return out, fmt.Errorf("%w: key %q: %d replicas need distinct segments, %d mounted", ErrNoSpace, r.Key, n, segs)
+		return out, fmt.Errorf("%w: key %q: %d replicas need distinct segments, %d mounted (and reachable)", ErrNoSpace, r.Key, n, segs)
 	}
-	t := s.targetLocked(&r.Placement)
 	out, err := s.tryPlaceLocked(r, slot, t, tiers, n, out)
 	if !errors.Is(err, ErrNoSpace) {
 		return out, err
@@ -121,7 +135,7 @@ func (s *Service) tryPlaceLocked(r *PutStartReq, slot uint32, t target, tiers []
 // in order that has a candidate; within it the highest score, then the most
 // free bytes (which spreads load). Candidates are mounted, not draining or suspect,
 // not used by this object's other replicas, not tried, with enough free
-// bytes.
+// bytes, and reachable by the writer (reach.go).
 //
 // Preferred segments (Placement.Segments) of any allowed tier come first.
 func (s *Service) bestSegmentLocked(r *PutStartReq, t target, tiers []segment.Tier, chosen []replica, tried []uint32) (uint32, bool) {
@@ -139,7 +153,7 @@ func (s *Service) bestSegmentLocked(r *PutStartReq, t target, tiers []segment.Ti
 		}
 	segs:
 		for i, sg := range s.mu.segs {
-			if sg == nil || !sg.usable() || sg.al.FreeBytes() < need {
+			if sg == nil || !sg.usable() || sg.al.FreeBytes() < need || !s.reachesLocked(t.writer, sg) {
 				continue
 			}
 			if pass == 0 && (!slices.Contains(tiers, sg.desc.Tier) || !slices.Contains(r.Placement.Segments, sg.desc.ID)) ||

@@ -90,11 +90,12 @@ func (r *remote) RegisterClient(ctx context.Context, info ClientInfo) (Registrat
 	if err := r.check(); err != nil {
 		return Registration{}, err
 	}
-	if !utf8.ValidString(info.ID + info.Node) {
+	if !utf8.ValidString(info.ID + info.Node + info.Driver + info.FabricDomain) {
 		return Registration{}, validateClientInfo(&info)
 	}
 	resp, err := r.rpc.RegisterClient(ctx, &pb.RegisterClientRequest{Id: info.ID, Node: info.Node,
-		TtlNs: int64(info.TTL), NumaNode: info.NUMANode, Device: info.Device, Incarnation: info.Incarnation})
+		TtlNs: int64(info.TTL), NumaNode: info.NUMANode, Device: info.Device, Incarnation: info.Incarnation,
+		Driver: info.Driver, FabricDomain: info.FabricDomain})
 	if err != nil {
 		return Registration{}, r.fail(err)
 	}
@@ -262,7 +263,7 @@ func (r *remote) GetReplicas(ctx context.Context, keys []string) ([]GetResult, e
 	send, local := splitItems(len(keys), func(i int) error { return keyUTF8(keys[i]) })
 	resp := resultsReply{get: true, descs: &r.descs}
 	sent := time.Now()
-	if err := r.cc.Invoke(ctx, pb.Master_GetReplicas_FullMethodName, &keysRequest{keys: pick(keys, send)}, &resp, wireCall); err != nil {
+	if err := r.cc.Invoke(ctx, pb.Master_GetReplicas_FullMethodName, &keysRequest{keys: pick(keys, send), reader: readerOf(ctx)}, &resp, wireCall); err != nil {
 		return nil, r.fail(err)
 	}
 	if len(resp.results) != len(keys)-len(local) {

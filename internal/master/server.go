@@ -128,7 +128,8 @@ type grpcService struct {
 }
 
 func (g *grpcService) RegisterClient(ctx context.Context, r *pb.RegisterClientRequest) (*pb.RegisterClientResponse, error) {
-	reg, err := g.svc.RegisterClient(ctx, ClientInfo{ID: r.Id, Node: r.Node, TTL: time.Duration(r.TtlNs), NUMANode: r.NumaNode, Device: r.Device, Incarnation: r.Incarnation})
+	reg, err := g.svc.RegisterClient(ctx, ClientInfo{ID: r.Id, Node: r.Node, TTL: time.Duration(r.TtlNs), NUMANode: r.NumaNode, Device: r.Device,
+		Incarnation: r.Incarnation, Driver: r.Driver, FabricDomain: r.FabricDomain})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -253,7 +254,7 @@ func (g *grpcService) PutRevoke(ctx context.Context, r *pb.PutRevokeRequest) (*p
 }
 
 func (g *grpcService) GetReplicas(ctx context.Context, r *pb.GetReplicasRequest) (*pb.GetReplicasResponse, error) {
-	res, err := g.svc.GetReplicas(ctx, r.Keys)
+	res, err := g.svc.GetReplicas(WithReader(ctx, r.ClientId), r.Keys)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -334,14 +335,15 @@ func serviceDesc() *grpc.ServiceDesc {
 			return g.putFinish(ctx, opPutRevoke, in.puts)
 		}),
 		"GetReplicas": fastHandler(pb.Master_ServiceDesc, "GetReplicas", func(g *grpcService, ctx context.Context, in *keysRequest) (any, error) {
-			return g.getReplicas(ctx, in.keys)
+			return g.getReplicas(WithReader(ctx, in.reader), in.keys)
 		}),
 	}
 	for i, m := range d.Methods {
-		if h, ok := fast[m.MethodName]; ok {
-			d.Methods[i].Handler = h
+		h := m.Handler
+		if f, ok := fast[m.MethodName]; ok {
+			h = f
 		}
-		d.Methods[i].Handler = authenticated(d.Methods[i].MethodName, d.Methods[i].Handler)
+		d.Methods[i].Handler = authenticated(m.MethodName, invalidOnDecodeError(m.MethodName, h))
 	}
 	return &d
 }
@@ -363,6 +365,29 @@ func authenticated(method string, h grpc.MethodHandler) grpc.MethodHandler {
 			}
 		}
 		return h(srv, ctx, dec, icpt)
+	}
+}
+
+// invalidOnDecodeError makes a request body that does not decode the
+// caller's fault: grpc-go turns any codec error into codes.Internal ("grpc:
+// failed to unmarshal the received message", grpc 1.85 rpc_util.go recv),
+// which says the master broke. The handler's dec decodes through a
+// decodeTarget instead: the codec records the decode error there and
+// reports success to grpc, and the error is answered as ErrInvalid
+// (InvalidArgument). Errors of the transport itself (size limits,
+// decompression, a cancelled stream) keep grpc's own codes.
+func invalidOnDecodeError(method string, h grpc.MethodHandler) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		return h(srv, ctx, func(v any) error {
+			t := &decodeTarget{v: v}
+			if err := dec(t); err != nil {
+				return err
+			}
+			if t.err != nil {
+				return toStatus(fmt.Errorf("%w: %s request body: %v", ErrInvalid, method, t.err))
+			}
+			return nil
+		}, interceptor)
 	}
 }
 

@@ -899,6 +899,7 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 	now := s.now()
 	until := now + int64(s.cfg.LeaseTTL)
 	expiry := time.Unix(0, until)
+	rd := s.readerReachLocked(ctx)
 	var backing []Replica
 	for i, k := range keys {
 		if out[i].Err != nil {
@@ -913,13 +914,23 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 			backing = make([]Replica, 0, len(keys)-i)
 		}
 		start := len(backing)
+		far := 0
 		for _, r := range s.repsLocked(slot) {
-			if s.mu.segs[r.seg].usable() {
+			switch sg := s.mu.segs[r.seg]; {
+			case !sg.usable():
+			case !s.reachesLocked(rd, sg):
+				far++
+			default:
 				backing = append(backing, s.replicaLocked(r))
 			}
 		}
 		if len(backing) == start {
-			out[i].Err = fmt.Errorf("%w: key %q: all replicas are on draining or unreachable segments", ErrNotFound, k)
+			if far > 0 {
+				out[i].Err = fmt.Errorf("%w: key %q: no replica reachable from reader %q on node %q (fabric domain %q)",
+					ErrNotFound, k, readerOf(ctx), rd.node, rd.domain)
+			} else {
+				out[i].Err = fmt.Errorf("%w: key %q: all replicas are on draining or unreachable segments", ErrNotFound, k)
+			}
 			continue
 		}
 		o := s.mu.objs.at(slot)
@@ -1337,12 +1348,16 @@ func (s *Service) statsLocked() Stats {
 	locs := map[locKey]*UsageStats{}
 	var tiers [3]*UsageStats
 	provided := map[string]int{}
+	handles := map[string]uint8{} // owner → bit per segment.HandleKind (< 8)
 	for _, sg := range s.mu.segs {
 		if sg == nil {
 			continue
 		}
 		d := sg.desc
 		provided[d.Owner]++
+		if d.Handle.Kind < 8 {
+			handles[d.Owner] |= 1 << d.Handle.Kind
+		}
 		if tiers[d.Tier] == nil {
 			tiers[d.Tier] = &UsageStats{Tier: d.Tier, Location: -1}
 		}
@@ -1367,7 +1382,14 @@ func (s *Service) statsLocked() Stats {
 	sortUsage(st.Locations)
 	st.PerClient = make([]ClientStats, 0, len(s.mu.clients))
 	for id, c := range s.mu.clients {
-		st.PerClient = append(st.PerClient, ClientStats{ID: id, Node: c.info.Node, Segments: provided[id], Mapped: c.mapped})
+		cs := ClientStats{ID: id, Node: c.info.Node, Segments: provided[id], Mapped: c.mapped,
+			Driver: c.info.Driver, FabricDomain: c.info.FabricDomain}
+		for k := segment.HandleKind(0); k < 8; k++ {
+			if handles[id]&(1<<k) != 0 {
+				cs.Handles = append(cs.Handles, k)
+			}
+		}
+		st.PerClient = append(st.PerClient, cs)
 	}
 	slices.SortFunc(st.PerClient, func(a, b ClientStats) int { return strings.Compare(a.ID, b.ID) })
 	return st

@@ -43,11 +43,47 @@ func validateID(field, id string) error {
 	return nil
 }
 
+// MaxClientIDLen bounds a client id in bytes. Segment ids embed it
+// (host/owner/tierN/i, at most segment.MaxIDLen = 256 bytes), so half of
+// that leaves the host name room.
+const MaxClientIDLen = 128
+
+// ValidateClientID checks a client id chosen by a client: 1 to
+// MaxClientIDLen bytes of ASCII letters, digits, '-', '_', '.' and ':'. The
+// id is a path component of the client's segment ids and of its
+// fd-exchange socket name, so '/' or a space would make those ambiguous
+// (before this check such an id registered raw, its segments were mounted
+// under a sanitized owner, and the master answered "unknown client"). The
+// error wraps ErrInvalid and names the id and the first bad byte.
+func ValidateClientID(id string) error {
+	if id == "" || len(id) > MaxClientIDLen {
+		return fmt.Errorf("%w: client id %.40q: %d bytes, want 1..%d", ErrInvalid, id, len(id), MaxClientIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !clientIDByte(c) {
+			return fmt.Errorf("%w: client id %q: byte %d is %q; allowed are letters, digits, '-', '_', '.' and ':'", ErrInvalid, id, i, c)
+		}
+	}
+	return nil
+}
+
+func clientIDByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':'
+}
+
 func validateClientInfo(info *ClientInfo) error {
-	if err := validateID("client id", info.ID); err != nil {
-		return err
+	if info.ID != "" { // empty: the master assigns one
+		if err := ValidateClientID(info.ID); err != nil {
+			return err
+		}
 	}
 	if err := validateID("client node", info.Node); err != nil {
+		return err
+	}
+	if err := validateID("client driver", info.Driver); err != nil {
+		return err
+	}
+	if err := validateID("client fabric domain", info.FabricDomain); err != nil {
 		return err
 	}
 	switch {

@@ -80,7 +80,19 @@ func (c wireCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
+// decodeTarget is the server handlers' decode target (see
+// invalidOnDecodeError): Unmarshal decodes into v and keeps the error in
+// err instead of returning it.
+type decodeTarget struct {
+	v   any
+	err error
+}
+
 func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if t, ok := v.(*decodeTarget); ok {
+		t.err = c.Unmarshal(data, t.v)
+		return nil
+	}
 	m, ok := v.(wireMessage)
 	if !ok {
 		return c.std.Unmarshal(data, v)
@@ -751,10 +763,13 @@ func decodeItemError(b []byte) (error, error) {
 
 // keysRequest is pb.GetReplicasRequest. Decoded keys share one string per
 // message: the Service does not keep them.
-type keysRequest struct{ keys []string }
+type keysRequest struct {
+	keys   []string
+	reader string // client_id
+}
 
 func (m *keysRequest) wireSize() int {
-	n := 0
+	n := 3 + len(m.reader)
 	for _, k := range m.keys {
 		n += 3 + len(k)
 	}
@@ -768,7 +783,7 @@ func (m *keysRequest) appendWire(b []byte) ([]byte, error) {
 			return b, err
 		}
 	}
-	return b, nil
+	return appendStringNZ(b, 2, m.reader)
 }
 
 func (m *keysRequest) unmarshalWire(b []byte) error {
@@ -780,12 +795,19 @@ func (m *keysRequest) unmarshalWire(b []byte) error {
 			return err
 		}
 		b = rest
-		if f.is(1, protowire.BytesType) {
+		switch {
+		case f.is(1, protowire.BytesType):
 			k, err := f.sub(all, base)
 			if err != nil {
 				return err
 			}
 			m.keys = append(m.keys, k)
+		case f.is(2, protowire.BytesType):
+			r, err := f.sub(all, base)
+			if err != nil {
+				return err
+			}
+			m.reader = strings.Clone(r) // kept in the context past the message
 		}
 	}
 	return nil

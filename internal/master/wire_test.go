@@ -119,6 +119,15 @@ func TestWireKeysAndRefs(t *testing.T) {
 	if err := k.unmarshalWire(mustMarshal(t, &pb.GetReplicasRequest{Keys: keys})); err != nil || !reflect.DeepEqual(k.keys, keys) {
 		t.Errorf("keys: hand decoding %q (%v), want %q", k.keys, err, keys)
 	}
+	// The reader's client id (field 2) both ways.
+	g = pb.GetReplicasRequest{}
+	if err := proto.Unmarshal(encodeWire(t, &keysRequest{keys: keys, reader: "reader-1"}), &g); err != nil || g.ClientId != "reader-1" || !reflect.DeepEqual(g.Keys, keys) {
+		t.Errorf("reader: generated decoding %q %q (%v)", g.ClientId, g.Keys, err)
+	}
+	k = keysRequest{}
+	if err := k.unmarshalWire(mustMarshal(t, &pb.GetReplicasRequest{Keys: keys, ClientId: "reader-1"})); err != nil || k.reader != "reader-1" || !reflect.DeepEqual(k.keys, keys) {
+		t.Errorf("reader: hand decoding %q %q (%v)", k.reader, k.keys, err)
+	}
 
 	refs := []PutRef{{"a", 1}, {"", 0}, {"b", 1<<64 - 1}}
 	var e pb.PutEndRequest
@@ -355,7 +364,7 @@ func FuzzWireDecode(f *testing.F) {
 	for _, m := range []wireMessage{
 		&putStartRequest{reqs: wirePutStartReqs()},
 		&putRefsRequest{puts: []PutRef{{"a", 1}, {"b", 2}}},
-		&keysRequest{keys: []string{"a", "b"}},
+		&keysRequest{keys: []string{"a", "b"}, reader: "r"},
 		&itemErrorList{errs: wireErrs()},
 		&putStartResponse{res: []PutStartResult{{Token: 1, Replicas: reps}, {Err: ErrNoSpace}}},
 		&getResponse{res: []GetResult{{Size: 1, Replicas: reps}, {Err: ErrNotFound}}},
@@ -387,8 +396,8 @@ func FuzzWireDecode(f *testing.F) {
 			var p pb.GetReplicasRequest
 			var m keysRequest
 			if agree(t, proto.Unmarshal(b, &p), m.unmarshalWire(b)) {
-				if len(p.Keys) != len(m.keys) || len(m.keys) > 0 && !reflect.DeepEqual(p.Keys, m.keys) {
-					t.Errorf("hand %q, generated %q", m.keys, p.Keys)
+				if len(p.Keys) != len(m.keys) || len(m.keys) > 0 && !reflect.DeepEqual(p.Keys, m.keys) || p.ClientId != m.reader {
+					t.Errorf("hand %q %q, generated %q %q", m.keys, m.reader, p.Keys, p.ClientId)
 				}
 			}
 		case 3:

@@ -18,6 +18,14 @@ import (
 // alignment; it only matters for the simulator's smaller granularities.
 const SlabAlign = 64 << 10
 
+// MaxChunks bounds the chunks of one plan: every chunk is one allocation,
+// one exported handle (an open fd for POSIX fds) and one master segment, so
+// a plan of more is a configuration mistake (a max_mr_size far too small
+// for global_segment_size), and refusing it keeps Plan from building a
+// slice sized by an absurd request. 65536 chunks of the default 1 GiB
+// max_mr_size are 64 TiB.
+const MaxChunks = 1 << 16
+
 // ErrPlan is wrapped by every Plan error.
 var ErrPlan = errors.New("pool: invalid capacity plan")
 
@@ -86,8 +94,8 @@ func (l Layout) String() string {
 //
 // Plan is pure. Errors wrap ErrPlan and name the offending value: no
 // locations, duplicate or mixed-tier locations, a zero granularity, an
-// alignment that overflows, maxMR below the alignment, or a total smaller
-// than one aligned unit.
+// alignment that overflows, maxMR below the alignment, a total smaller
+// than one aligned unit, or more than MaxChunks chunks.
 func Plan(total, maxMR uint64, locs []Location) (Layout, error) {
 	if len(locs) == 0 {
 		return Layout{}, fmt.Errorf("%w: no locations", ErrPlan)
@@ -127,6 +135,21 @@ func Plan(total, maxMR uint64, locs []Location) (Layout, error) {
 	}
 	units := lay.Total / align
 	per, rem := units/uint64(len(sorted)), units%uint64(len(sorted))
+	// Count the chunks before building any: one node gets at most per+1
+	// units, and every node's chunks are ceil(bytes/MaxChunk).
+	var chunks uint64
+	for i := range sorted {
+		u := per
+		if uint64(i) < rem {
+			u++
+		}
+		b := u * align // <= Total: no overflow
+		chunks += b/lay.MaxChunk + min(b%lay.MaxChunk, 1)
+		if chunks > MaxChunks {
+			return Layout{}, fmt.Errorf("%w: global_segment_size=%d (%s) with max_mr_size=%d (%s) needs more than %d chunks; raise max_mr_size",
+				ErrPlan, total, config.FormatSize(total), maxMR, config.FormatSize(maxMR), MaxChunks)
+		}
+	}
 	for i, l := range sorted {
 		u := per
 		if uint64(i) < rem {

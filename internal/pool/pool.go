@@ -83,6 +83,9 @@ type Deps struct {
 	// UnmountTimeout bounds each UnmountSegment call; 0 means
 	// DefaultUnmountTimeout.
 	UnmountTimeout time.Duration
+	// HostMemory reads the host's memory sizes, which bound a DRAM
+	// global_segment_size; the zero value reads this host's /proc and /sys.
+	HostMemory numa.HostMemory
 }
 
 // step is one resource a chunk holds. The order is the teardown order: a
@@ -154,7 +157,8 @@ type Pool struct {
 // Open allocates, maps, exports and mounts the capacity cfg describes and
 // returns the pool once every segment is mounted.
 //
-// Setup order: validate → select locations (NUMA nodes or the device) and
+// Setup order: validate → select locations (NUMA nodes or the device) →
+// bound the size by their memory (checkHostMemory, checkDeviceMemory) →
 // handle type → query granularities → plan → create all allocations →
 // reserve + map + one batched access grant per chunk for every visible GPU
 // → export (fabric handle into the descriptor, or POSIX fd into
@@ -243,6 +247,9 @@ func (p *Pool) setupLocked(ctx context.Context, cfg config.Config) error {
 				return fmt.Errorf("pool: egm_numa_nodes=auto: %w", err)
 			}
 		}
+		if err := checkHostMemory(p.deps.HostMemory, cfg.GlobalSegmentSize, ids); err != nil {
+			return err
+		}
 		if p.handle, err = p.resolveHandleLocked(cfg.HandleType, numa.Prop(ids[0], 0)); err != nil {
 			if errors.Is(err, cuda.ErrorInvalidValue) { // the driver does not know the node
 				err = fmt.Errorf("%w: %w", numa.ErrNodeUnavailable, err)
@@ -266,6 +273,9 @@ func (p *Pool) setupLocked(ctx context.Context, cfg config.Config) error {
 			access = append(access, cuda.AccessDesc{Location: cuda.Location{Type: cuda.LocationDevice, ID: int32(d)}, Flags: cuda.AccessReadWrite})
 		}
 	} else {
+		if err := p.checkDeviceMemory(cfg.GlobalSegmentSize); err != nil {
+			return err
+		}
 		prop := cuda.AllocProp{Location: cuda.Location{Type: cuda.LocationDevice, ID: int32(p.dev)}}
 		if p.handle, err = p.resolveHandleLocked(cfg.HandleType, prop); err != nil {
 			return fmt.Errorf("pool: device %d: %w", p.dev, err)

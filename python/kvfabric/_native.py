@@ -72,6 +72,8 @@ _PROTOS = {
     "kvfabric_register_buffer": (c_int32, [c_int64, c_uintptr, c_uint64]),
     "kvfabric_unregister_buffer": (c_int32, [c_int64, c_uintptr]),
     "kvfabric_hostname": (c_int32, [c_int64, c_void_p, c_size_t, _p_size]),
+    "kvfabric_driver": (c_int32, [c_int64, c_void_p, c_size_t, _p_size]),
+    "kvfabric_handle_type": (c_int32, [c_int64, c_void_p, c_size_t, _p_size]),
     "kvfabric_health": (c_int32, [c_int64]),
 }
 

@@ -351,16 +351,32 @@ class Store:
         self._raise(self._lib.kvfabric_remove_all(h, 1 if force else 0, byref(n)), h)
         return n.value
 
-    @property
-    def hostname(self) -> str:
+    def _string(self, fn) -> str:
         h = self._handle()
         buf = ctypes.create_string_buffer(256)
         n = c_size_t(0)
-        self._raise(self._lib.kvfabric_hostname(h, buf, len(buf), byref(n)), h)
+        self._raise(fn(h, buf, len(buf), byref(n)), h)
         if n.value >= len(buf):
             buf = ctypes.create_string_buffer(n.value + 1)
-            self._raise(self._lib.kvfabric_hostname(h, buf, len(buf), byref(n)), h)
+            self._raise(fn(h, buf, len(buf), byref(n)), h)
         return buf.value.decode("utf-8", "replace")
+
+    @property
+    def hostname(self) -> str:
+        return self._string(self._lib.kvfabric_hostname)
+
+    @property
+    def driver(self) -> str:
+        """The CUDA driver this store runs on: "cuda" (the real driver) or
+        "sim" (the simulator). driver="auto" never gives a provider the
+        simulator on a host with a GPU; check this to be sure."""
+        return self._string(self._lib.kvfabric_driver)
+
+    @property
+    def handle_type(self) -> str | None:
+        """How the capacity this store provides is exported: "fabric" or
+        "posix_fd" (handle_type="auto" resolved); None for a pure consumer."""
+        return self._string(self._lib.kvfabric_handle_type) or None
 
     def health(self) -> None:
         """Raises when the store is unhealthy (master unreachable, …)."""

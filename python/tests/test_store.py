@@ -214,6 +214,18 @@ def test_hostname_health(store):
     store.health()
 
 
+def test_driver_and_handle_type(store, tmp_path):
+    # The chosen driver and the resolved handle type are visible (issue 11):
+    # the simulator permits no FABRIC handles by default, so auto gives
+    # POSIX fds; a pure consumer exports nothing.
+    assert store.driver == "sim"
+    assert store.handle_type == "posix_fd"
+    cfg = sim_config(tmp_path, enable_egm_store_pool=False, global_segment_size=0)
+    with kvfabric.Store(cfg) as consumer:
+        assert consumer.driver == "sim"
+        assert consumer.handle_type is None
+
+
 def test_put_options(store):
     store.put("pinned", b"p", pin=True, replicas=1)
     store.put_bytes("pb", b"q", preferred_segments=["nonexistent-segment"])
@@ -283,6 +295,12 @@ def test_close_semantics(cfg):
         ({"lease_ttl": "forever"}, "lease_ttl"),
         ({"put_timeout": -1}, "put_timeout"),
         ({"client_ttl": "2d"}, "client_ttl"),
+        # Issue 11: a fraction of a byte, and sizes no host can hold (they
+        # used to get the provider OOM-killed while planning).
+        ({"global_segment_size": 67108864.5}, "global_segment_size"),
+        ({"global_segment_size": "67108864.5"}, "global_segment_size"),
+        ({"global_segment_size": "16000000TiB"}, "global_segment_size"),
+        ({"global_segment_size": 18446744073709551615}, "global_segment_size"),
     ],
 )
 def test_config_errors(tmp_path, override, key):
@@ -320,6 +338,12 @@ def test_config_from_file(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(kvfabric.ConfigError):
         kvfabric.Store(str(tmp_path / "bad.json"))
+    # A key given twice is an error naming it (JSON parsers keep the last).
+    dup = json.dumps(sim_config(tmp_path))[:-1] + ', "global_segment_size": "1TiB"}'
+    (tmp_path / "dup.json").write_text(dup)
+    with pytest.raises(kvfabric.ConfigError) as ei:
+        kvfabric.Store(str(tmp_path / "dup.json"))
+    assert "global_segment_size" in str(ei.value) and "twice" in str(ei.value)
 
 
 # ---- process-level behaviour -----------------------------------------------------

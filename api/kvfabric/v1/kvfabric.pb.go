@@ -354,7 +354,13 @@ type RegisterClientRequest struct {
 	// live registration of another incarnation holds is refused (a second
 	// process started with the same id must not wipe the first one's
 	// segments); the same incarnation registering again is a retry.
-	Incarnation   uint64 `protobuf:"fixed64,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Incarnation uint64 `protobuf:"fixed64,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// The CUDA driver the client runs on ("cuda" or "sim"), shown in Stats.
+	Driver string `protobuf:"bytes,7,opt,name=driver,proto3" json:"driver,omitempty"`
+	// The client's fabric domain ("" is the default one): its fabric
+	// segments are placed for, and its reads offered, fabric segments of the
+	// same domain only.
+	FabricDomain  string `protobuf:"bytes,8,opt,name=fabric_domain,json=fabricDomain,proto3" json:"fabric_domain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -429,6 +435,20 @@ func (x *RegisterClientRequest) GetIncarnation() uint64 {
 		return x.Incarnation
 	}
 	return 0
+}
+
+func (x *RegisterClientRequest) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+func (x *RegisterClientRequest) GetFabricDomain() string {
+	if x != nil {
+		return x.FabricDomain
+	}
+	return ""
 }
 
 type RegisterClientResponse struct {
@@ -1405,8 +1425,12 @@ func (x *PutRevokeResponse) GetErrors() []*ItemError {
 }
 
 type GetReplicasRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Keys  []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// The reading client, when known: replicas it cannot import (POSIX-fd
+	// segments of another host, fabric segments of another fabric domain)
+	// are left out of its results.
+	ClientId      string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1446,6 +1470,13 @@ func (x *GetReplicasRequest) GetKeys() []string {
 		return x.Keys
 	}
 	return nil
+}
+
+func (x *GetReplicasRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
 }
 
 type GetResult struct {
@@ -2443,6 +2474,9 @@ type ClientStats struct {
 	Segments       uint32                 `protobuf:"varint,3,opt,name=segments,proto3" json:"segments,omitempty"`                                   // segments it provides (mounted)
 	MappedSegments uint32                 `protobuf:"varint,4,opt,name=mapped_segments,json=mappedSegments,proto3" json:"mapped_segments,omitempty"` // other providers' segments it has mapped
 	MappedBytes    uint64                 `protobuf:"varint,5,opt,name=mapped_bytes,json=mappedBytes,proto3" json:"mapped_bytes,omitempty"`
+	Driver         string                 `protobuf:"bytes,6,opt,name=driver,proto3" json:"driver,omitempty"`                                                                  // as registered: "cuda", "sim" or "" (unknown)
+	HandleKinds    []HandleKind           `protobuf:"varint,7,rep,packed,name=handle_kinds,json=handleKinds,proto3,enum=kvfabric.v1.HandleKind" json:"handle_kinds,omitempty"` // of the segments it provides, distinct, sorted
+	FabricDomain   string                 `protobuf:"bytes,8,opt,name=fabric_domain,json=fabricDomain,proto3" json:"fabric_domain,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -2512,6 +2546,27 @@ func (x *ClientStats) GetMappedBytes() uint64 {
 	return 0
 }
 
+func (x *ClientStats) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+func (x *ClientStats) GetHandleKinds() []HandleKind {
+	if x != nil {
+		return x.HandleKinds
+	}
+	return nil
+}
+
+func (x *ClientStats) GetFabricDomain() string {
+	if x != nil {
+		return x.FabricDomain
+	}
+	return ""
+}
+
 var File_kvfabric_v1_kvfabric_proto protoreflect.FileDescriptor
 
 const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
@@ -2536,14 +2591,16 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\tItemError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\xa9\x01\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xe6\x01\n" +
 	"\x15RegisterClientRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x15\n" +
 	"\x06ttl_ns\x18\x03 \x01(\x03R\x05ttlNs\x12\x1b\n" +
 	"\tnuma_node\x18\x04 \x01(\x05R\bnumaNode\x12\x16\n" +
 	"\x06device\x18\x05 \x01(\x05R\x06device\x12 \n" +
-	"\vincarnation\x18\x06 \x01(\x06R\vincarnation\"\x87\x01\n" +
+	"\vincarnation\x18\x06 \x01(\x06R\vincarnation\x12\x16\n" +
+	"\x06driver\x18\a \x01(\tR\x06driver\x12#\n" +
+	"\rfabric_domain\x18\b \x01(\tR\ffabricDomain\"\x87\x01\n" +
 	"\x16RegisterClientResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06ttl_ns\x18\x02 \x01(\x03R\x05ttlNs\x12 \n" +
@@ -2603,9 +2660,10 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x10PutRevokeRequest\x12'\n" +
 	"\x04puts\x18\x01 \x03(\v2\x13.kvfabric.v1.PutRefR\x04puts\"C\n" +
 	"\x11PutRevokeResponse\x12.\n" +
-	"\x06errors\x18\x01 \x03(\v2\x16.kvfabric.v1.ItemErrorR\x06errors\"(\n" +
+	"\x06errors\x18\x01 \x03(\v2\x16.kvfabric.v1.ItemErrorR\x06errors\"E\n" +
 	"\x12GetReplicasRequest\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\tR\x04keys\"\xed\x01\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\"\xed\x01\n" +
 	"\tGetResult\x12,\n" +
 	"\x05error\x18\x01 \x01(\v2\x16.kvfabric.v1.ItemErrorR\x05error\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x120\n" +
@@ -2665,13 +2723,16 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x05tiers\x18\x05 \x03(\v2\x17.kvfabric.v1.UsageStatsR\x05tiers\x125\n" +
 	"\tlocations\x18\x06 \x03(\v2\x17.kvfabric.v1.UsageStatsR\tlocations\x12\x1c\n" +
 	"\tevictions\x18\a \x01(\x04R\tevictions\x12;\n" +
-	"\fclient_stats\x18\b \x03(\v2\x18.kvfabric.v1.ClientStatsR\vclientStats\"\x99\x01\n" +
+	"\fclient_stats\x18\b \x03(\v2\x18.kvfabric.v1.ClientStatsR\vclientStats\"\x92\x02\n" +
 	"\vClientStats\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x1a\n" +
 	"\bsegments\x18\x03 \x01(\rR\bsegments\x12'\n" +
 	"\x0fmapped_segments\x18\x04 \x01(\rR\x0emappedSegments\x12!\n" +
-	"\fmapped_bytes\x18\x05 \x01(\x04R\vmappedBytes*9\n" +
+	"\fmapped_bytes\x18\x05 \x01(\x04R\vmappedBytes\x12\x16\n" +
+	"\x06driver\x18\x06 \x01(\tR\x06driver\x12:\n" +
+	"\fhandle_kinds\x18\a \x03(\x0e2\x17.kvfabric.v1.HandleKindR\vhandleKinds\x12#\n" +
+	"\rfabric_domain\x18\b \x01(\tR\ffabricDomain*9\n" +
 	"\x04Tier\x12\x14\n" +
 	"\x10TIER_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tTIER_DRAM\x10\x01\x12\f\n" +
@@ -2787,43 +2848,44 @@ var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	41, // 22: kvfabric.v1.StatsResponse.tiers:type_name -> kvfabric.v1.UsageStats
 	41, // 23: kvfabric.v1.StatsResponse.locations:type_name -> kvfabric.v1.UsageStats
 	44, // 24: kvfabric.v1.StatsResponse.client_stats:type_name -> kvfabric.v1.ClientStats
-	5,  // 25: kvfabric.v1.Master.RegisterClient:input_type -> kvfabric.v1.RegisterClientRequest
-	7,  // 26: kvfabric.v1.Master.Heartbeat:input_type -> kvfabric.v1.HeartbeatRequest
-	9,  // 27: kvfabric.v1.Master.MountSegment:input_type -> kvfabric.v1.MountSegmentRequest
-	11, // 28: kvfabric.v1.Master.UnmountSegment:input_type -> kvfabric.v1.UnmountSegmentRequest
-	15, // 29: kvfabric.v1.Master.PutStart:input_type -> kvfabric.v1.PutStartRequest
-	20, // 30: kvfabric.v1.Master.PutEnd:input_type -> kvfabric.v1.PutEndRequest
-	22, // 31: kvfabric.v1.Master.PutRevoke:input_type -> kvfabric.v1.PutRevokeRequest
-	24, // 32: kvfabric.v1.Master.GetReplicas:input_type -> kvfabric.v1.GetReplicasRequest
-	27, // 33: kvfabric.v1.Master.Exists:input_type -> kvfabric.v1.ExistsRequest
-	29, // 34: kvfabric.v1.Master.Remove:input_type -> kvfabric.v1.RemoveRequest
-	31, // 35: kvfabric.v1.Master.RemoveAll:input_type -> kvfabric.v1.RemoveAllRequest
-	33, // 36: kvfabric.v1.Master.ListSegments:input_type -> kvfabric.v1.ListSegmentsRequest
-	42, // 37: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
-	35, // 38: kvfabric.v1.Master.ReleaseLeases:input_type -> kvfabric.v1.ReleaseLeasesRequest
-	37, // 39: kvfabric.v1.Master.ReportUnreachable:input_type -> kvfabric.v1.ReportUnreachableRequest
-	39, // 40: kvfabric.v1.Master.UnregisterClient:input_type -> kvfabric.v1.UnregisterClientRequest
-	6,  // 41: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
-	8,  // 42: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
-	10, // 43: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
-	12, // 44: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
-	18, // 45: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
-	21, // 46: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
-	23, // 47: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
-	26, // 48: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
-	28, // 49: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
-	30, // 50: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
-	32, // 51: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
-	34, // 52: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
-	43, // 53: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
-	36, // 54: kvfabric.v1.Master.ReleaseLeases:output_type -> kvfabric.v1.ReleaseLeasesResponse
-	38, // 55: kvfabric.v1.Master.ReportUnreachable:output_type -> kvfabric.v1.ReportUnreachableResponse
-	40, // 56: kvfabric.v1.Master.UnregisterClient:output_type -> kvfabric.v1.UnregisterClientResponse
-	41, // [41:57] is the sub-list for method output_type
-	25, // [25:41] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	1,  // 25: kvfabric.v1.ClientStats.handle_kinds:type_name -> kvfabric.v1.HandleKind
+	5,  // 26: kvfabric.v1.Master.RegisterClient:input_type -> kvfabric.v1.RegisterClientRequest
+	7,  // 27: kvfabric.v1.Master.Heartbeat:input_type -> kvfabric.v1.HeartbeatRequest
+	9,  // 28: kvfabric.v1.Master.MountSegment:input_type -> kvfabric.v1.MountSegmentRequest
+	11, // 29: kvfabric.v1.Master.UnmountSegment:input_type -> kvfabric.v1.UnmountSegmentRequest
+	15, // 30: kvfabric.v1.Master.PutStart:input_type -> kvfabric.v1.PutStartRequest
+	20, // 31: kvfabric.v1.Master.PutEnd:input_type -> kvfabric.v1.PutEndRequest
+	22, // 32: kvfabric.v1.Master.PutRevoke:input_type -> kvfabric.v1.PutRevokeRequest
+	24, // 33: kvfabric.v1.Master.GetReplicas:input_type -> kvfabric.v1.GetReplicasRequest
+	27, // 34: kvfabric.v1.Master.Exists:input_type -> kvfabric.v1.ExistsRequest
+	29, // 35: kvfabric.v1.Master.Remove:input_type -> kvfabric.v1.RemoveRequest
+	31, // 36: kvfabric.v1.Master.RemoveAll:input_type -> kvfabric.v1.RemoveAllRequest
+	33, // 37: kvfabric.v1.Master.ListSegments:input_type -> kvfabric.v1.ListSegmentsRequest
+	42, // 38: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
+	35, // 39: kvfabric.v1.Master.ReleaseLeases:input_type -> kvfabric.v1.ReleaseLeasesRequest
+	37, // 40: kvfabric.v1.Master.ReportUnreachable:input_type -> kvfabric.v1.ReportUnreachableRequest
+	39, // 41: kvfabric.v1.Master.UnregisterClient:input_type -> kvfabric.v1.UnregisterClientRequest
+	6,  // 42: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
+	8,  // 43: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
+	10, // 44: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
+	12, // 45: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
+	18, // 46: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
+	21, // 47: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
+	23, // 48: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
+	26, // 49: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
+	28, // 50: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
+	30, // 51: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
+	32, // 52: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
+	34, // 53: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
+	43, // 54: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
+	36, // 55: kvfabric.v1.Master.ReleaseLeases:output_type -> kvfabric.v1.ReleaseLeasesResponse
+	38, // 56: kvfabric.v1.Master.ReportUnreachable:output_type -> kvfabric.v1.ReportUnreachableResponse
+	40, // 57: kvfabric.v1.Master.UnregisterClient:output_type -> kvfabric.v1.UnregisterClientResponse
+	42, // [42:58] is the sub-list for method output_type
+	26, // [26:42] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_kvfabric_v1_kvfabric_proto_init() }

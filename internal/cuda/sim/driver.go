@@ -36,6 +36,7 @@ var (
 	_ cuda.Driver         = (*Driver)(nil)
 	_ cuda.ObjectCounter  = (*Driver)(nil)
 	_ cuda.KernelEmulator = (*Driver)(nil)
+	_ cuda.DeviceMemory   = (*Driver)(nil)
 )
 
 // driverSeq numbers the Drivers of a process; its value becomes part of
@@ -139,6 +140,7 @@ var opNames = map[string]string{
 	"DeviceCount":                 "cuDeviceGetCount",
 	"DeviceName":                  "cuDeviceGetName",
 	"DeviceAttribute":             "cuDeviceGetAttribute",
+	"DeviceTotalMem":              "cuDeviceTotalMem",
 	"CanAccessPeer":               "cuDeviceCanAccessPeer",
 	"PrimaryCtxRetain":            "cuDevicePrimaryCtxRetain",
 	"PrimaryCtxRelease":           "cuDevicePrimaryCtxRelease",
@@ -280,6 +282,27 @@ func (d *Driver) DeviceName(dev cuda.Device) (string, error) {
 		return cuda.Success
 	})
 	return name, err
+}
+
+// DefaultDeviceMemory is what DeviceTotalMem reports for a device without
+// a DeviceCapacity: 140 GiB, about an H200's 143771 MiB.
+const DefaultDeviceMemory = 140 << 30
+
+// DeviceTotalMem implements cuda.DeviceMemory: the device's DeviceCapacity,
+// or DefaultDeviceMemory when it has none.
+func (d *Driver) DeviceTotalMem(dev cuda.Device) (uint64, error) {
+	var n uint64
+	err := d.call("DeviceTotalMem", func() string { return fmt.Sprintf("dev=%d", dev) }, func() cuda.Result {
+		if !d.validDevice(dev) {
+			return cuda.ErrorInvalidDevice
+		}
+		n = d.cfg.DeviceCapacity[int(dev)]
+		if n == 0 {
+			n = DefaultDeviceMemory
+		}
+		return cuda.Success
+	})
+	return n, err
 }
 
 // Attribute values the simulator answers beyond the ones kvfabric declares.
