@@ -212,7 +212,12 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 
 	// The mapping cache comes before the heartbeat, which reports its size
 	// and releases mappings of segments that are gone.
-	if s.maps, err = mapping.New(s.drv, s.cctx, s.accessDevices(n), mapping.Options{MaxEntries: opts.MaxMappings, Logger: log}); err != nil {
+	if s.maps, err = mapping.New(s.drv, s.cctx, s.accessDevices(n), mapping.Options{
+		MaxEntries: opts.MaxMappings, Logger: log,
+		// A descriptor's socket path comes from the master: dial only
+		// under our own socket_dir, and only a server of our own uid.
+		Trust: fdx.Trust{SocketDir: cfg.SocketDir},
+	}); err != nil {
 		return nil, fmt.Errorf("mapping cache: %w", err)
 	}
 

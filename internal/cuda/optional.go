@@ -51,3 +51,15 @@ type KernelFunc func(grid, block Dim3, params [][]byte, mem func(ptr DevicePtr, 
 type KernelEmulator interface {
 	RegisterKernel(name string, fn KernelFunc)
 }
+
+// AllocationSizer is implemented by drivers that can tell the size of an
+// allocation handle, created or imported. The simulator implements it. The
+// real driver does not: CUDA has no query for the size of an imported
+// handle (cuMemGetAllocationPropertiesFromHandle carries none), so callers
+// that must check a claimed size map exactly that many bytes at offset 0,
+// which cuMemMap refuses (CUDA_ERROR_INVALID_VALUE) when it runs past the
+// allocation's end.
+type AllocationSizer interface {
+	// MemAllocationSize returns the size in bytes of allocation h.
+	MemAllocationSize(ctx Context, h AllocHandle) (uint64, error)
+}
