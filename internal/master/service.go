@@ -76,8 +76,8 @@ type object struct {
 }
 
 type segState struct {
-	desc     *segment.Descriptor // immutable; shared with Replica.Segment
-	al       *alloc.Allocator
+	desc *segment.Descriptor // immutable; shared with Replica.Segment
+	al   *alloc.Allocator
 	// draining: its owner's unmount was refused while leases or puts were
 	// outstanding; no new puts or leases land on it until drainUntil (unix
 	// ns), which each refused retry renews. Reap lets an unretried drain
