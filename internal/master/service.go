@@ -76,13 +76,13 @@ type object struct {
 }
 
 type segState struct {
-	desc *segment.Descriptor // immutable; shared with Replica.Segment
-	al   *alloc.Allocator
-	// draining: its owner's unmount was refused while leases or puts were
-	// outstanding; no new puts or leases land on it until drainUntil (unix
-	// ns), which each refused retry renews. Reap lets an unretried drain
-	// lapse.
-	draining   bool
+	desc     *segment.Descriptor // immutable; shared with Replica.Segment
+	al       *alloc.Allocator
+	draining bool
+	// drainUntil (unix ns) ends draining: its owner's unmount was refused
+	// while leases or puts were outstanding, so no new puts or leases land
+	// on it until then; each refused retry renews it, and Reap lets an
+	// unretried drain lapse.
 	drainUntil int64
 	// suspect: a client reported the provider unreachable; cleared by the
 	// owner's next heartbeat. No new puts or leases land on it meanwhile.
