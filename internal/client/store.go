@@ -294,6 +294,16 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	// Provider capacity.
 	if cfg.GlobalSegmentSize > 0 {
 		if cfg.HandleType != config.HandleFabric {
+			// Sockets of providers that died without teardown (named
+			// after their client ids, often with a pid) are removed by
+			// the next one to start here.
+			removed, serr := fdx.SweepStale(cfg.SocketDir, "kvfabric-*.sock", StaleSocketAge)
+			if len(removed) > 0 {
+				log.Info("kvfabric removed sockets of dead providers", "sockets", removed)
+			}
+			if serr != nil {
+				log.Warn("kvfabric could not remove sockets of dead providers", "err", serr)
+			}
 			if s.fds, err = fdx.Listen(cfg.SocketDir, "kvfabric-"+sanitize(s.clientID), log); err != nil {
 				return nil, fmt.Errorf("fd exchange: %w", err)
 			}
@@ -566,6 +576,11 @@ func (s *Store) exit() {
 		s.gate.drained = nil
 	}
 }
+
+// StaleSocketAge is how old a socket without a listener in socket_dir must
+// be before a starting provider removes it (fdx.SweepStale): far longer
+// than a starting provider takes from bind to listen.
+const StaleSocketAge = 10 * time.Second
 
 // CloseTimeout is the default of Options.CloseTimeout: how long Close waits
 // for operations in flight, and for the master to accept the unmounts.

@@ -238,3 +238,65 @@ func rogueServer() {
 		}
 	}
 }
+
+// TestSweepStale: only this uid's sockets matching the pattern, old
+// enough, that nobody listens on are removed.
+func TestSweepStale(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-time.Minute)
+	dead := func(name string) string {
+		p := filepath.Join(dir, name)
+		l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: p, Net: "unixpacket"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.SetUnlinkOnClose(false)
+		l.Close()
+		return p
+	}
+	aged := func(p string) string {
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	live, err := fdx.Listen(dir, "kvfabric-live", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	aged(live.SocketPath())
+	stale := aged(dead("kvfabric-dead.sock"))
+	fresh := dead("kvfabric-fresh.sock")
+	other := aged(dead("other-dead.sock"))
+	file := filepath.Join(dir, "kvfabric-file.sock")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	aged(file)
+	keep := []string{live.SocketPath(), fresh, other, file}
+	if os.Getuid() == 0 {
+		foreign := aged(dead("kvfabric-foreign.sock"))
+		if err := os.Lchown(foreign, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		aged(foreign)
+		keep = append(keep, foreign)
+	}
+	removed, err := fdx.SweepStale(dir, "kvfabric-*.sock", 10*time.Second)
+	if err != nil || len(removed) != 1 || removed[0] != stale {
+		t.Fatalf("SweepStale = %v, %v; want [%s]", removed, err, stale)
+	}
+	if _, err := os.Lstat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale socket: %v", err)
+	}
+	for _, p := range keep {
+		if _, err := os.Lstat(p); err != nil {
+			t.Fatalf("%s was removed: %v", p, err)
+		}
+	}
+	// The live server still serves.
+	if _, err := fdx.Fetch(context.Background(), live.SocketPath(), keyA); !errors.Is(err, fdx.ErrUnknownSegment) {
+		t.Fatalf("live server after the sweep: %v", err)
+	}
+}
