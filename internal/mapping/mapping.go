@@ -453,7 +453,9 @@ func (c *Cache) importMap(ctx context.Context, e *entry, d segment.Descriptor) (
 	}
 	e.reserved = size
 	if err = c.drv.MemMap(c.cctx, e.base, e.size, 0, e.handle); err != nil {
-		if errors.Is(err, cuda.ErrorInvalidValue) {
+		// Driver 580 (H200) answers NOT_SUPPORTED for a range past the
+		// allocation's end or not a multiple of its granularity.
+		if errors.Is(err, cuda.ErrorNotSupported) || errors.Is(err, cuda.ErrorInvalidValue) {
 			return fmt.Errorf("%w: the driver refused to map the descriptor's %d bytes of the imported allocation (smaller, or not a multiple of its granularity): %w",
 				ErrDescriptorMismatch, e.size, err)
 		}
