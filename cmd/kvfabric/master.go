@@ -54,6 +54,7 @@ lets calls in flight finish for up to --shutdown-timeout, then stops.`,
 	f.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", 5*time.Second, "read lease granted by GetReplicas")
 	f.DurationVar(&o.cfg.PutTimeout, "put-timeout", 30*time.Second, "a put not ended within this can no longer become visible (its bytes stay reserved while its writer may still write them)")
 	f.DurationVar(&o.cfg.ClientTTL, "client-ttl", 10*time.Second, "default client registration TTL (heartbeat deadline)")
+	f.DurationVar(&o.cfg.DrainTimeout, "drain-timeout", 0, "a segment whose unmount was refused (leases or puts outstanding) takes no new puts or leases until its owner stops retrying the unmount for this long (0: max(10s, 2 × --lease-ttl))")
 	f.Float64Var(&o.cfg.DRAM.High, "dram-high-watermark", 0.95, "DRAM usage fraction that starts eviction")
 	f.Float64Var(&o.cfg.DRAM.Low, "dram-low-watermark", 0.85, "DRAM usage fraction eviction brings usage down to")
 	f.Float64Var(&o.cfg.HBM.High, "hbm-high-watermark", 0.95, "HBM usage fraction that starts eviction")

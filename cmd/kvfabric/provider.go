@@ -24,6 +24,7 @@ import (
 
 func init() {
 	var configFile, clientID, readyFile string
+	var closeTimeout time.Duration
 	provider := &cobra.Command{
 		Use:   "provider",
 		Short: "Provide capacity (EGM DRAM pool or HBM) to a kvfabric master until SIGINT/SIGTERM",
@@ -32,7 +33,10 @@ HOST_NUMA pool with --enable-egm-store-pool, HBM segments otherwise), mounts
 it into the master at --master-server-addr, heartbeats, and serves its POSIX
 fds to same-host consumers. On SIGINT or SIGTERM it tears everything down in
 order (unmount → unregister → unmap → free VA → release, waiting for readers'
-leases) and reports the live driver objects left (zero on success).`,
+leases) and reports the live driver objects left (zero on success). While the
+master cannot be reached it retries the unmounts up to --close-timeout; then
+it releases the memory anyway (as its exit would; the master drops the
+segments when the provider's registration expires) and removes its socket.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := configFromFlags(cmd, configFile)
@@ -45,12 +49,13 @@ leases) and reports the live driver objects left (zero on success).`,
 			if cfg.GlobalSegmentSize == 0 {
 				return fmt.Errorf("--global-segment-size: a provider needs capacity > 0")
 			}
-			return runProvider(cmd.Context(), cmd.OutOrStdout(), cfg, clientID, readyFile)
+			return runProvider(cmd.Context(), cmd.OutOrStdout(), cfg, providerOptions{clientID: clientID, readyFile: readyFile, closeTimeout: closeTimeout})
 		},
 	}
 	provider.Flags().StringVar(&configFile, "config", "", "JSON configuration file (flags override its keys)")
 	provider.Flags().StringVar(&clientID, "client-id", "", "client id at the master (default <hostname>-<pid>-1); a restarted provider reusing it replaces the old one")
 	provider.Flags().StringVar(&readyFile, "ready-file", "", "write this file once every segment is mounted (for scripts)")
+	provider.Flags().DurationVar(&closeTimeout, "close-timeout", client.CloseTimeout, "on SIGINT/SIGTERM, how long to wait for readers' leases and for an unreachable master before releasing the memory anyway")
 	addConfigFlags(provider)
 	addSecurityFlags(provider)
 	provider.Flags().String("master-server-addr", "", "host:port of `kvfabric master`")
@@ -165,7 +170,13 @@ func configFromFlags(cmd *cobra.Command, file string) (config.Config, error) {
 	return cfg, cfg.Validate()
 }
 
-func runProvider(ctx context.Context, out io.Writer, cfg config.Config, clientID, readyFile string) (err error) {
+// providerOptions are runProvider's settings beyond the configuration.
+type providerOptions struct {
+	clientID, readyFile string
+	closeTimeout        time.Duration // 0: client.CloseTimeout
+}
+
+func runProvider(ctx context.Context, out io.Writer, cfg config.Config, o providerOptions) (err error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -183,7 +194,8 @@ func runProvider(ctx context.Context, out io.Writer, cfg config.Config, clientID
 	defer func() { err = errors.Join(err, drv.Close()) }()
 	bar := newProgressBar(out, false)
 	t0 := time.Now()
-	s, err := client.Open(ctx, cfg, client.Options{Logger: log, ClientID: clientID, Progress: bar.update, Driver: drv})
+	s, err := client.Open(ctx, cfg, client.Options{Logger: log, ClientID: o.clientID, Progress: bar.update, Driver: drv,
+		CloseTimeout: o.closeTimeout, ExitOnClose: true})
 	bar.done()
 	if err != nil {
 		var oe *client.OpenError
@@ -202,8 +214,8 @@ func runProvider(ctx context.Context, out io.Writer, cfg config.Config, clientID
 	}
 	tw.Flush()
 	fmt.Fprintf(out, "live driver objects: %s\n", fmtObjects(liveObjects(drv)))
-	if readyFile != "" {
-		if err := os.WriteFile(readyFile, []byte(s.ClientID()+"\n"), 0o644); err != nil {
+	if o.readyFile != "" {
+		if err := os.WriteFile(o.readyFile, []byte(s.ClientID()+"\n"), 0o644); err != nil {
 			return errors.Join(fmt.Errorf("--ready-file: %w", err), s.Close())
 		}
 	}

@@ -42,8 +42,9 @@ func benchStore(b *testing.B, op string, size uint64, batch int) {
 	mc := master.NewEmbedded(svc)
 	defer mc.Close()
 	ctx := context.Background()
+	sockets := b.TempDir() // the consumer trusts only sockets here
 	mk := func(m map[string]any) config.Config {
-		m["driver"], m["socket_dir"] = "sim", b.TempDir()
+		m["driver"], m["socket_dir"] = "sim", sockets
 		c, err := config.FromMap(m)
 		if err != nil {
 			b.Fatal(err)

@@ -56,6 +56,20 @@ type Options struct {
 	StagingSize uint64
 	// MaxMappings bounds the mapping cache (0: its default).
 	MaxMappings int
+	// CloseTimeout bounds each wait of Close: for the operations in
+	// flight, and for the master to accept the provider's unmounts, which
+	// Close retries while readers hold leases or the master cannot be
+	// reached. 0 means CloseTimeout.
+	CloseTimeout time.Duration
+	// ExitOnClose tells the Store that its process exits after Close (the
+	// provider command). When the unmounts still fail at the close timeout
+	// — the master is down, or readers still hold leases — Close releases
+	// the memory anyway, as the exit would, and removes the fd-exchange
+	// socket: the master drops the segments when this client's
+	// registration expires, and consumers that imported them keep their
+	// own references until then. Without it such a Close fails with
+	// ErrCleanupPending, keeping everything, and a later Close retries.
+	ExitOnClose bool
 }
 
 // Store is a kvfabric client. All methods are safe for concurrent use.
@@ -108,6 +122,10 @@ type Store struct {
 	// (started before the pool, so that a long setup does not expire the
 	// registration) remounts it after re-registering.
 	mounted atomic.Pointer[pool.Pool]
+
+	closeTimeout time.Duration
+	exitOnClose  bool
+	mnt          *mounter // the pool's Mounter
 
 	fds  *fdx.Server
 	pool *pool.Pool
@@ -184,7 +202,10 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Store{cfg: cfg, log: log, dev: cuda.Device(cfg.Device), numa: -1}
+	s := &Store{cfg: cfg, log: log, dev: cuda.Device(cfg.Device), numa: -1, closeTimeout: opts.CloseTimeout, exitOnClose: opts.ExitOnClose}
+	if s.closeTimeout <= 0 {
+		s.closeTimeout = CloseTimeout
+	}
 	s.mu.regs = map[uintptr]*registration{}
 	defer func() {
 		if err == nil {
@@ -228,7 +249,12 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 
 	// The mapping cache comes before the heartbeat, which reports its size
 	// and releases mappings of segments that are gone.
-	if s.maps, err = mapping.New(s.drv, s.cctx, s.accessDevices(n), mapping.Options{MaxEntries: opts.MaxMappings, Logger: log}); err != nil {
+	if s.maps, err = mapping.New(s.drv, s.cctx, s.accessDevices(n), mapping.Options{
+		MaxEntries: opts.MaxMappings, Logger: log,
+		// A descriptor's socket path comes from the master: dial only
+		// under our own socket_dir, and only a server of our own uid.
+		Trust: fdx.Trust{SocketDir: cfg.SocketDir},
+	}); err != nil {
 		return nil, fmt.Errorf("mapping cache: %w", err)
 	}
 
@@ -295,11 +321,22 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	// Provider capacity.
 	if cfg.GlobalSegmentSize > 0 {
 		if cfg.HandleType != config.HandleFabric {
+			// Sockets of providers that died without teardown (named
+			// after their client ids, often with a pid) are removed by
+			// the next one to start here.
+			removed, serr := fdx.SweepStale(cfg.SocketDir, "kvfabric-*.sock", StaleSocketAge)
+			if len(removed) > 0 {
+				log.Info("kvfabric removed sockets of dead providers", "sockets", removed)
+			}
+			if serr != nil {
+				log.Warn("kvfabric could not remove sockets of dead providers", "err", serr)
+			}
 			if s.fds, err = fdx.Listen(cfg.SocketDir, "kvfabric-"+sanitize(s.clientID), log); err != nil {
 				return nil, fmt.Errorf("fd exchange: %w", err)
 			}
 		}
-		deps := pool.Deps{Mounter: mounter{Client: s.m, log: log}, Logger: log, Progress: opts.Progress, Owner: sanitize(s.clientID)}
+		s.mnt = &mounter{Client: s.m, log: log}
+		deps := pool.Deps{Mounter: s.mnt, Logger: log, Progress: opts.Progress, Owner: sanitize(s.clientID)}
 		if s.fds != nil {
 			deps.FDs = s.fds
 		}
@@ -610,7 +647,13 @@ func (s *Store) exit() {
 	}
 }
 
-// CloseTimeout bounds how long Close waits for operations in flight.
+// StaleSocketAge is how old a socket without a listener in socket_dir must
+// be before a starting provider removes it (fdx.SweepStale): far longer
+// than a starting provider takes from bind to listen.
+const StaleSocketAge = 10 * time.Second
+
+// CloseTimeout is the default of Options.CloseTimeout: how long Close waits
+// for operations in flight, and for the master to accept the unmounts.
 const CloseTimeout = 30 * time.Second
 
 // Close tears the Store down. Teardown order:
@@ -645,12 +688,12 @@ func (s *Store) Close() error {
 	}
 	s.gate.Unlock()
 	if wait != nil {
-		t := time.NewTimer(CloseTimeout)
+		t := time.NewTimer(s.closeTimeout)
 		defer t.Stop()
 		select {
 		case <-wait:
 		case <-t.C:
-			return fmt.Errorf("%w: %v waiting for operations in flight", ErrCleanupPending, CloseTimeout)
+			return fmt.Errorf("%w: %v waiting for operations in flight", ErrCleanupPending, s.closeTimeout)
 		}
 	}
 	return s.teardown()
@@ -795,8 +838,13 @@ func (s *Store) closeDriverLocked() error {
 // closePoolLocked closes the provider pool. While readers hold leases on
 // objects in its segments the master refuses the unmount (and drains the
 // segment: no new leases or puts land there); the memory must not go away
-// under their copies, so Close retries until the leases have expired,
-// bounded by CloseTimeout.
+// under their copies, so Close retries until the leases have expired. It
+// retries the same way while the master cannot be reached (down,
+// restarting, partitioned): the teardown finishes once it is back. Both
+// are bounded by the close timeout, which also bounds each unmount call.
+// At the timeout an ExitOnClose Store abandons the unmounts and releases
+// the memory (see Options.ExitOnClose); any other keeps it all and fails
+// with the pool's error, for a later Close to retry.
 func (s *Store) closePoolLocked() error {
 	closePool := func() error {
 		if s.pool != nil {
@@ -810,16 +858,57 @@ func (s *Store) closePoolLocked() error {
 		}
 		return nil
 	}
-	deadline := time.Now().Add(CloseTimeout)
+	if s.pool == nil && s.poolUnwind == nil {
+		return nil
+	}
+	deadline := time.Now().Add(s.closeTimeout)
+	if s.mnt != nil {
+		s.mnt.deadline.Store(deadline.UnixNano())
+		defer s.mnt.deadline.Store(0)
+	}
 	wait := 50 * time.Millisecond
-	for {
+	for attempt := 1; ; attempt++ {
 		err := closePool()
-		if err == nil || !errors.Is(err, master.ErrHasLease) || time.Now().After(deadline) {
+		if err == nil {
+			return nil
+		}
+		left := time.Until(deadline)
+		if left > 0 && retryableUnmount(err) {
+			s.log.Info("kvfabric provider teardown: unmount refused or master unreachable; retrying",
+				"client", s.clientID, "attempt", attempt, "left", left.Round(time.Millisecond), "err", err)
+			time.Sleep(min(wait, left))
+			wait = min(2*wait, time.Second)
+			continue
+		}
+		if !s.exitOnClose || s.mnt == nil {
 			return err
 		}
-		time.Sleep(wait)
-		wait = min(2*wait, time.Second)
+		// The process exits next, which frees the memory whatever the
+		// master says: do it here, in order, and remove the socket.
+		s.mnt.abandon.Store(true)
+		aerr := closePool()
+		s.log.Warn("kvfabric provider teardown: unmounts abandoned after the close timeout; the master drops the segments when this client's registration expires",
+			"client", s.clientID, "close_timeout", s.closeTimeout, "segments", s.mnt.abandoned.Load(), "last_err", err)
+		return aerr
 	}
+}
+
+// retryableUnmount reports whether every failure in a pool teardown error
+// is one that a later attempt can get past: an unmount refused while
+// leases or puts are outstanding, or a master that could not be reached
+// or answered too late.
+func retryableUnmount(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs := j.Unwrap()
+		for _, e := range errs {
+			if !retryableUnmount(e) {
+				return false
+			}
+		}
+		return len(errs) > 0
+	}
+	return errors.Is(err, master.ErrHasLease) || errors.Is(err, master.ErrClosed) ||
+		errors.Is(err, context.DeadlineExceeded) || isTransport(err)
 }
 
 // mounter is the pool's Mounter. An unmount of a segment the master no
@@ -827,12 +916,30 @@ func (s *Store) closePoolLocked() error {
 // when this client's registration expired or when it restarted, or the id
 // now names another allocation. Reporting it as a failure would make every
 // Close retry it forever and never release the memory.
+//
+// During Close, deadline bounds every unmount call, and abandon (an
+// ExitOnClose Store past its close timeout) makes them succeed without the
+// master. Both are atomic: the pool calls from Close's goroutine, which
+// sets them.
 type mounter struct {
 	master.Client
-	log *slog.Logger
+	log       *slog.Logger
+	deadline  atomic.Int64 // unix ns; 0: none
+	abandon   atomic.Bool
+	abandoned atomic.Int32 // unmounts abandoned
 }
 
-func (m mounter) UnmountSegment(ctx context.Context, k segment.Key) error {
+func (m *mounter) UnmountSegment(ctx context.Context, k segment.Key) error {
+	if m.abandon.Load() {
+		m.abandoned.Add(1)
+		m.log.Debug("kvfabric segment left to expire at the master", "segment", k.String())
+		return nil
+	}
+	if d := m.deadline.Load(); d != 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Unix(0, d))
+		defer cancel()
+	}
 	err := m.Client.UnmountSegment(ctx, k)
 	if errors.Is(err, master.ErrUnknownSegment) || errors.Is(err, master.ErrGenerationMismatch) {
 		m.log.Info("kvfabric segment already unmounted at the master", "segment", k.String(), "reason", err)

@@ -30,11 +30,25 @@ type env struct {
 	bufs []cuda.DevicePtr // consumer device buffers, freed by close
 }
 
+// sockDirs is the socket directory of each running test: its providers
+// create their sockets there, and its consumers trust only sockets there.
+var sockDirs sync.Map // *testing.T → string
+
+func sockDir(t *testing.T) string {
+	if d, ok := sockDirs.Load(t); ok {
+		return d.(string)
+	}
+	d := t.TempDir()
+	sockDirs.Store(t, d)
+	t.Cleanup(func() { sockDirs.Delete(t) })
+	return d
+}
+
 func cfgFor(t *testing.T, m map[string]any) config.Config {
 	t.Helper()
 	m["driver"] = "sim"
 	if _, ok := m["socket_dir"]; !ok {
-		m["socket_dir"] = t.TempDir()
+		m["socket_dir"] = sockDir(t)
 	}
 	c, err := config.FromMap(m)
 	if err != nil {

@@ -83,7 +83,8 @@ type Config struct {
 	// CopyEngineMinBytes is the block size from which copies go to the copy
 	// engine (cuMemcpyBatchAsync) instead of the SM kernel.
 	CopyEngineMinBytes uint64 `json:"copy_engine_min_bytes"`
-	// SocketDir is where posix_fd providers create their fd-exchange socket.
+	// SocketDir is where posix_fd providers create their fd-exchange socket,
+	// and the only directory whose sockets a consumer imports from.
 	SocketDir string `json:"socket_dir"`
 	// LeaseTTL and PutTimeout configure the embedded master (0: its
 	// defaults, 5s and 30s); a remote master has its own flags, so setting

@@ -60,3 +60,15 @@ type KernelEmulator interface {
 type DeviceMemory interface {
 	DeviceTotalMem(dev Device) (uint64, error)
 }
+
+// AllocationSizer is implemented by drivers that can tell the size of an
+// allocation handle, created or imported. The simulator implements it. The
+// real driver does not: CUDA has no query for the size of an imported
+// handle (cuMemGetAllocationPropertiesFromHandle carries none), so callers
+// that must check a claimed size map exactly that many bytes at offset 0,
+// which cuMemMap refuses when it runs past the allocation's end
+// (CUDA_ERROR_NOT_SUPPORTED on H200, driver 580).
+type AllocationSizer interface {
+	// MemAllocationSize returns the size in bytes of allocation h.
+	MemAllocationSize(ctx Context, h AllocHandle) (uint64, error)
+}

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -14,6 +17,87 @@ import (
 
 // DefaultFetchTimeout bounds Fetch when ctx has no deadline.
 const DefaultFetchTimeout = 10 * time.Second
+
+// Trust is what a consumer accepts of an fd server. The socket path comes
+// from a segment descriptor, that is from the master and whoever mounted
+// the segment: a consumer must not connect wherever it says, nor import an
+// fd from a server that is not a provider it trusts. The zero value checks
+// only the server's uid (this process's own). A Trust is a value; its
+// methods are safe for concurrent use.
+type Trust struct {
+	// SocketDir, when set, is the directory every socket path must lie
+	// under (the consumer's socket_dir): an absolute path that, cleaned and
+	// with symlinks resolved, stays inside SocketDir (resolved too).
+	SocketDir string
+	// ServerUIDs are the uids a server may run as (SO_PEERCRED of the
+	// connected socket: the uid that created the listener). Empty means
+	// this process's uid only; when set it replaces that default (list
+	// os.Getuid() to keep it).
+	ServerUIDs []uint32
+}
+
+// trustsUID reports whether a server running as uid is trusted.
+func (t Trust) trustsUID(uid uint32) bool {
+	if len(t.ServerUIDs) == 0 {
+		return uid == uint32(os.Getuid())
+	}
+	return slices.Contains(t.ServerUIDs, uid)
+}
+
+// expectedUIDs describes the trusted uids for error messages.
+func (t Trust) expectedUIDs() string {
+	if len(t.ServerUIDs) == 0 {
+		return fmt.Sprintf("uid %d (this process's)", os.Getuid())
+	}
+	return fmt.Sprintf("uids %v", t.ServerUIDs)
+}
+
+// within reports whether path p lies strictly inside directory dir (both
+// clean and absolute).
+func within(dir, p string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
+}
+
+// resolve checks socketPath against t.SocketDir and returns the path to
+// connect to: the socket with every symlink resolved, so that what was
+// checked is what is dialled. The resolved path must lie inside the
+// resolved directory (so a socket_dir reached through a symlink, or a
+// descriptor naming the directory's real path, are both fine). A path
+// outside is ErrUntrusted; a socket that does not exist (its provider
+// removed it or never ran) is ErrUnavailable wrapping ENOENT, as a failed
+// connect would be — when its cleaned path lies inside the directory.
+func (t Trust) resolve(socketPath string, k segment.Key) (string, error) {
+	if t.SocketDir == "" {
+		return socketPath, nil
+	}
+	untrusted := func(why string) (string, error) {
+		return "", fmt.Errorf("%w: fetch %v: socket path %q %s socket_dir %q", ErrUntrusted, k, socketPath, why, t.SocketDir)
+	}
+	if !filepath.IsAbs(socketPath) {
+		return untrusted("is not absolute; it must lie under")
+	}
+	dir, err := filepath.Abs(t.SocketDir)
+	if err != nil {
+		return "", fmt.Errorf("fdx: socket_dir %q: %w", t.SocketDir, err)
+	}
+	rdir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", fmt.Errorf("fdx: socket_dir %q: %w", t.SocketDir, err)
+	}
+	p := filepath.Clean(socketPath)
+	rp, err := filepath.EvalSymlinks(p)
+	switch {
+	case err != nil && (within(dir, p) || within(rdir, p)):
+		// Gone (or never there): as unreachable as a refused connect.
+		return "", fmt.Errorf("%w: fetch %v from %s: resolve socket path: %w", ErrUnavailable, k, socketPath, err)
+	case err != nil:
+		return untrusted("lies outside")
+	case !within(rdir, rp):
+		return untrusted(fmt.Sprintf("resolves to %q, outside", rp))
+	}
+	return rp, nil
+}
 
 // Fetch asks the server at socketPath for the fd of allocation k. On success
 // the caller owns the returned fd (close-on-exec); it is typically passed to
@@ -24,7 +108,20 @@ const DefaultFetchTimeout = 10 * time.Second
 // itself failed (also wrapping ctx.Err() when ctx ended it). Fetch never
 // leaks an fd it received on an error path.
 func Fetch(ctx context.Context, socketPath string, k segment.Key) (int, error) {
+	return Trust{}.Fetch(ctx, socketPath, k)
+}
+
+// Fetch is the package-level Fetch with t's checks: before connecting,
+// socketPath must lie under t.SocketDir (ErrUntrusted otherwise); before
+// sending the request, the server at the other end must run as a trusted
+// uid (SO_PEERCRED; ErrUntrusted otherwise). An untrusted server is not an
+// unavailable one: the errors do not wrap ErrUnavailable.
+func (t Trust) Fetch(ctx context.Context, socketPath string, k segment.Key) (int, error) {
 	req, err := encodeRequest(k)
+	if err != nil {
+		return -1, err
+	}
+	dial, err := t.resolve(socketPath, k)
 	if err != nil {
 		return -1, err
 	}
@@ -41,12 +138,23 @@ func Fetch(ctx context.Context, socketPath string, k segment.Key) (int, error) {
 		return -1, fmt.Errorf("%w: fetch %v from %s: %s: %w", ErrUnavailable, k, socketPath, what, err)
 	}
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unixpacket", socketPath)
+	nc, err := d.DialContext(ctx, "unixpacket", dial)
 	if err != nil {
 		return fail("connect", err)
 	}
 	c := nc.(*net.UnixConn)
 	defer c.Close()
+	// The listener's credentials, recorded by the kernel at listen(2): a
+	// process of another uid cannot pose as a provider of ours, wherever
+	// its socket is.
+	uid, pid, err := peerUID(c)
+	if err != nil {
+		return fail("peer credentials", err)
+	}
+	if !t.trustsUID(uid) {
+		return -1, fmt.Errorf("%w: fetch %v from %s: the fd server runs as uid %d (pid %d), expected %s",
+			ErrUntrusted, k, socketPath, uid, pid, t.expectedUIDs())
+	}
 	deadline := ctxDeadline
 	if !hasDeadline {
 		deadline = time.Now().Add(DefaultFetchTimeout)

@@ -8,6 +8,11 @@
 // that says why (unknown segment, wrong generation, not permitted). A refusal
 // never carries an fd.
 //
+// The check goes both ways: the consumer (Trust) dials only socket paths
+// under its own socket directory, and asks nothing of a server whose
+// SO_PEERCRED uid it does not trust — the descriptor naming the socket
+// comes from the master, not from the provider itself.
+//
 // Wire format (one packet each way, little endian):
 //
 //	request:  "KVFX" | version u8 (1) | generation u64 | id length u16 | id
@@ -35,6 +40,11 @@ var (
 	// ErrUnavailable: the socket could not be reached or the exchange failed
 	// (no server, server closing, I/O error, malformed reply, deadline).
 	ErrUnavailable = errors.New("fdx: server unavailable")
+	// ErrUntrusted: the consumer refused the server before asking it for
+	// anything: its socket path lies outside the consumer's socket
+	// directory, or it runs as a uid the consumer does not trust (see
+	// Trust). Not a sign that the provider is gone.
+	ErrUntrusted = errors.New("fdx: untrusted fd server")
 
 	// ErrClosed is returned by Server methods after Close.
 	ErrClosed = errors.New("fdx: server closed")

@@ -170,6 +170,49 @@ func removeStale(path string) error {
 	return nil
 }
 
+// SweepStale removes the sockets of dead servers in dir: files matching
+// pattern (filepath.Match, e.g. "kvfabric-*.sock") that are sockets owned by
+// this process's uid, last changed at least minAge ago, and on which
+// nobody listens (a connect is refused). A provider that died without
+// teardown leaves its socket behind, and one named after its pid is never
+// reused by the next provider, so the next to start sweeps. minAge keeps a
+// server that has just bound its socket and not yet listened on it (a
+// window of microseconds) from being swept. Anything else — a live socket,
+// another uid's, another kind of file or socket — is left alone. It returns
+// the paths it removed, and the errors of the ones it could not.
+func SweepStale(dir, pattern string, minAge time.Duration) ([]string, error) {
+	names, err := filepath.Glob(filepath.Join(dir, pattern))
+	if err != nil {
+		return nil, fmt.Errorf("fdx: sweep %s: %w", dir, err)
+	}
+	uid := uint32(os.Getuid())
+	var removed []string
+	var errs []error
+	for _, p := range names {
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&os.ModeSocket == 0 || time.Since(fi.ModTime()) < minAge {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != uid {
+			continue
+		}
+		c, err := net.DialTimeout("unixpacket", p, time.Second)
+		if err == nil {
+			c.Close()
+			continue // live
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			continue // not ours to judge (another socket type, a full backlog, …)
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("fdx: remove stale socket %s: %w", p, err))
+			continue
+		}
+		removed = append(removed, p)
+	}
+	return removed, errors.Join(errs...)
+}
+
 // SocketPath is the path consumers pass to Fetch (it goes into the segment
 // descriptor's Handle.SocketPath).
 func (s *Server) SocketPath() string { return s.path }

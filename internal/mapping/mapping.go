@@ -60,9 +60,13 @@ type Options struct {
 	// DefaultMaxVA). Unreferenced mappings are unmapped, least recently
 	// used first, to stay under it.
 	MaxVA uint64
-	// Fetch obtains POSIX fds; nil means fdx.Fetch on the descriptor's
+	// Fetch obtains POSIX fds; nil means Trust.Fetch on the descriptor's
 	// Handle.SocketPath.
 	Fetch FetchFunc
+	// Trust is what the default Fetch accepts of a provider's fd server:
+	// the directory its socket must lie in and the uids it may run as (see
+	// fdx.Trust; the zero value trusts any path and this process's uid).
+	Trust fdx.Trust
 	// CloseTimeout bounds how long Close waits for references (default
 	// 10s).
 	CloseTimeout time.Duration
@@ -155,7 +159,7 @@ func New(drv cuda.Driver, cctx cuda.Context, devices []cuda.Device, opts Options
 	}
 	if opts.Fetch == nil {
 		opts.Fetch = func(ctx context.Context, d segment.Descriptor) (int, error) {
-			return fdx.Fetch(ctx, d.Handle.SocketPath, d.Key())
+			return opts.Trust.Fetch(ctx, d.Handle.SocketPath, d.Key())
 		}
 	}
 	c := &Cache{drv: drv, cctx: cctx, opts: opts, log: opts.Logger}
@@ -428,12 +432,33 @@ func (c *Cache) importMap(ctx context.Context, e *entry, d segment.Descriptor) (
 	default:
 		return fmt.Errorf("handle kind %v", d.Handle.Kind)
 	}
+	// The descriptor's size comes from the master (whoever mounted the
+	// segment); the allocation is what the handle names. Copies trust the
+	// former, so it must be the latter before anything is mapped: a larger
+	// claim would let copies run past the allocation. A driver that cannot
+	// tell the size still refuses the map below when the allocation is
+	// smaller (cuMemMap of offset 0 and the claimed size).
+	if sz, ok := c.drv.(cuda.AllocationSizer); ok {
+		n, err := sz.MemAllocationSize(c.cctx, e.handle)
+		if err != nil {
+			return fmt.Errorf("size of the imported allocation: %w", err)
+		}
+		if n != e.size {
+			return fmt.Errorf("%w: descriptor size %d, imported allocation %d bytes", ErrDescriptorMismatch, e.size, n)
+		}
+	}
 	size := e.reservedSize(c.align)
 	if e.base, err = c.drv.MemAddressReserve(c.cctx, size, c.align); err != nil {
 		return fmt.Errorf("reserve %d bytes of VA: %w", size, err)
 	}
 	e.reserved = size
 	if err = c.drv.MemMap(c.cctx, e.base, e.size, 0, e.handle); err != nil {
+		// Driver 580 (H200) answers NOT_SUPPORTED for a range past the
+		// allocation's end or not a multiple of its granularity.
+		if errors.Is(err, cuda.ErrorNotSupported) || errors.Is(err, cuda.ErrorInvalidValue) {
+			return fmt.Errorf("%w: the driver refused to map the descriptor's %d bytes of the imported allocation (smaller, or not a multiple of its granularity): %w",
+				ErrDescriptorMismatch, e.size, err)
+		}
 		return fmt.Errorf("map %d bytes at %#x: %w", e.size, e.base, err)
 	}
 	e.mapped = true

@@ -553,3 +553,69 @@ func TestWaiterContext(t *testing.T) {
 		t.Fatalf("%d imports", n)
 	}
 }
+
+// plainDriver hides the simulator's optional interfaces (AllocationSizer
+// among them), as the real driver lacks it.
+type plainDriver struct{ cuda.Driver }
+
+// TestImportedSizeMustMatch: a descriptor (from the master, i.e. from
+// whoever mounted the segment) whose size is not the imported allocation's
+// is refused before anything is mapped or copied; the import is released.
+// With a driver that cannot tell an allocation's size, a claim larger than
+// the allocation is still refused, by the map of the claimed size.
+func TestImportedSizeMustMatch(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		size   uint64
+		plain  bool // the driver has no AllocationSizer
+		mapped bool // whether MemMap is reached
+	}{
+		{"larger", 2 * segSize, false, false},
+		{"smaller", segSize / 2, false, false},
+		{"larger, driver without size query", 2 * segSize, true, true},
+	} {
+		for _, kind := range []segment.HandleKind{segment.HandlePosixFD, segment.HandleFabric} {
+			t.Run(tc.name+"/"+kind.String(), func(t *testing.T) {
+				cfg := sim.Config{FabricPermitted: true, FabricRegistryDir: t.TempDir()}
+				p := newProvider(t, cfg)
+				c := newConsumer(t, cfg)
+				var drv cuda.Driver = c.drv
+				if tc.plain {
+					drv = plainDriver{c.drv}
+				}
+				cache, err := mapping.New(drv, c.ctx, []cuda.Device{0}, mapping.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := p.segment(t, "host/prov/dram0/0", 7, 0x11, kind)
+				lie := s.d
+				lie.Size = tc.size
+				c.drv.ResetCalls()
+				_, err = cache.Acquire(bg, lie)
+				if !errors.Is(err, mapping.ErrDescriptorMismatch) {
+					t.Fatalf("descriptor of %d bytes for an allocation of %d: %v; want ErrDescriptorMismatch", tc.size, segSize, err)
+				}
+				if got := c.drv.CallCount("MemMap") > 0; got != tc.mapped {
+					t.Fatalf("MemMap called: %v, want %v", got, tc.mapped)
+				}
+				if n := c.nonContext(); n != 0 {
+					t.Fatalf("objects left after the refusal: %v", c.drv.LiveObjects())
+				}
+				// The truthful descriptor still maps, and reads the provider's
+				// bytes.
+				m, err := cache.Acquire(bg, s.d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := c.read(t, m.Base, 64); !bytes.Equal(got, bytes.Repeat([]byte{0x11}, 64)) {
+					t.Fatalf("read %x", got)
+				}
+				m.Release()
+				if err := cache.Close(); err != nil {
+					t.Fatal(err)
+				}
+				p.free(t, s)
+			})
+		}
+	}
+}

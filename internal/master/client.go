@@ -46,7 +46,9 @@ type Client interface {
 	// objects left without replicas. While a reader holds a lease on an
 	// object with a replica on it, or a put into it is in progress, it
 	// returns ErrHasLease and the segment drains: it gets no new
-	// allocations or leases, so retrying after the lease TTL succeeds.
+	// allocations or leases, so retrying after the lease TTL succeeds. The
+	// drain lasts Config.DrainTimeout from the last refused call: an owner
+	// that stops retrying gets a usable segment back.
 	UnmountSegment(ctx context.Context, k segment.Key) error
 	// PutStart allocates replicas for new keys (put-if-absent) for the
 	// writer Placement.Client, which must be a registered client. The object

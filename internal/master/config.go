@@ -34,6 +34,14 @@ type Config struct {
 	// PutTimeout is how long a put may stay in progress before it is
 	// revoked. Default 30s.
 	PutTimeout time.Duration
+	// DrainTimeout is how long a segment stays draining after its owner's
+	// unmount was refused (ErrHasLease): each refused retry renews it, and
+	// without one the segment lapses back to usable, so an owner that gave
+	// up closing (its Close timed out, it stays alive) does not leave its
+	// capacity unusable for good. Default max(10s, 2 × LeaseTTL): well
+	// above the ≤ 1s between a closing client's retries, and above a retry
+	// after one lease TTL, as the refusal suggests.
+	DrainTimeout time.Duration
 	// ClientTTL is the default registration TTL. Default 10s.
 	ClientTTL time.Duration
 	// MinClientTTL and MaxClientTTL clamp a requested TTL. Defaults 1s, 5m.
@@ -101,6 +109,7 @@ func (c Config) Defaults() Config {
 	}
 	def(&c.LeaseTTL, 5*time.Second)
 	def(&c.PutTimeout, 30*time.Second)
+	def(&c.DrainTimeout, max(10*time.Second, 2*c.LeaseTTL))
 	def(&c.ClientTTL, 10*time.Second)
 	def(&c.MinClientTTL, time.Second)
 	def(&c.MaxClientTTL, 5*time.Minute)
@@ -137,6 +146,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: config LeaseTTL %v", ErrInvalid, c.LeaseTTL)
 	case c.PutTimeout < 0:
 		return fmt.Errorf("%w: config PutTimeout %v", ErrInvalid, c.PutTimeout)
+	case c.DrainTimeout < 0:
+		return fmt.Errorf("%w: config DrainTimeout %v", ErrInvalid, c.DrainTimeout)
 	case c.ClientTTL < 0 || c.MinClientTTL < 0 || c.MaxClientTTL < c.MinClientTTL:
 		return fmt.Errorf("%w: config ClientTTL %v (min %v, max %v)", ErrInvalid, c.ClientTTL, c.MinClientTTL, c.MaxClientTTL)
 	case c.Alignment&(c.Alignment-1) != 0 || c.Alignment < MinAlignment || c.Alignment > MaxAlignment:

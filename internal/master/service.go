@@ -79,6 +79,11 @@ type segState struct {
 	desc     *segment.Descriptor // immutable; shared with Replica.Segment
 	al       *alloc.Allocator
 	draining bool
+	// drainUntil (unix ns) ends draining: its owner's unmount was refused
+	// while leases or puts were outstanding, so no new puts or leases land
+	// on it until then; each refused retry renews it, and Reap lets an
+	// unretried drain lapse.
+	drainUntil int64
 	// suspect: a client reported the provider unreachable; cleared by the
 	// owner's next heartbeat. No new puts or leases land on it meanwhile.
 	suspect bool
@@ -545,8 +550,9 @@ func (s *Service) UnmountSegment(ctx context.Context, k segment.Key) (err error)
 	})
 	if leased+writing > 0 {
 		sg.draining = true
-		return fmt.Errorf("%w: segment %s: %d leased objects, %d puts in progress; draining, retry after the lease TTL (%v)",
-			ErrHasLease, k, leased, writing, s.cfg.LeaseTTL)
+		sg.drainUntil = now + int64(s.cfg.DrainTimeout)
+		return fmt.Errorf("%w: segment %s: %d leased objects, %d puts in progress; draining for %v, retry after the lease TTL (%v)",
+			ErrHasLease, k, leased, writing, s.cfg.DrainTimeout, s.cfg.LeaseTTL)
 	}
 	s.dropSegmentLocked(slot, now)
 	return nil
@@ -1093,6 +1099,15 @@ func (s *Service) Reap() {
 	for id, q := range s.mu.quarantine {
 		if q.until <= now {
 			delete(s.mu.quarantine, id)
+		}
+	}
+	for _, sg := range s.mu.segs {
+		if sg != nil && sg.draining && sg.drainUntil <= now {
+			// The owner stopped retrying its unmount (it gave up closing,
+			// or will unmount later): the capacity is usable again.
+			sg.draining = false
+			s.log.Warn("master: segment drain lapsed: its owner did not retry the unmount; placing on it again",
+				"segment", sg.desc.Key().String(), "owner", sg.desc.Owner, "drain_timeout", s.cfg.DrainTimeout)
 		}
 	}
 	s.expireLeasesLocked(now)

@@ -686,3 +686,75 @@ func TestNoSpaceReclaimsExpiredZombies(t *testing.T) {
 		e.put("next", 3*MiB)
 	})
 }
+
+// TestDrainLapsesWithoutRetry: a refused unmount drains the segment only
+// while its owner keeps retrying; an owner that gives up (its Close timed
+// out and it lives on) gets its capacity back after DrainTimeout instead of
+// a segment that takes no puts for good.
+func TestDrainLapsesWithoutRetry(t *testing.T) {
+	cfg := testConfig() // LeaseTTL 5s: DrainTimeout defaults to 10s
+	forEachTransport(t, cfg, func(t *testing.T, e *env) {
+		c := e.register("p1", "host-a", 0, 0)
+		s0 := e.mount(desc("s0", c, "host-a", segment.TierDRAM, 0, 64*MiB))
+		s1 := e.mount(desc("s1", c, "host-a", segment.TierDRAM, 0, 64*MiB))
+		on := func(seg string) func(*PutStartReq) {
+			return func(r *PutStartReq) {
+				r.Placement.Segments, r.Placement.Tier, r.Placement.TierOnly = []string{seg}, segment.TierDRAM, true
+			}
+		}
+		// Pinned: a put that finds no usable segment evicts what it can.
+		e.put("k", 100, on("s0"), withPin())
+		e.get("k") // a lease until +5s
+		w := e.putStart("w", 100, on("s1"))
+		if w.Err != nil || w.Replicas[0].Segment.ID != "s1" {
+			t.Fatalf("PutStart on s1: %+v", w)
+		}
+		wantErr(t, "Unmount s0 leased", e.c.UnmountSegment(e.ctx, s0.Key()), ErrHasLease)
+		wantErr(t, "Unmount s1 written", e.c.UnmountSegment(e.ctx, s1.Key()), ErrHasLease)
+		drained := func(what string, want bool) {
+			t.Helper()
+			e.svc.Reap()
+			key := "probe-" + e.clk.Now().Format(time.RFC3339Nano)
+			r := e.putStart(key, 100)
+			if want {
+				wantErr(t, what+": PutStart while both drain", r.Err, ErrNoSpace)
+				return
+			}
+			if r.Err != nil {
+				t.Fatalf("%s: PutStart after the drain lapsed: %v", what, r.Err)
+			}
+			wantErr(t, "revoke probe", e.c.PutRevoke(e.ctx, []PutRef{{key, r.Token}})[0], nil)
+		}
+		drained("at once", true)
+		e.clk.Advance(6 * time.Second) // the lease on k ended; nobody retried
+		drained("after the lease", true)
+		// s1's owner retries (refused again: w is in progress): renewed.
+		wantErr(t, "Unmount s1 retried", e.c.UnmountSegment(e.ctx, s1.Key()), ErrHasLease)
+		e.clk.Advance(5 * time.Second) // s0: 11s without a retry; s1: 5s
+		e.svc.Reap()
+		if g := e.get("k"); g.Err != nil {
+			t.Fatalf("Get of an object on a lapsed drain: %v", g.Err)
+		}
+		// Placement.Segments is a preference: s1 is preferred, but drains.
+		r := e.putStart("after", 100, on("s1"))
+		if r.Err != nil || r.Replicas[0].Segment.ID != "s0" {
+			t.Fatalf("PutStart after s0's drain lapsed: %+v; want it on s0 (s1 still drains: its owner retried)", r)
+		}
+		e.clk.Advance(6 * time.Second) // s1: 11s since its last retry
+		e.svc.Reap()
+		r2 := e.putStart("after-s1", 100, on("s1"))
+		if r2.Err != nil || r2.Replicas[0].Segment.ID != "s1" {
+			t.Fatalf("PutStart on s1 after its drain lapsed: %+v", r2)
+		}
+		// A later unmount is refused and drains again, and once nothing is
+		// outstanding it succeeds.
+		refs := []PutRef{{"after", r.Token}, {"w", w.Token}, {"after-s1", r2.Token}}
+		wantErr(t, "Unmount s1 again", e.c.UnmountSegment(e.ctx, s1.Key()), ErrHasLease)
+		for _, p := range refs {
+			wantErr(t, "PutRevoke", e.c.PutRevoke(e.ctx, []PutRef{p})[0], nil)
+		}
+		e.clk.Advance(6 * time.Second) // the lease from the Get above
+		wantErr(t, "Unmount s0", e.c.UnmountSegment(e.ctx, s0.Key()), nil)
+		wantErr(t, "Unmount s1", e.c.UnmountSegment(e.ctx, s1.Key()), nil)
+	})
+}

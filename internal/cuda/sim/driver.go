@@ -33,10 +33,11 @@ import (
 )
 
 var (
-	_ cuda.Driver         = (*Driver)(nil)
-	_ cuda.ObjectCounter  = (*Driver)(nil)
-	_ cuda.KernelEmulator = (*Driver)(nil)
-	_ cuda.DeviceMemory   = (*Driver)(nil)
+	_ cuda.Driver          = (*Driver)(nil)
+	_ cuda.ObjectCounter   = (*Driver)(nil)
+	_ cuda.KernelEmulator  = (*Driver)(nil)
+	_ cuda.DeviceMemory    = (*Driver)(nil)
+	_ cuda.AllocationSizer = (*Driver)(nil)
 )
 
 // driverSeq numbers the Drivers of a process; its value becomes part of

@@ -339,11 +339,32 @@ func (d *Driver) removeRegionLocked(start uint64) {
 	}
 }
 
+// MemAllocationSize returns the size of allocation h, created or imported
+// (cuda.AllocationSizer): for an import, the size of the exporter's memfd.
+func (d *Driver) MemAllocationSize(ctx cuda.Context, h cuda.AllocHandle) (uint64, error) {
+	var size uint64
+	err := d.call("MemAllocationSize", func() string { return fmt.Sprintf("ctx=%#x h=%#x", ctx, h) }, func() cuda.Result {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if _, r := d.ctxDeviceLocked(ctx); r != cuda.Success {
+			return r
+		}
+		a, ok := d.mu.allocs[h]
+		if !ok {
+			return cuda.ErrorInvalidValue
+		}
+		size = a.size
+		return cuda.Success
+	})
+	return size, err
+}
+
 // MemMap maps [offset, offset+size) of allocation h at ptr. ptr, size and
 // offset must be multiples of the allocation's granularity, the range must
 // lie inside one reservation and must not be mapped already, and the
-// allocation must still be live. The mapping is not accessible to any
-// device until MemSetAccess.
+// allocation must still be live; like cuMemMap (driver 580), a range past
+// the allocation's end is CUDA_ERROR_NOT_SUPPORTED. The mapping is not
+// accessible to any device until MemSetAccess.
 func (d *Driver) MemMap(ctx cuda.Context, ptr cuda.DevicePtr, size, offset uint64, h cuda.AllocHandle) error {
 	return d.call("MemMap", func() string {
 		return fmt.Sprintf("ctx=%#x ptr=%#x size=%d off=%d h=%#x", ctx, ptr, size, offset, h)
@@ -358,9 +379,13 @@ func (d *Driver) MemMap(ctx cuda.Context, ptr cuda.DevicePtr, size, offset uint6
 			return cuda.ErrorInvalidValue
 		}
 		p := uint64(ptr)
-		if size == 0 || p%a.gran != 0 || size%a.gran != 0 || offset%a.gran != 0 ||
-			offset > a.size || size > a.size-offset {
+		if size == 0 || p%a.gran != 0 || size%a.gran != 0 || offset%a.gran != 0 {
 			return cuda.ErrorInvalidValue
+		}
+		if offset > a.size || size > a.size-offset {
+			// What cuMemMap answers on H200, driver 580 (DEVICE and
+			// HOST_NUMA, created or imported; see TestGPUMapPastAllocation).
+			return cuda.ErrorNotSupported
 		}
 		res := d.reservationOfLocked(p, size)
 		if res == nil || d.overlapsLocked(p, size) {
