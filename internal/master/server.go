@@ -37,8 +37,13 @@ type Server struct {
 // is the generated code's. With a unary interceptor among opts, every call
 // goes through the generated handlers, so interceptors always see the
 // generated request and response messages.
+//
+// The server accepts client keepalive pings down to every 5 s, also on idle
+// connections (the clients Dial makes ping every 10 s), and pings idle
+// clients itself (connect.go); opts come after these defaults and override
+// them.
 func NewServer(svc *Service, reg *prometheus.Registry, opts ...grpc.ServerOption) *Server {
-	opts = append([]grpc.ServerOption{grpc.ForceServerCodecV2(codec)}, opts...)
+	opts = append(append([]grpc.ServerOption{grpc.ForceServerCodecV2(codec)}, serverDefaults()...), opts...)
 	s := &Server{svc: svc, grpc: grpc.NewServer(opts...)}
 	s.grpc.RegisterService(serviceDesc(), &grpcService{svc: svc})
 	if reg != nil {
