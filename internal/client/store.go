@@ -244,6 +244,11 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		}
 		s.ownMaster = true
 	}
+	rpcTimeout := cfg.RPCTimeout
+	if rpcTimeout <= 0 {
+		rpcTimeout = config.DefaultRPCTimeout
+	}
+	s.m = deadlineMaster{m: s.m, timeout: rpcTimeout}
 	s.clientID = opts.ClientID
 	if s.clientID == "" {
 		s.clientID = fmt.Sprintf("%s-%d-%d", cfg.LocalHostname, os.Getpid(), storeSeq.Add(1))
