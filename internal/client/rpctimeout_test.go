@@ -24,6 +24,16 @@ type stallingMaster struct {
 	addr    string
 	stalled atomic.Bool
 	release chan struct{}
+	srv     *master.Server
+}
+
+// stop shuts the master down (its port then refuses connections).
+func (sm *stallingMaster) stop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := sm.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func startStallingMaster(t *testing.T) *stallingMaster {
@@ -57,7 +67,7 @@ func startStallingMaster(t *testing.T) *stallingMaster {
 		<-done
 		_ = svc.Close()
 	})
-	sm.addr = lis.Addr().String()
+	sm.addr, sm.srv = lis.Addr().String(), srv
 	return sm
 }
 
@@ -168,4 +178,21 @@ func TestRPCTimeoutDefault(t *testing.T) {
 		t.Fatal("blocked on a master that does not answer")
 	}
 	sm.stalled.Store(false)
+}
+
+// TestMasterDownIsErrRPC: a call to a master that is not there (gRPC
+// Unavailable) is ErrRPC — KVFABRIC_ERR_RPC, kvfabric.RPCError — not an
+// internal error.
+func TestMasterDownIsErrRPC(t *testing.T) {
+	sm := startStallingMaster(t)
+	s, err := client.Open(context.Background(), cfgFor(t, map[string]any{"master_server_addr": sm.addr}), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sm.stop(t)
+	_, err = s.Exists(context.Background(), "k")
+	if !errors.Is(err, client.ErrRPC) {
+		t.Fatalf("Exists with the master down: %v; want ErrRPC", err)
+	}
 }
