@@ -38,6 +38,7 @@ var poolFlags = []struct{ flag, key, usage string }{
 	{"local-hostname", "local_hostname", "host identity in segment ids"},
 	{"socket-dir", "socket_dir", "directory of the posix_fd exchange socket"},
 	{"client-ttl", "client_ttl", "registration TTL asked of the master, e.g. 10s (heartbeats every third of it)"},
+	{"rpc-timeout", "rpc_timeout", "bound on a master call made without a deadline, e.g. 5s"},
 }
 
 func init() {
