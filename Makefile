@@ -89,11 +89,13 @@ clean:
 	rm -rf $(BUILD) $(DEVICE_DIR)
 
 # Python package (issue 6) on CPU with the simulator: builds libkvfabric.so
-# and runs pytest. Needs python3 with pytest and numpy (pip install pytest numpy).
+# (and the kvfabric binary, a master for the remote-master tests) and runs
+# pytest. Needs python3 with pytest and numpy (pip install pytest numpy).
 PYTHON ?= python3
 .PHONY: python-test
 python-test:
 	@$(PYTHON) -c 'import numpy, pytest' 2>/dev/null || $(PYTHON) -m pip install -q pytest numpy
 	mkdir -p $(BUILD)
 	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o $(BUILD)/libkvfabric.so ./capi
-	cd python && KVFABRIC_LIB=$(CURDIR)/$(BUILD)/libkvfabric.so $(PYTHON) -m pytest -q tests
+	$(GO) build -o $(BUILD)/kvfabric ./cmd/kvfabric
+	cd python && KVFABRIC_LIB=$(CURDIR)/$(BUILD)/libkvfabric.so KVFABRIC_BIN=$(CURDIR)/$(BUILD)/kvfabric $(PYTHON) -m pytest -q tests

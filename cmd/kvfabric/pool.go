@@ -39,6 +39,7 @@ var poolFlags = []struct{ flag, key, usage string }{
 	{"socket-dir", "socket_dir", "directory of the posix_fd exchange socket"},
 	{"client-ttl", "client_ttl", "registration TTL asked of the master, e.g. 10s (heartbeats every third of it)"},
 	{"fabric-domain", "fabric_domain", `fabric (NVLink/IMEX) domain; "" is the default one`},
+	{"rpc-timeout", "rpc_timeout", "bound on a master call made without a deadline, e.g. 5s"},
 }
 
 func init() {

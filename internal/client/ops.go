@@ -18,10 +18,10 @@ import (
 
 // isTransport reports a failure to reach the master (as opposed to an answer).
 func isTransport(err error) bool {
-	st, ok := status.FromError(errors.Unwrap(err))
-	if !ok {
-		st, ok = status.FromError(err)
-	}
+	// FromError finds a status anywhere in err's chain. (FromError of a nil
+	// error is OK: unwrapping first made every bare status error, such as
+	// the Unavailable of a master that is down, an Internal error.)
+	st, ok := status.FromError(err)
 	if !ok {
 		return false
 	}

@@ -292,6 +292,11 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		}
 		s.ownMaster = true
 	}
+	rpcTimeout := cfg.RPCTimeout
+	if rpcTimeout <= 0 {
+		rpcTimeout = config.DefaultRPCTimeout
+	}
+	s.m = deadlineMaster{m: s.m, timeout: rpcTimeout}
 	s.clientID = opts.ClientID
 	if s.clientID == "" {
 		host := sanitize(cfg.LocalHostname) // a valid client id whatever local_hostname holds

@@ -110,7 +110,15 @@ type Config struct {
 	// places this client's puts, and offers its reads, only on fabric
 	// segments of its domain (and POSIX-fd segments of its host).
 	FabricDomain string `json:"fabric_domain"`
+	// RPCTimeout bounds every master call made without a deadline of its
+	// own (the C ABI and Python pass none): a call the master does not
+	// answer in time fails with the client's RPC error instead of blocking
+	// an inference thread forever. 0 means DefaultRPCTimeout.
+	RPCTimeout time.Duration `json:"rpc_timeout"`
 }
+
+// DefaultRPCTimeout is rpc_timeout's default.
+const DefaultRPCTimeout = 5 * time.Second
 
 // Defaults returns the default configuration.
 func Defaults() Config {
@@ -127,6 +135,7 @@ func Defaults() Config {
 		LocalHostname:      host,
 		CopyEngineMinBytes: 128 << 10, // measured crossover, see transfer.DefaultCopyEngineMinBytes
 		SocketDir:          os.TempDir(),
+		RPCTimeout:         DefaultRPCTimeout,
 	}
 }
 
@@ -169,11 +178,11 @@ func (c *Config) Validate() error {
 	for _, d := range []struct {
 		key string
 		v   time.Duration
-	}{{"lease_ttl", c.LeaseTTL}, {"put_timeout", c.PutTimeout}, {"client_ttl", c.ClientTTL}} {
+	}{{"lease_ttl", c.LeaseTTL}, {"put_timeout", c.PutTimeout}, {"client_ttl", c.ClientTTL}, {"rpc_timeout", c.RPCTimeout}} {
 		if d.v < 0 || d.v > 24*time.Hour {
 			return invalid(d.key, d.v, "want 0 (the default) up to 24h")
 		}
-		if d.key != "client_ttl" && d.v != 0 && c.MasterServerAddr != MasterEmbedded {
+		if (d.key == "lease_ttl" || d.key == "put_timeout") && d.v != 0 && c.MasterServerAddr != MasterEmbedded {
 			return invalid(d.key, d.v, "sets the embedded master only; a remote master ("+c.MasterServerAddr+") takes it as its own flag")
 		}
 	}
@@ -283,6 +292,7 @@ var setters = map[string]setter{
 		return nil
 	},
 	"fabric_domain": stringKey("fabric_domain", func(c *Config, s string) { c.FabricDomain = s }),
+	"rpc_timeout":   durationKey("rpc_timeout", func(c *Config, d time.Duration) { c.RPCTimeout = d }),
 }
 
 // Set applies one key. On error c is unchanged.
@@ -405,6 +415,7 @@ func (c *Config) Map() map[string]any {
 		"tls_server_name":       c.TLSServerName,
 		"auth_token_file":       c.AuthTokenFile,
 		"fabric_domain":         c.FabricDomain,
+		"rpc_timeout":           c.RPCTimeout.String(),
 	}
 }
 

@@ -558,3 +558,43 @@ func FuzzParseSize(f *testing.F) {
 		}
 	})
 }
+
+// TestRPCTimeout: rpc_timeout takes a duration or seconds, defaults to
+// DefaultRPCTimeout, and applies to a remote master too (that is its use).
+func TestRPCTimeout(t *testing.T) {
+	if d := Defaults().RPCTimeout; d != DefaultRPCTimeout {
+		t.Fatalf("default rpc_timeout %v", d)
+	}
+	for _, tc := range []struct {
+		v       any
+		want    time.Duration
+		wantErr string
+	}{
+		{"2s", 2 * time.Second, ""},
+		{"250ms", 250 * time.Millisecond, ""},
+		{3, 3 * time.Second, ""},
+		{1.5, 1500 * time.Millisecond, ""},
+		{"0.5", 500 * time.Millisecond, ""},
+		{0, 0, ""},
+		{"-1s", 0, "rpc_timeout=-1s"},
+		{"2d", 0, `rpc_timeout="2d"`},
+		{"25h", 0, "rpc_timeout=25h"},
+		{true, 0, "rpc_timeout=true"},
+	} {
+		t.Run(toString(tc.v), func(t *testing.T) {
+			c, err := FromMap(map[string]any{"rpc_timeout": tc.v, "master_server_addr": "10.0.0.1:50051"})
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v; want ErrInvalid naming %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || c.RPCTimeout != tc.want {
+				t.Fatalf("FromMap = %v, %v; want %v", c.RPCTimeout, err, tc.want)
+			}
+			if m := c.Map(); m["rpc_timeout"] != tc.want.String() {
+				t.Fatalf("Map: rpc_timeout=%v", m["rpc_timeout"])
+			}
+		})
+	}
+}

@@ -35,11 +35,16 @@ var _ Client = (*remote)(nil)
 // Dial connects to a master at addr ("host:port") and waits until the
 // connection is ready or ctx is done. Without options it uses plaintext
 // (the master listens on a trusted network); options replace that default.
+//
+// The connection reconnects at most about half a second apart however long
+// the master was away, and pings it to find a dead master host (see
+// connect.go); opts are applied after these defaults, so a caller's
+// grpc.WithConnectParams or grpc.WithKeepaliveParams overrides them.
 func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (Client, error) {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	conn, err := grpc.NewClient(addr, opts...)
+	conn, err := grpc.NewClient(addr, append(dialDefaults(), opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("master: dial %s: %w", addr, err)
 	}

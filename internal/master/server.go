@@ -37,6 +37,11 @@ type Server struct {
 // is the generated code's. With a unary interceptor among opts, every call
 // goes through the generated handlers, so interceptors always see the
 // generated request and response messages.
+//
+// The server accepts client keepalive pings down to every 5 s, also on idle
+// connections (the clients Dial makes ping every 10 s), and pings idle
+// clients itself (connect.go); opts come after these defaults and override
+// them.
 func NewServer(svc *Service, reg *prometheus.Registry, opts ...grpc.ServerOption) *Server {
 	return NewServerAuth(svc, reg, nil, opts...)
 }
@@ -46,7 +51,7 @@ func NewServer(svc *Service, reg *prometheus.Registry, opts ...grpc.ServerOption
 // and calls without one are refused when auth.Require is set. It is not an
 // interceptor, so the hand-coded hot calls stay on their fast path.
 func NewServerAuth(svc *Service, reg *prometheus.Registry, auth *Authenticator, opts ...grpc.ServerOption) *Server {
-	opts = append([]grpc.ServerOption{grpc.ForceServerCodecV2(codec)}, opts...)
+	opts = append(append([]grpc.ServerOption{grpc.ForceServerCodecV2(codec)}, serverDefaults()...), opts...)
 	s := &Server{svc: svc, grpc: grpc.NewServer(opts...)}
 	s.grpc.RegisterService(serviceDesc(), &grpcService{svc: svc, auth: auth})
 	if reg != nil {

@@ -1,0 +1,90 @@
+"""A master that stops answering: every call fails within rpc_timeout.
+
+The master is a real `kvfabric master` process, stopped with SIGSTOP: its
+socket still accepts connections (the kernel does that), and nothing
+answers. The binary comes from KVFABRIC_BIN (the Makefile's python-test
+target builds it) or build/kvfabric.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+import kvfabric
+
+from conftest import REPO, sim_config
+
+
+def _binary():
+    p = os.environ.get("KVFABRIC_BIN") or os.path.join(REPO, "build", "kvfabric")
+    return p if os.path.exists(p) else None
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def remote_master():
+    exe = _binary()
+    if exe is None:
+        pytest.skip("needs the kvfabric binary: `make python-test` builds it, or set KVFABRIC_BIN")
+    addr = f"127.0.0.1:{_free_port()}"
+    p = subprocess.Popen([exe, "master", "--listen", addr, "--metrics-listen", ""],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(addr.split(":"), timeout=1).close()
+            break
+        except OSError:
+            if p.poll() is not None or time.monotonic() > deadline:
+                p.kill()
+                raise RuntimeError("kvfabric master did not start: " + p.stderr.read().decode())
+            time.sleep(0.05)
+    yield p, addr
+    os.kill(p.pid, signal.SIGCONT)
+    p.terminate()
+    try:
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def test_stalled_master_fails_calls_within_rpc_timeout(tmp_path, remote_master):
+    proc, addr = remote_master
+    with kvfabric.Store(sim_config(tmp_path, master_server_addr=addr, rpc_timeout="1s", client_ttl="30s")) as s:
+        s.put("k", b"v")
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            for name, call in [
+                ("exists", lambda: s.exists("k")),
+                ("get_bytes", lambda: s.get_bytes("k")),
+                ("put", lambda: s.put("k2", b"v")),
+                ("remove", lambda: s.remove("k")),
+            ]:
+                t0 = time.monotonic()
+                with pytest.raises(kvfabric.RPCError) as ei:
+                    call()
+                took = time.monotonic() - t0
+                assert "rpc_timeout=1s" in str(ei.value), (name, str(ei.value))
+                assert 0.9 <= took < 4, (name, took)
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        # The master answers again: so does the store.
+        assert s.exists("k")
+        assert s.get_bytes("k") == b"v"
+
+
+def test_rpc_timeout_config_errors(tmp_path):
+    for bad in ("forever", -1, "25h"):
+        with pytest.raises(kvfabric.ConfigError) as ei:
+            kvfabric.Store(sim_config(tmp_path, rpc_timeout=bad))
+        assert "rpc_timeout" in str(ei.value)
