@@ -56,7 +56,13 @@ func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (Client, er
 		}
 		if !conn.WaitForStateChange(ctx, s) {
 			_ = conn.Close()
-			return nil, fmt.Errorf("master: dial %s: %w (last state %v)", addr, ctx.Err(), s)
+			hint := ""
+			if s == connectivity.TransientFailure {
+				// Connections that open and then fail: most often TLS on
+				// one side only, or a certificate the other side refuses.
+				hint = "; the master refused or dropped every connection: check that both sides agree on TLS (tls_ca_file here, --tls-cert-file there), the master's certificate names this address (tls_server_name), and this client's certificate is signed by the master's --tls-client-ca-file"
+			}
+			return nil, fmt.Errorf("master: dial %s: %w (last state %v%s)", addr, ctx.Err(), s, hint)
 		}
 	}
 	return &remote{cc: conn, rpc: pb.NewMasterClient(conn), conn: conn}, nil
