@@ -58,9 +58,10 @@ func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (Client, er
 			_ = conn.Close()
 			hint := ""
 			if s == connectivity.TransientFailure {
-				// Connections that open and then fail: most often TLS on
-				// one side only, or a certificate the other side refuses.
-				hint = "; the master refused or dropped every connection: check that both sides agree on TLS (tls_ca_file here, --tls-cert-file there), the master's certificate names this address (tls_server_name), and this client's certificate is signed by the master's --tls-client-ca-file"
+				// No master listening, or connections that fail in the
+				// handshake: TLS on one side only, or a certificate the
+				// other side refuses.
+				hint = "; is the master up? If it is, check that both sides agree on TLS (tls_ca_file here, --tls-cert-file there), that the master's certificate names this address (tls_server_name) and that this client's certificate is signed by the master's --tls-client-ca-file"
 			}
 			return nil, fmt.Errorf("master: dial %s: %w (last state %v%s)", addr, ctx.Err(), s, hint)
 		}
