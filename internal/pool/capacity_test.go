@@ -60,8 +60,6 @@ func TestSizeBoundedByMemory(t *testing.T) {
 			"MemTotal"},
 		{"egm more than the host", sim.Config{}, hostOf(t, 1<<20, nil), egmCfg(2*gib, 8*mib, nil, "posix_fd"),
 			"more than this host's memory (MemTotal 1GiB"},
-		{"egm more than a node's share", sim.Config{GPUs: 2, HostNUMA: []int{0, 1}}, hostOf(t, 1<<20, map[int]uint64{0: 768 << 10, 1: 256 << 10}),
-			egmCfg(768*mib, 8*mib, []int{0, 1}, "posix_fd"), "puts 384MiB on NUMA node 1, which has 256MiB"},
 		{"hbm more than the device", sim.Config{DeviceCapacity: map[int]uint64{0: 64 * mib}}, numa.HostMemory{}, hbmCfg(128*mib, 8*mib, 0, "posix_fd"),
 			"global_segment_size=134217728 (128MiB) is more than device 0's memory (64MiB)"},
 		{"hbm max uint64", sim.Config{}, numa.HostMemory{}, hbmCfg(1<<64-1, gib, 0, "posix_fd"),

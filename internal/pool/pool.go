@@ -247,7 +247,7 @@ func (p *Pool) setupLocked(ctx context.Context, cfg config.Config) error {
 				return fmt.Errorf("pool: egm_numa_nodes=auto: %w", err)
 			}
 		}
-		if err := checkHostMemory(p.deps.HostMemory, cfg.GlobalSegmentSize, ids); err != nil {
+		if err := checkHostMemory(p.deps.HostMemory, cfg.GlobalSegmentSize); err != nil {
 			return err
 		}
 		if p.handle, err = p.resolveHandleLocked(cfg.HandleType, numa.Prop(ids[0], 0)); err != nil {
