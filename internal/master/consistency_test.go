@@ -319,3 +319,33 @@ func TestPerClientStats(t *testing.T) {
 		}
 	})
 }
+
+// TestPutEvictsWhereItCanPlace: a put that finds no space evicts from
+// segments it may use; objects on a draining segment (which takes no puts)
+// are not evicted for it — that would free nothing the put can take.
+func TestPutEvictsWhereItCanPlace(t *testing.T) {
+	cfg := testConfig()
+	cfg.DRAM = Watermarks{High: 1, Low: 1}
+	cfg.EvictSample = 1000 // exact LRU
+	forEachTransport(t, cfg, func(t *testing.T, e *env) {
+		p := e.register("p1", "host-a", 0, 0)
+		s0 := e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 3*MiB))
+		e.mount(desc("s1", p, "host-a", segment.TierDRAM, 0, 2*MiB))
+		onto := func(seg string) func(*PutStartReq) {
+			return func(r *PutStartReq) { r.Placement.Segments = []string{seg} }
+		}
+		// The oldest objects live on s0, which then drains.
+		e.put("old0", MiB, onto("s0"))
+		e.put("old1", MiB, onto("s0"))
+		e.clk.Advance(time.Millisecond)
+		e.put("new0", MiB, onto("s1"))
+		e.put("new1", MiB, onto("s1"))
+		e.putStart("hold", 64, onto("s0")) // a put in progress keeps s0 from unmounting
+		wantErr(t, "unmount (drains)", e.c.UnmountSegment(e.ctx, s0.Key()), ErrHasLease)
+		r := e.putStart("next", MiB)
+		wantErr(t, "put with only s1 usable", r.Err, nil)
+		if r.Replicas[0].Segment.ID != "s1" || !e.exists("old0") || !e.exists("old1") {
+			t.Fatalf("put on %s; old0 %v old1 %v: evicted from the draining segment", r.Replicas[0].Segment.ID, e.exists("old0"), e.exists("old1"))
+		}
+	})
+}

@@ -25,7 +25,7 @@ func (s *Service) evictToWatermarksLocked(now int64) {
 			continue
 		}
 		low := uint64(w.Low * float64(capacity))
-		s.evictLocked(t, used-low, now)
+		s.evictLocked(t, used-low, now, false)
 	}
 }
 
@@ -34,18 +34,20 @@ func (s *Service) evictToWatermarksLocked(now int64) {
 // first, approximately: each step samples Config.EvictSample slots and
 // evicts the least recently used eligible one (the Redis approach).
 // Soft-pinned objects are eligible only when unpinned ones could not free
-// enough. It returns the bytes freed in t.
-func (s *Service) evictLocked(t segment.Tier, want uint64, now int64) uint64 {
-	freed := s.evictPassLocked(t, want, now, false)
+// enough. With forPut, only bytes on segments a put may use (not draining,
+// not suspect) count: evicting elsewhere would free nothing the put can
+// take. It returns the bytes freed in t.
+func (s *Service) evictLocked(t segment.Tier, want uint64, now int64, forPut bool) uint64 {
+	freed := s.evictPassLocked(t, want, now, false, forPut)
 	if freed < want {
-		freed += s.evictPassLocked(t, want-freed, now, true)
+		freed += s.evictPassLocked(t, want-freed, now, true, forPut)
 	}
 	return freed
 }
 
 // evictPassLocked is one pass of evictLocked: soft-pinned objects are
 // candidates only when soft is set.
-func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft bool) uint64 {
+func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft, forPut bool) uint64 {
 	var freed uint64
 	misses, evicted := 0, 0
 	for freed < want && evicted < maxEvictPerCall && misses < 8 && s.mu.visible > 0 {
@@ -64,7 +66,7 @@ func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft b
 			if found && o.stamp >= oldest {
 				continue
 			}
-			if bytes := s.tierBytesLocked(slot, t); bytes == 0 {
+			if bytes := s.tierBytesLocked(slot, t, forPut); bytes == 0 {
 				continue
 			}
 			victim, found, oldest = slot, true, o.stamp
@@ -74,7 +76,7 @@ func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft b
 			continue
 		}
 		misses = 0
-		freed += s.tierBytesLocked(victim, t)
+		freed += s.tierBytesLocked(victim, t, forPut)
 		s.freeObjectLocked(victim, now)
 		s.mu.evictions++
 		s.met.evictions.WithLabelValues(t.String()).Inc()
@@ -83,11 +85,12 @@ func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft b
 	return freed
 }
 
-// tierBytesLocked returns the bytes slot's replicas hold in tier t.
-func (s *Service) tierBytesLocked(slot uint32, t segment.Tier) uint64 {
+// tierBytesLocked returns the bytes slot's replicas hold in tier t (only on
+// usable segments with usable).
+func (s *Service) tierBytesLocked(slot uint32, t segment.Tier, usable bool) uint64 {
 	var n uint64
 	for _, r := range s.repsLocked(slot) {
-		if sg := s.mu.segs[r.seg]; sg.desc.Tier == t {
+		if sg := s.mu.segs[r.seg]; sg.desc.Tier == t && (!usable || sg.usable()) {
 			_, l, _ := sg.al.Span(r.ref)
 			n += l
 		}

@@ -96,7 +96,7 @@ func (s *Service) placeLocked(r *PutStartReq, slot uint32, now int64, out []repl
 	}
 	need := (r.Size + s.cfg.Alignment - 1) &^ (s.cfg.Alignment - 1)
 	for _, tier := range tiers {
-		s.evictLocked(tier, need*uint64(n), now)
+		s.evictLocked(tier, need*uint64(n), now, true)
 	}
 	return s.tryPlaceLocked(r, slot, t, tiers, n, out)
 }
