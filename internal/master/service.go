@@ -175,7 +175,6 @@ type Service struct {
 		quarantine map[string]quarantine // segment id → dropped allocation not to be remounted yet
 		segVersion uint64                // changes on every mount and unmount
 
-		nextToken  uint64
 		nextLease  uint64
 		nextClient uint64
 		evictions  uint64
@@ -213,7 +212,6 @@ func New(cfg Config) (*Service, error) {
 	m.quarantine = map[string]quarantine{}
 	seed := uint64(time.Now().UnixNano())
 	m.rng = rand.New(rand.NewPCG(seed, seed>>17|1))
-	m.nextToken = m.rng.Uint64()>>1 | 1
 	m.nextLease = m.rng.Uint64()>>1 | 1
 	// Another master process starts from another version, so its clients
 	// compare their mappings with its segments at their first heartbeat.
@@ -340,22 +338,11 @@ func (s *Service) Heartbeat(ctx context.Context, clientID string, mapped Mapped)
 	if err := validateID("client id", clientID); err != nil {
 		return HeartbeatInfo{}, err
 	}
-	who, err := s.callerOf(ctx)
+	c, now, err := s.lockAs(ctx, clientID, "heartbeat")
 	if err != nil {
-		return HeartbeatInfo{}, err
-	}
-	if err := s.lock(ctx); err != nil {
 		return HeartbeatInfo{}, err
 	}
 	defer s.mu.Unlock()
-	now := s.now()
-	if err := s.ownsLocked(who, clientID, "heartbeat"); err != nil {
-		return HeartbeatInfo{}, err
-	}
-	c, err := s.liveClientLocked(clientID, now)
-	if err != nil {
-		return HeartbeatInfo{}, err
-	}
 	c.expires = now + int64(c.ttl)
 	c.mapped = mapped
 	// Alive: a report that its provider was unreachable was about the
@@ -386,28 +373,41 @@ func (s *Service) liveClientLocked(id string, now int64) (*clientState, error) {
 	return c, nil
 }
 
+// lockAs authenticates ctx's caller, takes the lock and returns client id's
+// live registration, which the caller must own (or be an admin). On success
+// the lock is held and the caller unlocks; on error it is not held.
+func (s *Service) lockAs(ctx context.Context, id, what string) (*clientState, int64, error) {
+	who, err := s.callerOf(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, 0, err
+	}
+	now := s.now()
+	if err := s.ownsLocked(who, id, what); err != nil {
+		s.mu.Unlock()
+		return nil, 0, err
+	}
+	c, err := s.liveClientLocked(id, now)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return c, now, nil
+}
+
 // UnregisterClient implements Client.
 func (s *Service) UnregisterClient(ctx context.Context, clientID string) (err error) {
 	defer s.met.op(opUnregister, time.Now(), &err)
 	if err := validateID("client id", clientID); err != nil {
 		return err
 	}
-	who, err := s.callerOf(ctx)
+	c, now, err := s.lockAs(ctx, clientID, "unregister")
 	if err != nil {
-		return err
-	}
-	if err := s.lock(ctx); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
-	now := s.now()
-	if err := s.ownsLocked(who, clientID, "unregister"); err != nil {
-		return err
-	}
-	c, err := s.liveClientLocked(clientID, now)
-	if err != nil {
-		return err
-	}
 	puts, segs := s.retireClientLocked(c, now, true)
 	delete(s.mu.clients, clientID)
 	s.log.Info("master: client unregistered", "client", clientID, "segments", segs, "puts revoked", puts)
@@ -1264,21 +1264,11 @@ func (s *Service) ReportUnreachable(ctx context.Context, reporter string, k segm
 	if len(reason) > 1024 {
 		reason = reason[:1024]
 	}
-	who, err := s.callerOf(ctx)
+	_, now, err := s.lockAs(ctx, reporter, "report unreachable: reporter")
 	if err != nil {
 		return err
 	}
-	if err := s.lock(ctx); err != nil {
-		return err
-	}
 	defer s.mu.Unlock()
-	now := s.now()
-	if err := s.ownsLocked(who, reporter, "report unreachable"); err != nil {
-		return err
-	}
-	if _, err := s.liveClientLocked(reporter, now); err != nil {
-		return fmt.Errorf("reporter: %w", err)
-	}
 	slot, err := s.segmentLocked(k)
 	if err != nil {
 		return err // gone already
