@@ -81,3 +81,58 @@ def host(store):
     yield take
     if not store.closed:
         store.unregister_buffer(pool)
+
+
+def kvfabric_binary():
+    """The kvfabric CLI: KVFABRIC_BIN (the Makefile's python-test target
+    builds it) or build/kvfabric; None when neither exists."""
+    p = os.environ.get("KVFABRIC_BIN") or os.path.join(REPO, "build", "kvfabric")
+    return p if os.path.exists(p) else None
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_master(*flags):
+    """Starts `kvfabric master` on a free loopback port with flags, waits
+    until it accepts connections, and returns (process, address). Skips the
+    test when the binary is missing."""
+    import socket
+    import subprocess
+    import time
+
+    exe = kvfabric_binary()
+    if exe is None:
+        pytest.skip("needs the kvfabric binary: `make python-test` builds it, or set KVFABRIC_BIN")
+    addr = f"127.0.0.1:{free_port()}"
+    p = subprocess.Popen([exe, "master", "--listen", addr, "--metrics-listen", "", *flags],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(addr.split(":"), timeout=1).close()
+            return p, addr
+        except OSError:
+            if p.poll() is not None or time.monotonic() > deadline:
+                p.kill()
+                raise RuntimeError("kvfabric master did not start: " + p.stderr.read().decode())
+            time.sleep(0.05)
+
+
+def stop_master(p):
+    """Ends a master from start_master (resumed first if stopped)."""
+    import signal
+    import subprocess
+
+    os.kill(p.pid, signal.SIGCONT)
+    p.terminate()
+    try:
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()

@@ -8,54 +8,20 @@ target builds it) or build/kvfabric.
 
 import os
 import signal
-import socket
-import subprocess
 import time
 
 import pytest
 
 import kvfabric
 
-from conftest import REPO, sim_config
-
-
-def _binary():
-    p = os.environ.get("KVFABRIC_BIN") or os.path.join(REPO, "build", "kvfabric")
-    return p if os.path.exists(p) else None
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import sim_config, start_master, stop_master
 
 
 @pytest.fixture
 def remote_master():
-    exe = _binary()
-    if exe is None:
-        pytest.skip("needs the kvfabric binary: `make python-test` builds it, or set KVFABRIC_BIN")
-    addr = f"127.0.0.1:{_free_port()}"
-    p = subprocess.Popen([exe, "master", "--listen", addr, "--metrics-listen", ""],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(addr.split(":"), timeout=1).close()
-            break
-        except OSError:
-            if p.poll() is not None or time.monotonic() > deadline:
-                p.kill()
-                raise RuntimeError("kvfabric master did not start: " + p.stderr.read().decode())
-            time.sleep(0.05)
+    p, addr = start_master()
     yield p, addr
-    os.kill(p.pid, signal.SIGCONT)
-    p.terminate()
-    try:
-        p.wait(10)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+    stop_master(p)
 
 
 def test_stalled_master_fails_calls_within_rpc_timeout(tmp_path, remote_master):

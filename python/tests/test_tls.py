@@ -3,50 +3,27 @@ the tls_* configuration keys reach it, a client without a certificate is
 refused with PermissionDeniedError, and a client (not admin) may not wipe the
 cache. Certificates come from `kvfabric certs`."""
 
-import os
-import signal
-import socket
 import subprocess
-import time
 
 import pytest
 
 import kvfabric
 
-from conftest import sim_config
-from test_rpc_timeout import _binary, _free_port
+from conftest import kvfabric_binary, sim_config, start_master, stop_master
 
 
 @pytest.fixture
 def tls_master(tmp_path):
-    exe = _binary()
+    exe = kvfabric_binary()
     if exe is None:
         pytest.skip("needs the kvfabric binary: `make python-test` builds it, or set KVFABRIC_BIN")
     pki = tmp_path / "pki"
     subprocess.run([exe, "certs", "--dir", str(pki), "--hosts", "127.0.0.1", "--clients", "engine"],
                    check=True, stdout=subprocess.DEVNULL)
-    addr = f"127.0.0.1:{_free_port()}"
-    p = subprocess.Popen([exe, "master", "--listen", addr, "--metrics-listen", "",
-                          "--tls-cert-file", str(pki / "server.pem"), "--tls-key-file", str(pki / "server-key.pem"),
-                          "--tls-client-ca-file", str(pki / "ca.pem")],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(addr.split(":"), timeout=1).close()
-            break
-        except OSError:
-            if p.poll() is not None or time.monotonic() > deadline:
-                p.kill()
-                raise RuntimeError("kvfabric master did not start: " + p.stderr.read().decode())
-            time.sleep(0.05)
+    p, addr = start_master("--tls-cert-file", str(pki / "server.pem"), "--tls-key-file", str(pki / "server-key.pem"),
+                           "--tls-client-ca-file", str(pki / "ca.pem"))
     yield pki, addr
-    p.send_signal(signal.SIGTERM)
-    try:
-        p.wait(10)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+    stop_master(p)
 
 
 def test_store_over_mutual_tls(tmp_path, tls_master):
