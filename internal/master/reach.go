@@ -18,7 +18,8 @@ import (
 //     that never sets it is one domain). A fabric segment belongs to its
 //     owner's domain: the owner is registered for as long as its segments
 //     are mounted (its expiry or re-registration unmounts them), so the
-//     domain is looked up through it rather than carried in the descriptor.
+//     domain is taken from it at mount (segState.domain) rather than
+//     carried in the descriptor.
 //
 // The master places a put only on segments its writer reaches, and leaves
 // out of a reader's GetReplicas results the replicas it cannot reach. A
@@ -46,11 +47,7 @@ func (s *Service) reachesLocked(r reach, sg *segState) bool {
 	case segment.HandlePosixFD:
 		return r.node == "" || r.node == sg.desc.Node
 	case segment.HandleFabric:
-		var dom string
-		if o, ok := s.mu.clients[sg.desc.Owner]; ok {
-			dom = o.info.FabricDomain
-		}
-		return r.domain == dom
+		return r.domain == sg.domain
 	}
 	return true
 }

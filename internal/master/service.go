@@ -87,6 +87,9 @@ type segState struct {
 	// suspect: a client reported the provider unreachable; cleared by the
 	// owner's next heartbeat. No new puts or leases land on it meanwhile.
 	suspect bool
+	// domain is the owner's fabric domain (fixed while it is mounted: the
+	// owner's registration ending unmounts it).
+	domain string
 }
 
 // usable reports whether new puts and leases may land on the segment.
@@ -498,7 +501,7 @@ func (s *Service) MountSegment(ctx context.Context, d segment.Descriptor) (err e
 	}
 	delete(s.mu.quarantine, d.ID)
 	desc := d
-	sg := &segState{desc: &desc, al: al}
+	sg := &segState{desc: &desc, al: al, domain: owner.info.FabricDomain}
 	var slot uint32
 	if n := len(s.mu.freeSegs); n > 0 {
 		slot = s.mu.freeSegs[n-1]
