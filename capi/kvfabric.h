@@ -52,7 +52,7 @@ extern "C" {
 #endif
 
 /* Bumped on any incompatible change of this header. */
-#define KVFABRIC_ABI_VERSION 1
+#define KVFABRIC_ABI_VERSION 2
 
 /* ---- Status codes ------------------------------------------------------
  * Mooncake Store's numbers where Mooncake has the condition, so a
@@ -82,6 +82,8 @@ extern "C" {
 /* kvfabric_put* flags */
 #define KVFABRIC_PUT_PIN 0x1u /* keep from eviction until removed */
 #define KVFABRIC_PUT_SOFT_PIN 0x2u /* evicted only after every unpinned object */
+#define KVFABRIC_PUT_UPSERT 0x4u /* replace an existing value (leased old bytes stay for their readers) */
+#define KVFABRIC_PUT_KEEP_SOFT_PIN 0x8u /* with UPSERT: keep the replaced value's soft pin and expiry */
 
 /* KVFABRIC_ABI_VERSION of the loaded library. */
 int32_t kvfabric_abi_version(void);
@@ -117,11 +119,13 @@ size_t kvfabric_last_error(int64_t handle, char *buf, size_t cap);
 
 /* Puts key from nparts regions (ptrs[i], lens[i]); the object is their
  * concatenation. Copies are ordered on stream. replicas 0 means 1.
- * preferred: comma-separated segment ids tried first (may be NULL). */
+ * preferred: comma-separated segment ids tried first (may be NULL).
+ * soft_pin_ttl_ms > 0 (with KVFABRIC_PUT_SOFT_PIN): the soft pin ends that
+ * many milliseconds after the put completes. */
 int32_t kvfabric_put(int64_t handle, const char *key, size_t key_len,
                      const uint64_t *ptrs, const uint64_t *lens, uint32_t nparts,
                      uintptr_t stream, int32_t replicas, uint32_t flags,
-                     const char *preferred, size_t preferred_len);
+                     const char *preferred, size_t preferred_len, uint64_t soft_pin_ttl_ms);
 
 /* Gets key into nparts regions, scattered in order; *nread receives the
  * object's size. Regions smaller in total than the object give
@@ -141,7 +145,7 @@ int32_t kvfabric_batch_put(int64_t handle, size_t n, const char *const *keys,
                            const uint64_t *lens, const uint32_t *parts,
                            uintptr_t stream, int32_t replicas, uint32_t flags,
                            const char *preferred, size_t preferred_len,
-                           int32_t *statuses);
+                           uint64_t soft_pin_ttl_ms, int32_t *statuses);
 
 /* Batch get, laid out as kvfabric_batch_put; nread (n entries, may be
  * NULL) receives each object's size. Return value as kvfabric_batch_put. */
@@ -153,7 +157,7 @@ int32_t kvfabric_batch_get(int64_t handle, size_t n, const char *const *keys,
 /* Puts n bytes of any host memory (staged; no registration needed). */
 int32_t kvfabric_put_bytes(int64_t handle, const char *key, size_t key_len,
                            const void *data, uint64_t n, int32_t replicas, uint32_t flags,
-                           const char *preferred, size_t preferred_len);
+                           const char *preferred, size_t preferred_len, uint64_t soft_pin_ttl_ms);
 
 /* Copies key's bytes into host memory buf of buf_cap bytes; *size receives
  * the object's size, also when the result is KVFABRIC_ERR_BUFFER_TOO_SMALL.
@@ -166,9 +170,10 @@ int32_t kvfabric_get_bytes(int64_t handle, const char *key, size_t key_len,
 int32_t kvfabric_exists(int64_t handle, const char *key, size_t key_len);
 
 /* out (n entries) receives 1/0 per key. On failure every element of out is
- * the returned code. */
+ * the returned code. lease != 0 grants every existing key a read lease
+ * (the master's lease TTL, ended by expiry), as Mooncake's exist does. */
 int32_t kvfabric_batch_exists(int64_t handle, size_t n, const char *const *keys,
-                              const size_t *key_lens, int32_t *out);
+                              const size_t *key_lens, int32_t lease, int32_t *out);
 
 /* *size receives key's size in bytes. */
 int32_t kvfabric_size(int64_t handle, const char *key, size_t key_len, uint64_t *size);
@@ -179,6 +184,39 @@ int32_t kvfabric_remove(int64_t handle, const char *key, size_t key_len, int32_t
 /* Removes every object (force != 0: leased ones too); *removed receives
  * the count (may be NULL). */
 int32_t kvfabric_remove_all(int64_t handle, int32_t force, uint64_t *removed);
+
+/* Removes n keys (force != 0: leased ones too); statuses (n entries)
+ * receives each key's status. Return value as kvfabric_batch_put. */
+int32_t kvfabric_batch_remove(int64_t handle, size_t n, const char *const *keys,
+                              const size_t *key_lens, int32_t force, int32_t *statuses);
+
+/* Removes every object whose key matches pattern (RE2 syntax, unanchored;
+ * pattern_len 0 matches all), force as kvfabric_remove_all; *removed
+ * receives the count (may be NULL). A bad pattern is
+ * KVFABRIC_ERR_INVALID_ARGUMENT. */
+int32_t kvfabric_remove_matching(int64_t handle, const char *pattern, size_t pattern_len,
+                                 int32_t force, uint64_t *removed);
+
+/* Copies ranges of n objects with one master round trip and one transfer
+ * batch: key i has counts[i] consecutive entries of dsts/srcs/lens, each
+ * copying lens[j] bytes of the object from offset srcs[j] to dsts[j]
+ * (device or registered host memory). A range past the object's end fails
+ * its key with KVFABRIC_ERR_INVALID_ARGUMENT. statuses (n entries)
+ * receives each key's status. Return value as kvfabric_batch_put. */
+int32_t kvfabric_batch_get_ranges(int64_t handle, size_t n, const char *const *keys,
+                                  const size_t *key_lens, const uint64_t *dsts,
+                                  const uint64_t *srcs, const uint64_t *lens,
+                                  const uint32_t *counts, uintptr_t stream, int32_t *statuses);
+
+/* Describes where n keys' objects live, as a JSON array written to buf
+ * (not NUL-terminated): per key null (see statuses) or {"size": N,
+ * "replicas": [{"segment", "node", "owner", "tier" ("dram"|"hbm"),
+ * "location", "handle" ("posix_fd"|"fabric"), "offset", "length"}]}.
+ * *needed receives the JSON's length; when it exceeds buf_cap the result
+ * is KVFABRIC_ERR_BUFFER_TOO_SMALL and nothing is written: call again. */
+int32_t kvfabric_replicas(int64_t handle, size_t n, const char *const *keys,
+                          const size_t *key_lens, char *buf, size_t buf_cap,
+                          uint64_t *needed, int32_t *statuses);
 
 /* Registers [ptr, ptr+size): host memory (registered with the driver so
  * GPU copies reach it) or CUDA device memory (recorded). Later regions may

@@ -72,10 +72,12 @@ func kvfabric_last_error(h C.int64_t, buf *C.char, capacity C.size_t) (n C.size_
 
 //export kvfabric_put
 func kvfabric_put(h C.int64_t, key *C.char, keyLen C.size_t, ptrs, lens *C.uint64_t, nparts C.uint32_t,
-	stream C.uintptr_t, replicas C.int32_t, flags C.uint32_t, preferred *C.char, preferredLen C.size_t) (st C.int32_t) {
+	stream C.uintptr_t, replicas C.int32_t, flags C.uint32_t, preferred *C.char, preferredLen C.size_t,
+	softPinTTLms C.uint64_t) (st C.int32_t) {
 	defer recoverStatus(&st)
 	return C.int32_t(cabi.Put(int64(h), unsafe.Pointer(key), uint64(keyLen), unsafe.Pointer(ptrs), unsafe.Pointer(lens),
-		uint32(nparts), uintptr(stream), int32(replicas), uint32(flags), unsafe.Pointer(preferred), uint64(preferredLen)))
+		uint32(nparts), uintptr(stream), int32(replicas), uint32(flags), unsafe.Pointer(preferred), uint64(preferredLen),
+		uint64(softPinTTLms)))
 }
 
 //export kvfabric_get
@@ -89,11 +91,11 @@ func kvfabric_get(h C.int64_t, key *C.char, keyLen C.size_t, ptrs, lens *C.uint6
 //export kvfabric_batch_put
 func kvfabric_batch_put(h C.int64_t, n C.size_t, keys **C.char, keyLens *C.size_t, ptrs, lens *C.uint64_t,
 	parts *C.uint32_t, stream C.uintptr_t, replicas C.int32_t, flags C.uint32_t, preferred *C.char,
-	preferredLen C.size_t, statuses *C.int32_t) (st C.int32_t) {
+	preferredLen C.size_t, softPinTTLms C.uint64_t, statuses *C.int32_t) (st C.int32_t) {
 	defer recoverStatus(&st)
 	return C.int32_t(cabi.BatchPut(int64(h), uint64(n), unsafe.Pointer(keys), unsafe.Pointer(keyLens),
 		unsafe.Pointer(ptrs), unsafe.Pointer(lens), unsafe.Pointer(parts), uintptr(stream), int32(replicas),
-		uint32(flags), unsafe.Pointer(preferred), uint64(preferredLen), unsafe.Pointer(statuses)))
+		uint32(flags), unsafe.Pointer(preferred), uint64(preferredLen), uint64(softPinTTLms), unsafe.Pointer(statuses)))
 }
 
 //export kvfabric_batch_get
@@ -107,10 +109,10 @@ func kvfabric_batch_get(h C.int64_t, n C.size_t, keys **C.char, keyLens *C.size_
 
 //export kvfabric_put_bytes
 func kvfabric_put_bytes(h C.int64_t, key *C.char, keyLen C.size_t, data unsafe.Pointer, n C.uint64_t,
-	replicas C.int32_t, flags C.uint32_t, preferred *C.char, preferredLen C.size_t) (st C.int32_t) {
+	replicas C.int32_t, flags C.uint32_t, preferred *C.char, preferredLen C.size_t, softPinTTLms C.uint64_t) (st C.int32_t) {
 	defer recoverStatus(&st)
 	return C.int32_t(cabi.PutBytes(int64(h), unsafe.Pointer(key), uint64(keyLen), data, uint64(n),
-		int32(replicas), uint32(flags), unsafe.Pointer(preferred), uint64(preferredLen)))
+		int32(replicas), uint32(flags), unsafe.Pointer(preferred), uint64(preferredLen), uint64(softPinTTLms)))
 }
 
 //export kvfabric_get_bytes
@@ -128,10 +130,41 @@ func kvfabric_exists(h C.int64_t, key *C.char, keyLen C.size_t) (st C.int32_t) {
 }
 
 //export kvfabric_batch_exists
-func kvfabric_batch_exists(h C.int64_t, n C.size_t, keys **C.char, keyLens *C.size_t, out *C.int32_t) (st C.int32_t) {
+func kvfabric_batch_exists(h C.int64_t, n C.size_t, keys **C.char, keyLens *C.size_t, lease C.int32_t, out *C.int32_t) (st C.int32_t) {
 	defer recoverStatus(&st)
 	return C.int32_t(cabi.BatchExists(int64(h), uint64(n), unsafe.Pointer(keys), unsafe.Pointer(keyLens),
-		unsafe.Pointer(out)))
+		lease != 0, unsafe.Pointer(out)))
+}
+
+//export kvfabric_batch_remove
+func kvfabric_batch_remove(h C.int64_t, n C.size_t, keys **C.char, keyLens *C.size_t, force C.int32_t, statuses *C.int32_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.BatchRemove(int64(h), uint64(n), unsafe.Pointer(keys), unsafe.Pointer(keyLens), force != 0,
+		unsafe.Pointer(statuses)))
+}
+
+//export kvfabric_remove_matching
+func kvfabric_remove_matching(h C.int64_t, pattern *C.char, patternLen C.size_t, force C.int32_t, removed *C.uint64_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.RemoveMatching(int64(h), unsafe.Pointer(pattern), uint64(patternLen), force != 0,
+		(*uint64)(unsafe.Pointer(removed))))
+}
+
+//export kvfabric_batch_get_ranges
+func kvfabric_batch_get_ranges(h C.int64_t, n C.size_t, keys **C.char, keyLens *C.size_t, dsts, srcs, lens *C.uint64_t,
+	counts *C.uint32_t, stream C.uintptr_t, statuses *C.int32_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.BatchGetRanges(int64(h), uint64(n), unsafe.Pointer(keys), unsafe.Pointer(keyLens),
+		unsafe.Pointer(dsts), unsafe.Pointer(srcs), unsafe.Pointer(lens), unsafe.Pointer(counts), uintptr(stream),
+		unsafe.Pointer(statuses)))
+}
+
+//export kvfabric_replicas
+func kvfabric_replicas(h C.int64_t, n C.size_t, keys **C.char, keyLens *C.size_t, buf *C.char, bufCap C.size_t,
+	needed *C.uint64_t, statuses *C.int32_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.Replicas(int64(h), uint64(n), unsafe.Pointer(keys), unsafe.Pointer(keyLens),
+		unsafe.Pointer(buf), uint64(bufCap), (*uint64)(unsafe.Pointer(needed)), unsafe.Pointer(statuses)))
 }
 
 //export kvfabric_size

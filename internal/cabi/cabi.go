@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/kvfabric/kvfabric/internal/client"
@@ -23,10 +24,13 @@ type Backend interface {
 	PutBytes(ctx context.Context, key string, data []byte, o client.PutOptions) error
 	GetBytesInto(ctx context.Context, key string, dst []byte) (uint64, error)
 	Exists(ctx context.Context, key string) (bool, error)
-	BatchExists(ctx context.Context, keys []string) ([]bool, error)
+	BatchExists(ctx context.Context, keys []string, lease bool) ([]bool, error)
 	Size(ctx context.Context, key string) (uint64, error)
 	Remove(ctx context.Context, key string, force bool) error
-	RemoveAll(ctx context.Context, force bool) (int, error)
+	BatchRemove(ctx context.Context, keys []string, force bool) []error
+	RemoveMatching(ctx context.Context, pattern string, force bool) (int, error)
+	BatchGetRanges(ctx context.Context, keys []string, spans [][]client.Span, stream cuda.Stream) []error
+	Replicas(ctx context.Context, keys []string) ([]client.ObjectInfo, []error)
 	RegisterBuffer(ptr uintptr, size uint64) error
 	UnregisterBuffer(ctx context.Context, ptr uintptr) error
 	Hostname() string
@@ -45,7 +49,11 @@ const (
 	FlagPin uint32 = 1 << 0
 	// FlagSoftPin makes the object evicted only after every unpinned one.
 	FlagSoftPin uint32 = 1 << 1
-	flagsKnown         = FlagPin | FlagSoftPin
+	// FlagUpsert replaces an existing value (client.PutOptions.Upsert).
+	FlagUpsert uint32 = 1 << 2
+	// FlagKeepSoftPin keeps the replaced value's soft pin (with FlagUpsert).
+	FlagKeepSoftPin uint32 = 1 << 3
+	flagsKnown             = FlagPin | FlagSoftPin | FlagUpsert | FlagKeepSoftPin
 )
 
 // maxBatch bounds n in batch calls: a larger value is a caller bug (or a
@@ -160,7 +168,7 @@ func str(p unsafe.Pointer, n uint64, what string) (string, error) {
 	return string(unsafe.Slice((*byte)(p), n)), nil
 }
 
-func putOptions(replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen uint64) (client.PutOptions, error) {
+func putOptions(replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen, softPinTTLms uint64) (client.PutOptions, error) {
 	if replicas < 0 {
 		return client.PutOptions{}, fmt.Errorf("%w: replicas=%d: must be >= 0", client.ErrInvalidArgument, replicas)
 	}
@@ -171,7 +179,11 @@ func putOptions(replicas int32, flags uint32, preferred unsafe.Pointer, preferre
 	if err != nil {
 		return client.PutOptions{}, err
 	}
-	o := client.PutOptions{Replicas: int(replicas), Pin: flags&FlagPin != 0, SoftPin: flags&FlagSoftPin != 0}
+	if softPinTTLms > uint64(math.MaxInt64/int64(time.Millisecond)) {
+		return client.PutOptions{}, fmt.Errorf("%w: soft_pin_ttl_ms=%d: too large", client.ErrInvalidArgument, softPinTTLms)
+	}
+	o := client.PutOptions{Replicas: int(replicas), Pin: flags&FlagPin != 0, SoftPin: flags&FlagSoftPin != 0,
+		SoftPinTTL: time.Duration(softPinTTLms) * time.Millisecond, Upsert: flags&FlagUpsert != 0, KeepSoftPin: flags&FlagKeepSoftPin != 0}
 	for _, s := range strings.Split(pref, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.PreferredSegments = append(o.PreferredSegments, s)
@@ -192,13 +204,13 @@ func regions(ptrs, lens []uint64) []client.Region {
 // Put stores key from nparts regions (ptrs[i], lens[i]); the object is their
 // concatenation. Copies are ordered after prior work on stream.
 func Put(h int64, key unsafe.Pointer, keyLen uint64, ptrs, lens unsafe.Pointer, nparts uint32,
-	stream uintptr, replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen uint64) int32 {
+	stream uintptr, replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen, softPinTTLms uint64) int32 {
 	return call(h, func(e *entry) error {
 		k, err := str(key, keyLen, "key")
 		if err != nil {
 			return err
 		}
-		o, err := putOptions(replicas, flags, preferred, preferredLen)
+		o, err := putOptions(replicas, flags, preferred, preferredLen, softPinTTLms)
 		if err != nil {
 			return err
 		}
@@ -331,11 +343,11 @@ func perKey(keys []string, errs []error, out unsafe.Pointer) error {
 // some keys failed: see statuses), or the status that rejected the whole
 // batch, in which case every element of statuses is set to it.
 func BatchPut(h int64, n uint64, keys, keyLens, ptrs, lens, parts unsafe.Pointer,
-	stream uintptr, replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen uint64,
+	stream uintptr, replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen, softPinTTLms uint64,
 	statuses unsafe.Pointer) int32 {
 	var ran bool
 	st := call(h, func(e *entry) error {
-		o, err := putOptions(replicas, flags, preferred, preferredLen)
+		o, err := putOptions(replicas, flags, preferred, preferredLen, softPinTTLms)
 		if err != nil {
 			return err
 		}
@@ -401,13 +413,13 @@ func BatchGet(h int64, n uint64, keys, keyLens, ptrs, lens, parts unsafe.Pointer
 // PutBytes stores n bytes of host memory at data (any host memory; the
 // Store stages it through its own pinned buffer).
 func PutBytes(h int64, key unsafe.Pointer, keyLen uint64, data unsafe.Pointer, n uint64,
-	replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen uint64) int32 {
+	replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen, softPinTTLms uint64) int32 {
 	return call(h, func(e *entry) error {
 		k, err := str(key, keyLen, "key")
 		if err != nil {
 			return err
 		}
-		o, err := putOptions(replicas, flags, preferred, preferredLen)
+		o, err := putOptions(replicas, flags, preferred, preferredLen, softPinTTLms)
 		if err != nil {
 			return err
 		}
@@ -472,14 +484,15 @@ func Exists(h int64, key unsafe.Pointer, keyLen uint64) int32 {
 }
 
 // BatchExists writes 1 or 0 per key into out (n int32s); on failure every
-// element is the returned status.
-func BatchExists(h int64, n uint64, keys, keyLens, out unsafe.Pointer) int32 {
+// element is the returned status. lease grants each existing key a read
+// lease (client.Store.BatchExists).
+func BatchExists(h int64, n uint64, keys, keyLens unsafe.Pointer, lease bool, out unsafe.Pointer) int32 {
 	st := call(h, func(e *entry) error {
 		b, err := decodeBatch(n, keys, keyLens, nil, nil, nil)
 		if err != nil || n == 0 {
 			return err
 		}
-		ex, err := e.store.BatchExists(bg, b.keys)
+		ex, err := e.store.BatchExists(bg, b.keys, lease)
 		if err != nil {
 			return err
 		}
@@ -529,11 +542,25 @@ func Remove(h int64, key unsafe.Pointer, keyLen uint64, force bool) int32 {
 	})
 }
 
-// RemoveAll removes every object (force: leased ones too) and stores the
-// count in *removed.
+// RemoveAll removes every object of the handle's tenant (force: leased ones
+// too) and stores the count in *removed.
 func RemoveAll(h int64, force bool, removed *uint64) int32 {
+	return RemoveMatching(h, nil, 0, force, removed)
+}
+
+// RemoveMatching removes the objects of the handle's tenant whose keys
+// match the RE2 pattern (unanchored; empty: all) and stores the count in
+// *removed.
+func RemoveMatching(h int64, pattern unsafe.Pointer, patternLen uint64, force bool, removed *uint64) int32 {
 	return call(h, func(e *entry) error {
-		n, err := e.store.RemoveAll(bg, force)
+		var p string
+		if patternLen > 0 {
+			var err error
+			if p, err = str(pattern, patternLen, "pattern"); err != nil {
+				return err
+			}
+		}
+		n, err := e.store.RemoveMatching(bg, p, force)
 		if removed != nil {
 			*removed = uint64(max(n, 0))
 		}

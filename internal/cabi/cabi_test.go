@@ -152,7 +152,7 @@ func TestPutGetParts(t *testing.T) {
 	ptrs := []uint64{addr(a), addr(b)}
 	lens := []uint64{uint64(len(a)), uint64(len(b))}
 	k, kl := keyArg("k1")
-	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 2, 0x1234, 0, FlagPin, nil, 0); st != StatusOK {
+	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 2, 0x1234, 0, FlagPin, nil, 0, 0); st != StatusOK {
 		t.Fatalf("Put = %s: %s", StatusName(st), LastError(h))
 	}
 	if f.mu.lastStream != 0x1234 {
@@ -180,16 +180,16 @@ func TestPutGetParts(t *testing.T) {
 	if !strings.Contains(LastError(h), "not found") {
 		t.Errorf("LastError = %q", LastError(h))
 	}
-	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 2, 0, 0, 0, nil, 0); st != StatusAlreadyExists {
+	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 2, 0, 0, 0, nil, 0, 0); st != StatusAlreadyExists {
 		t.Errorf("duplicate Put = %s", StatusName(st))
 	}
-	if st := Put(h, k, kl, nil, nil, 0, 0, 0, 0, nil, 0); st != StatusInvalidArgument {
+	if st := Put(h, k, kl, nil, nil, 0, 0, 0, 0, nil, 0, 0); st != StatusInvalidArgument {
 		t.Errorf("Put without regions = %s", StatusName(st))
 	}
-	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 2, 0, -1, 0, nil, 0); st != StatusInvalidArgument {
+	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 2, 0, -1, 0, nil, 0, 0); st != StatusInvalidArgument {
 		t.Errorf("Put replicas=-1 = %s", StatusName(st))
 	}
-	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 2, 0, 0, 0x80, nil, 0); st != StatusInvalidArgument {
+	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 2, 0, 0, 0x80, nil, 0, 0); st != StatusInvalidArgument {
 		t.Errorf("Put flags=0x80 = %s", StatusName(st))
 	}
 	var size uint64
@@ -222,7 +222,7 @@ func TestBatch(t *testing.T) {
 	parts := []uint32{1, 2, 1}
 	st := make([]int32, 3)
 	if rc := BatchPut(h, 3, keys.p(), keys.l(), unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]),
-		unsafe.Pointer(&parts[0]), 7, 0, 0, nil, 0, unsafe.Pointer(&st[0])); rc != StatusOK {
+		unsafe.Pointer(&parts[0]), 7, 0, 0, nil, 0, 0, unsafe.Pointer(&st[0])); rc != StatusOK {
 		t.Fatalf("BatchPut = %s", StatusName(rc))
 	}
 	if st[0] != StatusOK || st[1] != StatusOK || st[2] != StatusNoSpace {
@@ -232,7 +232,7 @@ func TestBatch(t *testing.T) {
 		t.Errorf("LastError = %q, want it to name k2", LastError(h))
 	}
 	ex := make([]int32, 3)
-	if rc := BatchExists(h, 3, keys.p(), keys.l(), unsafe.Pointer(&ex[0])); rc != StatusOK || ex[0] != 1 || ex[1] != 1 || ex[2] != 0 {
+	if rc := BatchExists(h, 3, keys.p(), keys.l(), false, unsafe.Pointer(&ex[0])); rc != StatusOK || ex[0] != 1 || ex[1] != 1 || ex[2] != 0 {
 		t.Errorf("BatchExists = %s %v", StatusName(rc), ex)
 	}
 
@@ -256,11 +256,11 @@ func TestBatch(t *testing.T) {
 		st[0] != rc || st[2] != rc {
 		t.Errorf("BatchGet without regions = %s %v", StatusName(rc), st)
 	}
-	if rc := BatchPut(999999, 3, keys.p(), keys.l(), unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), nil, 0, 0, 0, nil, 0,
+	if rc := BatchPut(999999, 3, keys.p(), keys.l(), unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), nil, 0, 0, 0, nil, 0, 0,
 		unsafe.Pointer(&st[0])); rc != StatusInvalidHandle || st[1] != rc {
 		t.Errorf("BatchPut on a bad handle = %s %v", StatusName(rc), st)
 	}
-	if rc := BatchPut(h, 0, nil, nil, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), nil, 0, 0, 0, nil, 0, nil); rc != StatusOK {
+	if rc := BatchPut(h, 0, nil, nil, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), nil, 0, 0, 0, nil, 0, 0, nil); rc != StatusOK {
 		t.Errorf("empty BatchPut = %s", StatusName(rc))
 	}
 	var removed uint64
@@ -273,7 +273,7 @@ func TestBytes(t *testing.T) {
 	h := openFake(t, newFake(1<<20))
 	data := []byte("some bytes")
 	k, kl := keyArg("b")
-	if st := PutBytes(h, k, kl, unsafe.Pointer(&data[0]), uint64(len(data)), 0, 0, nil, 0); st != StatusOK {
+	if st := PutBytes(h, k, kl, unsafe.Pointer(&data[0]), uint64(len(data)), 0, 0, nil, 0, 0); st != StatusOK {
 		t.Fatalf("PutBytes = %s", StatusName(st))
 	}
 	small := make([]byte, 4)
@@ -300,7 +300,7 @@ func TestGetBytesSizeFirst(t *testing.T) {
 	h := openFake(t, f)
 	data := []byte("some bytes")
 	k, kl := keyArg("b")
-	if st := PutBytes(h, k, kl, unsafe.Pointer(&data[0]), uint64(len(data)), 0, 0, nil, 0); st != StatusOK {
+	if st := PutBytes(h, k, kl, unsafe.Pointer(&data[0]), uint64(len(data)), 0, 0, nil, 0, 0); st != StatusOK {
 		t.Fatalf("PutBytes = %s", StatusName(st))
 	}
 	small := []byte("....")
@@ -347,26 +347,26 @@ func TestNullKey(t *testing.T) {
 		call func() int32
 		what string
 	}{
-		{"put", func() int32 { return Put(h, nil, 3, p, l, 1, 0, 0, 0, nil, 0) }, "key"},
-		{"put preferred", func() int32 { return Put(h, k, kl, p, l, 1, 0, 0, 0, nil, 5) }, "preferred"},
+		{"put", func() int32 { return Put(h, nil, 3, p, l, 1, 0, 0, 0, nil, 0, 0) }, "key"},
+		{"put preferred", func() int32 { return Put(h, k, kl, p, l, 1, 0, 0, 0, nil, 5, 0) }, "preferred"},
 		{"get", func() int32 { return Get(h, nil, 3, p, l, 1, 0, &n) }, "key"},
-		{"put_bytes", func() int32 { return PutBytes(h, nil, 3, unsafe.Pointer(&data[0]), 1, 0, 0, nil, 0) }, "key"},
-		{"put_bytes preferred", func() int32 { return PutBytes(h, k, kl, unsafe.Pointer(&data[0]), 1, 0, 0, nil, 2) }, "preferred"},
+		{"put_bytes", func() int32 { return PutBytes(h, nil, 3, unsafe.Pointer(&data[0]), 1, 0, 0, nil, 0, 0) }, "key"},
+		{"put_bytes preferred", func() int32 { return PutBytes(h, k, kl, unsafe.Pointer(&data[0]), 1, 0, 0, nil, 2, 0) }, "preferred"},
 		{"get_bytes", func() int32 { return GetBytes(h, nil, 3, unsafe.Pointer(&data[0]), 1, &n) }, "key"},
 		{"exists", func() int32 { return Exists(h, nil, 3) }, "key"},
 		{"size", func() int32 { return Size(h, nil, 3, &n) }, "key"},
 		{"remove", func() int32 { return Remove(h, nil, 3, true) }, "key"},
 		{"batch_put", func() int32 {
-			return BatchPut(h, 1, nullKeys.p(), nullKeys.l(), p, l, nil, 0, 0, 0, nil, 0, unsafe.Pointer(&st[0]))
+			return BatchPut(h, 1, nullKeys.p(), nullKeys.l(), p, l, nil, 0, 0, 0, nil, 0, 0, unsafe.Pointer(&st[0]))
 		}, "key 0"},
 		{"batch_put preferred", func() int32 {
 			ks := keysOf("k")
-			return BatchPut(h, 1, ks.p(), ks.l(), p, l, nil, 0, 0, 0, nil, 4, unsafe.Pointer(&st[0]))
+			return BatchPut(h, 1, ks.p(), ks.l(), p, l, nil, 0, 0, 0, nil, 4, 0, unsafe.Pointer(&st[0]))
 		}, "preferred"},
 		{"batch_get", func() int32 {
 			return BatchGet(h, 1, nullKeys.p(), nullKeys.l(), p, l, nil, 0, nil, unsafe.Pointer(&st[0]))
 		}, "key 0"},
-		{"batch_exists", func() int32 { return BatchExists(h, 1, nullKeys.p(), nullKeys.l(), unsafe.Pointer(&st[0])) }, "key 0"},
+		{"batch_exists", func() int32 { return BatchExists(h, 1, nullKeys.p(), nullKeys.l(), false, unsafe.Pointer(&st[0])) }, "key 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.call(); got != StatusInvalidArgument {
@@ -391,7 +391,7 @@ func TestPanicBecomesStatus(t *testing.T) {
 	data := []byte("x")
 	k, kl := keyArg("bomb")
 	ptrs, lens := []uint64{addr(data)}, []uint64{1}
-	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 1, 0, 0, 0, nil, 0); st != StatusPanic {
+	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 1, 0, 0, 0, nil, 0, 0); st != StatusPanic {
 		t.Fatalf("Put = %s, want KVFABRIC_ERR_PANIC", StatusName(st))
 	}
 	if !strings.Contains(LastError(h), "fake: boom") {
@@ -399,7 +399,7 @@ func TestPanicBecomesStatus(t *testing.T) {
 	}
 	// The handle still works.
 	k, kl = keyArg("fine")
-	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 1, 0, 0, 0, nil, 0); st != StatusOK {
+	if st := Put(h, k, kl, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), 1, 0, 0, 0, nil, 0, 0); st != StatusOK {
 		t.Errorf("Put after panic = %s", StatusName(st))
 	}
 	if st := Panicked("capi"); st != StatusPanic || !strings.Contains(LastError(0), "capi") {

@@ -55,10 +55,21 @@ func (f *failedOpen) GetBytesInto(context.Context, string, []byte) (uint64, erro
 	return 0, f.closed()
 }
 func (f *failedOpen) Exists(context.Context, string) (bool, error)          { return false, f.closed() }
-func (f *failedOpen) BatchExists(context.Context, []string) ([]bool, error) { return nil, f.closed() }
+func (f *failedOpen) BatchExists(context.Context, []string, bool) ([]bool, error) {
+	return nil, f.closed()
+}
 func (f *failedOpen) Size(context.Context, string) (uint64, error)          { return 0, f.closed() }
 func (f *failedOpen) Remove(context.Context, string, bool) error            { return f.closed() }
-func (f *failedOpen) RemoveAll(context.Context, bool) (int, error)          { return 0, f.closed() }
+func (f *failedOpen) BatchRemove(_ context.Context, keys []string, _ bool) []error {
+	return f.BatchPut(nil, keys, nil, 0, client.PutOptions{})
+}
+func (f *failedOpen) RemoveMatching(context.Context, string, bool) (int, error) { return 0, f.closed() }
+func (f *failedOpen) BatchGetRanges(_ context.Context, keys []string, _ [][]client.Span, _ cuda.Stream) []error {
+	return f.BatchPut(nil, keys, nil, 0, client.PutOptions{})
+}
+func (f *failedOpen) Replicas(_ context.Context, keys []string) ([]client.ObjectInfo, []error) {
+	return make([]client.ObjectInfo, len(keys)), f.BatchPut(nil, keys, nil, 0, client.PutOptions{})
+}
 func (f *failedOpen) RegisterBuffer(uintptr, uint64) error                  { return f.closed() }
 func (f *failedOpen) UnregisterBuffer(context.Context, uintptr) error       { return f.closed() }
 func (f *failedOpen) Hostname() string                                      { return "" }

@@ -3,11 +3,13 @@ package cabi
 import (
 	"context"
 	"errors"
+	"regexp"
 	"sync"
 	"unsafe"
 
 	"github.com/kvfabric/kvfabric/internal/client"
 	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/segment"
 )
 
 // fakeStore is an in-memory Backend whose regions are process addresses,
@@ -167,7 +169,7 @@ func (f *fakeStore) Exists(_ context.Context, key string) (bool, error) {
 	return ok, nil
 }
 
-func (f *fakeStore) BatchExists(ctx context.Context, keys []string) ([]bool, error) {
+func (f *fakeStore) BatchExists(ctx context.Context, keys []string, _ bool) ([]bool, error) {
 	out := make([]bool, len(keys))
 	for i, k := range keys {
 		var err error
@@ -206,15 +208,74 @@ func (f *fakeStore) Remove(_ context.Context, key string, _ bool) error {
 	return nil
 }
 
-func (f *fakeStore) RemoveAll(context.Context, bool) (int, error) {
+func (f *fakeStore) BatchRemove(ctx context.Context, keys []string, force bool) []error {
+	errs := make([]error, len(keys))
+	for i, k := range keys {
+		errs[i] = f.Remove(ctx, k, force)
+	}
+	return errs
+}
+
+func (f *fakeStore) BatchGetRanges(_ context.Context, keys []string, spans [][]client.Span, _ cuda.Stream) []error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	errs := make([]error, len(keys))
+	for i, k := range keys {
+		if errs[i] = f.check(k); errs[i] != nil {
+			continue
+		}
+		b, ok := f.mu.objs[k]
+		if !ok {
+			errs[i] = client.ErrNotFound
+			continue
+		}
+		for _, s := range spans[i] {
+			if s.Src > uint64(len(b)) || s.Dst.Len > uint64(len(b))-s.Src {
+				errs[i] = client.ErrInvalidArgument
+				break
+			}
+			copy(mem(s.Dst), b[s.Src:])
+		}
+	}
+	return errs
+}
+
+func (f *fakeStore) Replicas(_ context.Context, keys []string) ([]client.ObjectInfo, []error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]client.ObjectInfo, len(keys))
+	errs := make([]error, len(keys))
+	for i, k := range keys {
+		b, ok := f.mu.objs[k]
+		if !ok {
+			errs[i] = client.ErrNotFound
+			continue
+		}
+		out[i] = client.ObjectInfo{Size: uint64(len(b)), Replicas: []client.ReplicaInfo{{
+			Segment: &segment.Descriptor{ID: "fakehost/fake/tier1/0", Node: "fakehost", Owner: "fake", Tier: segment.TierDRAM,
+				Handle: segment.Handle{Kind: segment.HandlePosixFD}}, Length: uint64(len(b))}}}
+	}
+	return out, errs
+}
+
+func (f *fakeStore) RemoveMatching(_ context.Context, pattern string, _ bool) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.mu.closed {
 		return 0, client.ErrClosed
 	}
-	n := len(f.mu.objs)
-	f.mu.objs = map[string][]byte{}
-	f.mu.used = 0
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return 0, client.ErrInvalidArgument
+	}
+	n := 0
+	for k, b := range f.mu.objs {
+		if re.MatchString(k) {
+			f.mu.used -= uint64(len(b))
+			delete(f.mu.objs, k)
+			n++
+		}
+	}
 	return n, nil
 }
 

@@ -24,7 +24,7 @@ import (
 
 // ABIVersion is returned by kvfabric_abi_version; bump it on any change to
 // kvfabric.h that is not backward compatible.
-const ABIVersion = 1
+const ABIVersion = 2
 
 // Status codes. Mooncake's numbers where Mooncake has the condition (so a
 // Mooncake-compatible facade passes them through unchanged), ours in the

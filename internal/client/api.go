@@ -5,6 +5,9 @@ package client
 
 import (
 	"errors"
+	"time"
+
+	"github.com/kvfabric/kvfabric/internal/master"
 )
 
 // Region is one contiguous buffer: device (or unified) memory, page-locked
@@ -31,6 +34,24 @@ type PutOptions struct {
 	// SoftPin makes the object evicted only after every unpinned object
 	// (Mooncake's soft pin): it still goes under pressure.
 	SoftPin bool
+	// SoftPinTTL > 0 (with SoftPin) ends the soft pin that long after the
+	// put completes.
+	SoftPinTTL time.Duration
+	// Upsert replaces an existing value instead of failing with
+	// ErrAlreadyExists. Readers holding a lease on the old value finish
+	// reading it intact; until the new value is complete the key reads as
+	// missing. A put of the key in progress is still ErrAlreadyExists.
+	Upsert bool
+	// KeepSoftPin (with Upsert) keeps the replaced value's soft pin and
+	// its expiry; SoftPin and SoftPinTTL must then be unset.
+	KeepSoftPin bool
+}
+
+// req is the master's PutStart request for a put of size bytes under the
+// stored key sk.
+func (o *PutOptions) req(sk string, size uint64, place master.Placement) master.PutStartReq {
+	return master.PutStartReq{Key: sk, Size: size, Replicas: o.Replicas, Pin: o.Pin, SoftPin: o.SoftPin,
+		SoftPinTTL: o.SoftPinTTL, Upsert: o.Upsert, KeepSoftPin: o.KeepSoftPin, Placement: place}
 }
 
 // Errors. Callers use errors.Is; the C ABI and Python map them to codes.

@@ -31,20 +31,24 @@ func (s *Store) PutBytes(ctx context.Context, key string, data []byte, o PutOpti
 	inc := s.reg.incarnation
 	s.reg.RUnlock()
 	sent := timeNow()
-	res, err := s.m.PutStart(ctx, []master.PutStartReq{{Key: key, Size: uint64(len(data)), Replicas: o.Replicas, Pin: o.Pin, SoftPin: o.SoftPin, Placement: place}})
+	sk, err := s.storedKey(key)
+	if err != nil {
+		return err
+	}
+	res, err := s.m.PutStart(ctx, []master.PutStartReq{o.req(sk, uint64(len(data)), place)})
 	if err != nil {
 		return mapErr(fmt.Errorf("put start: %w", err))
 	}
 	if res[0].Err != nil {
 		return mapErr(fmt.Errorf("put %q: %w", key, res[0].Err))
 	}
-	ref := master.PutRef{Key: key, Token: res[0].Token}
+	ref := master.PutRef{Key: sk, Token: res[0].Token}
 	if err := s.stageIn(ctx, data, res[0].Replicas, inc, sent); err != nil {
 		s.revoke(ctx, []master.PutRef{ref})
 		return fmt.Errorf("put %q: %w", key, err)
 	}
 	if e := s.m.PutEnd(ctx, []master.PutRef{ref})[0]; e != nil {
-		return mapErr(fmt.Errorf("put end %q: %w", key, e))
+		return putEndErr(key, e)
 	}
 	return nil
 }
@@ -125,7 +129,11 @@ func (s *Store) getBytes(ctx context.Context, key string, into func(size uint64)
 	defer s.exit()
 	// Named as the reader: replicas this process cannot import (another
 	// host's POSIX-fd segments, another fabric domain's) are left out.
-	res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), []string{key})
+	sk, err := s.storedKey(key)
+	if err != nil {
+		return 0, err
+	}
+	res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), []string{sk})
 	if err != nil {
 		return 0, mapErr(fmt.Errorf("get replicas: %w", err))
 	}

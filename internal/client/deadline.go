@@ -127,10 +127,10 @@ func (d deadlineMaster) ReportUnreachable(parent context.Context, reporter strin
 	return d.timedOut(parent, ctx, "ReportUnreachable", d.m.ReportUnreachable(ctx, reporter, k, reason))
 }
 
-func (d deadlineMaster) Exists(parent context.Context, keys []string) ([]bool, error) {
+func (d deadlineMaster) Exists(parent context.Context, keys []string, lease bool) ([]bool, error) {
 	ctx, cancel := d.withDeadline(parent)
 	defer cancel()
-	ex, err := d.m.Exists(ctx, keys)
+	ex, err := d.m.Exists(ctx, keys, lease)
 	return ex, d.timedOut(parent, ctx, "Exists", err)
 }
 
@@ -140,10 +140,10 @@ func (d deadlineMaster) Remove(parent context.Context, keys []string, force bool
 	return d.timedOutAll(parent, ctx, "Remove", d.m.Remove(ctx, keys, force))
 }
 
-func (d deadlineMaster) RemoveAll(parent context.Context, force bool) (int, error) {
+func (d deadlineMaster) RemoveAll(parent context.Context, f master.Filter, force bool) (int, error) {
 	ctx, cancel := d.withDeadline(parent)
 	defer cancel()
-	n, err := d.m.RemoveAll(ctx, force)
+	n, err := d.m.RemoveAll(ctx, f, force)
 	return n, d.timedOut(parent, ctx, "RemoveAll", err)
 }
 

@@ -266,7 +266,12 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		if errs[i] != nil {
 			continue
 		}
-		reqs = append(reqs, master.PutStartReq{Key: k, Size: total(srcs[i]), Replicas: o.Replicas, Pin: o.Pin, SoftPin: o.SoftPin, Placement: place})
+		sk, err := s.storedKey(k)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		reqs = append(reqs, o.req(sk, total(srcs[i]), place))
 		idx = append(idx, i)
 	}
 	if len(reqs) == 0 {
@@ -296,7 +301,7 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 			errs[i] = mapErr(fmt.Errorf("put %q: %w", keys[i], r.Err))
 			continue
 		}
-		ref := master.PutRef{Key: keys[i], Token: r.Token}
+		ref := master.PutRef{Key: reqs[j].Key, Token: r.Token}
 		var rerr error
 		n0 := len(copies)
 		for _, rep := range r.Replicas {
@@ -346,7 +351,7 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 	}
 	for j, e := range s.m.PutEnd(ctx, started) {
 		if e != nil {
-			errs[startedIdx[j]] = mapErr(fmt.Errorf("put end %q: %w", started[j].Key, e))
+			errs[startedIdx[j]] = putEndErr(keys[startedIdx[j]], e)
 		}
 	}
 	ph.lap(&s.phases.put.meta)
@@ -427,12 +432,29 @@ func (s *Store) pickReplica(reps []master.Replica) master.Replica {
 // is nil.
 func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, stream cuda.Stream) ([]uint64, []error) {
 	sizes := make([]uint64, len(keys))
+	errs := s.batchGet(ctx, keys, dsts, stream, sizes, func(i int, size uint64, base cuda.DevicePtr, copies []cuda.Copy) ([]cuda.Copy, error) {
+		if have := total(dsts[i]); have < size {
+			return copies, fmt.Errorf("%w: get %q: object is %d bytes, buffer %d", ErrBufferTooSmall, keys[i], size, have)
+		}
+		return appendCopies(copies, clip(dsts[i], size), base, false), nil
+	})
+	return sizes, errs
+}
+
+// copyPlan appends the copies that read key i (size bytes, at base in this
+// process) to copies, or fails the key.
+type copyPlan func(i int, size uint64, base cuda.DevicePtr, copies []cuda.Copy) ([]cuda.Copy, error)
+
+// batchGet is BatchGet and BatchGetRanges: dsts[i] are key i's destination
+// regions (checked and held as buffers), plan builds its copies. sizes, when
+// not nil, gets each object's size for the keys that succeed.
+func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, stream cuda.Stream, sizes []uint64, plan copyPlan) []error {
 	errs := make([]error, len(keys))
 	if len(dsts) != len(keys) {
-		return sizes, fill(errs, fmt.Errorf("%w: %d keys but %d buffers", ErrInvalidArgument, len(keys), len(dsts)))
+		return fill(errs, fmt.Errorf("%w: %d keys but %d buffers", ErrInvalidArgument, len(keys), len(dsts)))
 	}
 	if err := s.enter(); err != nil {
-		return sizes, fill(errs, err)
+		return fill(errs, err)
 	}
 	defer s.exit()
 	q := make([]string, 0, len(keys))
@@ -445,17 +467,22 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 		if errs[i] != nil {
 			continue
 		}
-		q = append(q, k)
+		sk, err := s.storedKey(k)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		q = append(q, sk)
 		idx = append(idx, i)
 	}
 	if len(q) == 0 {
-		return sizes, errs
+		return errs
 	}
 	// Named as the reader: only replicas this process can import.
 	res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), q)
 	ph.lap(&s.phases.get.meta)
 	if err != nil {
-		return sizes, fill(errs, mapErr(fmt.Errorf("get replicas: %w", err)))
+		return fill(errs, mapErr(fmt.Errorf("get replicas: %w", err)))
 	}
 	// Every lease granted is released once the copies are complete (or
 	// failed): objects removed meanwhile are freed at once. Deferred first,
@@ -477,18 +504,21 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 			errs[i] = fmt.Errorf("%w: get %q: no complete replica", ErrNotFound, keys[i])
 			continue
 		}
-		if have := total(dsts[i]); have < r.Size {
-			errs[i] = fmt.Errorf("%w: get %q: object is %d bytes, buffer %d", ErrBufferTooSmall, keys[i], r.Size, have)
-			continue
-		}
 		rep := s.pickReplica(r.Replicas)
 		addr, err := s.resolve(ctx, rep, r.Size, cache)
 		if err != nil {
 			errs[i] = fmt.Errorf("get %q: %w", keys[i], err)
 			continue
 		}
-		copies = appendCopies(copies, clip(dsts[i], r.Size), addr, false)
-		sizes[i] = r.Size
+		n0 := len(copies)
+		if copies, err = plan(i, r.Size, addr, copies); err != nil {
+			copies = copies[:n0]
+			errs[i] = err
+			continue
+		}
+		if sizes != nil {
+			sizes[i] = r.Size
+		}
 		leases[i] = r.LeaseExpiry
 		if lease.IsZero() || r.LeaseExpiry.Before(lease) {
 			lease = r.LeaseExpiry
@@ -497,7 +527,7 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	}
 	ph.lap(&s.phases.get.resolve)
 	if len(okIdx) == 0 {
-		return sizes, errs
+		return errs
 	}
 	err = s.xfer.Do(stream, copies) // returns once nothing it enqueued runs
 	s.release(held)
@@ -506,9 +536,12 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	if err != nil {
 		err = fmt.Errorf("%w: get of %d objects: %w", ErrTransfer, len(okIdx), err)
 		for _, i := range okIdx {
-			errs[i], sizes[i] = err, 0
+			errs[i] = err
+			if sizes != nil {
+				sizes[i] = 0
+			}
 		}
-		return sizes, errs
+		return errs
 	}
 	// Only the keys whose own lease ended before the copy finished may have
 	// torn bytes.
@@ -519,7 +552,7 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 			}
 		}
 	}
-	return sizes, errs
+	return errs
 }
 
 // clip limits regions to n bytes in total.
@@ -538,20 +571,27 @@ func clip(rs []Region, n uint64) []Region {
 
 // Exists reports whether key is visible.
 func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
-	r, err := s.BatchExists(ctx, []string{key})
+	r, err := s.BatchExists(ctx, []string{key}, false)
 	if err != nil {
 		return false, err
 	}
 	return r[0], nil
 }
 
-// BatchExists reports, positionally, whether keys are visible.
-func (s *Store) BatchExists(ctx context.Context, keys []string) ([]bool, error) {
+// BatchExists reports, positionally, whether keys are visible. With lease,
+// each visible key gets a read lease (the master's lease TTL, ended by
+// expiry) as Mooncake's exist check grants: a caller that saw a key can
+// read it before it is evicted or removed without force.
+func (s *Store) BatchExists(ctx context.Context, keys []string, lease bool) ([]bool, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.exit()
-	r, err := s.m.Exists(ctx, keys)
+	sks, err := s.storedKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.m.Exists(ctx, sks, lease)
 	return r, mapErr(err)
 }
 
@@ -561,7 +601,11 @@ func (s *Store) Size(ctx context.Context, key string) (uint64, error) {
 		return 0, err
 	}
 	defer s.exit()
-	res, err := s.m.GetReplicas(ctx, []string{key})
+	sk, err := s.storedKey(key)
+	if err != nil {
+		return 0, err
+	}
+	res, err := s.m.GetReplicas(ctx, []string{sk})
 	if err != nil {
 		return 0, mapErr(err)
 	}
@@ -584,21 +628,43 @@ func (s *Store) BatchRemove(ctx context.Context, keys []string, force bool) []er
 		return fill(errs, err)
 	}
 	defer s.exit()
-	for i, e := range s.m.Remove(ctx, keys, force) {
-		if e != nil {
+	sks := make([]string, 0, len(keys))
+	idx := make([]int, 0, len(keys))
+	for i, k := range keys {
+		sk, err := s.storedKey(k)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		sks = append(sks, sk)
+		idx = append(idx, i)
+	}
+	if len(sks) == 0 {
+		return errs
+	}
+	for j, e := range s.m.Remove(ctx, sks, force) {
+		if i := idx[j]; e != nil {
 			errs[i] = mapErr(fmt.Errorf("remove %q: %w", keys[i], e))
 		}
 	}
 	return errs
 }
 
-// RemoveAll removes every visible object (leased ones only with force) and
-// returns how many.
+// RemoveAll removes every visible object of the Store's tenant (leased
+// ones only with force) and returns how many.
 func (s *Store) RemoveAll(ctx context.Context, force bool) (int, error) {
+	return s.RemoveMatching(ctx, "", force)
+}
+
+// RemoveMatching removes every visible object of the Store's tenant whose
+// key matches pattern (RE2 syntax, unanchored as regexp.MatchString; ""
+// matches all; leased objects only with force) and returns how many. A bad
+// pattern is ErrInvalidArgument.
+func (s *Store) RemoveMatching(ctx context.Context, pattern string, force bool) (int, error) {
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
 	defer s.exit()
-	n, err := s.m.RemoveAll(ctx, force)
+	n, err := s.m.RemoveAll(ctx, master.Filter{Tenant: s.cfg.Tenant, Pattern: pattern}, force)
 	return n, mapErr(err)
 }

@@ -102,7 +102,7 @@ func TestRPCTimeoutStalledMaster(t *testing.T) {
 		{"PutBytes", func() error { return cons.PutBytes(bg, "k", []byte("v"), client.PutOptions{}) }},
 		{"GetBytes", func() error { _, err := cons.GetBytes(bg, "before"); return err }},
 		{"Exists", func() error { _, err := cons.Exists(bg, "before"); return err }},
-		{"BatchExists", func() error { _, err := cons.BatchExists(bg, []string{"a", "b"}); return err }},
+		{"BatchExists", func() error { _, err := cons.BatchExists(bg, []string{"a", "b"}, false); return err }},
 		{"Size", func() error { _, err := cons.Size(bg, "before"); return err }},
 		{"Remove", func() error { return cons.Remove(bg, "before", false) }},
 		{"RemoveAll", func() error { _, err := cons.RemoveAll(bg, false); return err }},

@@ -115,6 +115,11 @@ type Config struct {
 	// answer in time fails with the client's RPC error instead of blocking
 	// an inference thread forever. 0 means DefaultRPCTimeout.
 	RPCTimeout time.Duration `json:"rpc_timeout"`
+	// Tenant names this client's key namespace ("" is the default one):
+	// its keys, existence checks and removals never see another tenant's
+	// keys (Mooncake's tenant_id). A namespace, not an access control: see
+	// docs/security.md.
+	Tenant string `json:"tenant"`
 }
 
 // DefaultRPCTimeout is rpc_timeout's default.
@@ -202,6 +207,9 @@ func (c *Config) Validate() error {
 	}
 	if len(c.FabricDomain) > 128 || strings.ContainsAny(c.FabricDomain, "\x00\n") {
 		return invalid("fabric_domain", strconv.Quote(c.FabricDomain), "want at most 128 bytes, no NUL or newline")
+	}
+	if len(c.Tenant) > 64 || !utf8.ValidString(c.Tenant) || strings.ContainsAny(c.Tenant, "\x00\n") {
+		return invalid("tenant", strconv.Quote(c.Tenant), "want at most 64 bytes of UTF-8, no NUL or newline")
 	}
 	if c.Device < 0 {
 		return invalid("device", c.Device, "must be >= 0")
@@ -293,6 +301,7 @@ var setters = map[string]setter{
 	},
 	"fabric_domain": stringKey("fabric_domain", func(c *Config, s string) { c.FabricDomain = s }),
 	"rpc_timeout":   durationKey("rpc_timeout", func(c *Config, d time.Duration) { c.RPCTimeout = d }),
+	"tenant":        stringKey("tenant", func(c *Config, s string) { c.Tenant = s }),
 }
 
 // Set applies one key. On error c is unchanged.
@@ -416,6 +425,7 @@ func (c *Config) Map() map[string]any {
 		"auth_token_file":       c.AuthTokenFile,
 		"fabric_domain":         c.FabricDomain,
 		"rpc_timeout":           c.RPCTimeout.String(),
+		"tenant":                c.Tenant,
 	}
 }
 

@@ -187,7 +187,7 @@ func TestAuthRefusesAttacks(t *testing.T) {
 	anon := a.dial("", "")
 	_, err := anon.Stats(ctx)
 	wantErr(t, "call without credentials", err, ErrUnauthenticated)
-	_, err = anon.RemoveAll(ctx, true)
+	_, err = anon.RemoveAll(ctx, Filter{}, true)
 	wantErr(t, "RemoveAll without credentials", err, ErrUnauthenticated)
 	sec := ClientSecurity{CAFile: filepath.Join(a.dir, "ca.pem"), ServerName: "localhost",
 		CertFile: filepath.Join(a.dir, "rogue.pem"), KeyFile: filepath.Join(a.dir, "rogue-key.pem")}
@@ -198,7 +198,7 @@ func TestAuthRefusesAttacks(t *testing.T) {
 	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
 	defer rcancel()
 	if c, err := Dial(rctx, a.addr, opts...); err == nil {
-		_, err := c.RemoveAll(ctx, true)
+		_, err := c.RemoveAll(ctx, Filter{}, true)
 		c.Close()
 		if err == nil {
 			t.Fatal("a certificate of another CA was accepted")
@@ -236,9 +236,9 @@ func TestAuthRefusesAttacks(t *testing.T) {
 	wantErr(t, "PutEnd of another principal's put", mal.PutEnd(ctx, []PutRef{{"pending", pending.Token}})[0], ErrPermission)
 	wantErr(t, "PutRevoke of another principal's put", mal.PutRevoke(ctx, []PutRef{{"pending", pending.Token}})[0], ErrPermission)
 	wantErr(t, "ReportUnreachable as another principal", mal.ReportUnreachable(ctx, "c1", d.Key(), "x"), ErrPermission)
-	_, err = mal.RemoveAll(ctx, true)
+	_, err = mal.RemoveAll(ctx, Filter{}, true)
 	wantErr(t, "RemoveAll(force) without admin", err, ErrPermission)
-	_, err = alice.RemoveAll(ctx, true)
+	_, err = alice.RemoveAll(ctx, Filter{}, true)
 	wantErr(t, "RemoveAll(force) with a client token", err, ErrPermission)
 
 	// Quotas: m1 may mount 4 segments and have 8 puts in progress.
@@ -263,7 +263,7 @@ func TestAuthRefusesAttacks(t *testing.T) {
 	}
 	wantErr(t, "owner ends its put", cons.PutEnd(ctx, []PutRef{{"pending", pending.Token}})[0], nil)
 	// Admins may do what clients may not.
-	if _, err := ops.RemoveAll(ctx, true); err != nil {
+	if _, err := ops.RemoveAll(ctx, Filter{}, true); err != nil {
 		t.Fatalf("admin certificate RemoveAll(force): %v", err)
 	}
 	if _, err := admin.Stats(ctx); err != nil {

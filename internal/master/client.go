@@ -82,16 +82,20 @@ type Client interface {
 	// suspicion, and without one its registration ends early (within half
 	// its TTL) and its segments are dropped.
 	ReportUnreachable(ctx context.Context, reporter string, k segment.Key, reason string) error
-	// Exists reports whether keys are visible, granting no lease.
-	Exists(ctx context.Context, keys []string) ([]bool, error)
+	// Exists reports whether keys are visible. With lease, every visible
+	// key gets a read lease of the lease TTL, as from GetReplicas, that
+	// ends by expiry (Mooncake's exist check does the same: a caller that
+	// saw a key can read it before it is evicted); without, none.
+	Exists(ctx context.Context, keys []string, lease bool) ([]bool, error)
 	// Remove deletes visible keys. A leased key is ErrHasLease unless
 	// force is set; then the key disappears at once and its bytes are freed
 	// when the last lease expires. A put in progress is ErrWrongState.
 	Remove(ctx context.Context, keys []string, force bool) []error
-	// RemoveAll removes every visible object as Remove would, skipping
-	// leased ones unless force is set and puts in progress always, and
-	// returns how many it removed.
-	RemoveAll(ctx context.Context, force bool) (int, error)
+	// RemoveAll removes every visible object that f selects as Remove
+	// would, skipping leased ones unless force is set and puts in progress
+	// always, and returns how many it removed. A bad f.Pattern is
+	// ErrInvalid.
+	RemoveAll(ctx context.Context, f Filter, force bool) (int, error)
 	// ListSegments returns the mounted segments (draining ones included).
 	ListSegments(ctx context.Context) ([]segment.Descriptor, error)
 	// Stats returns capacity and usage.
@@ -167,8 +171,27 @@ type PutStartReq struct {
 	Pin bool
 	// SoftPin makes the object evicted only after every unpinned one: under
 	// pressure it still goes.
-	SoftPin   bool
-	Placement Placement
+	SoftPin bool
+	// SoftPinTTL > 0 (with SoftPin) ends the soft pin that long after the
+	// put ends; 0 keeps it until the object goes.
+	SoftPinTTL time.Duration
+	// Upsert replaces the key's visible object, if any: the old one leaves
+	// the index at PutStart (its bytes stay for its lease holders, as with
+	// a forced Remove) and the new one becomes visible at PutEnd. A put in
+	// progress of the key is still ErrAlreadyExists. Without Upsert any
+	// existing key is ErrAlreadyExists.
+	Upsert bool
+	// KeepSoftPin (with Upsert only) gives the new object the replaced
+	// one's soft pin and its expiry; SoftPin and SoftPinTTL must be unset.
+	KeepSoftPin bool
+	Placement   Placement
+}
+
+// Filter selects keys for RemoveAll: those of Tenant's namespace ("" is
+// the default one) whose name in it matches Pattern (RE2 syntax,
+// unanchored as regexp.MatchString; "" matches all).
+type Filter struct {
+	Tenant, Pattern string
 }
 
 // Placement holds hints; none of them makes a put fail except TierOnly.

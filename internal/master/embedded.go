@@ -105,11 +105,11 @@ func (e *embedded) GetReplicas(ctx context.Context, keys []string) ([]GetResult,
 	return e.svc.GetReplicas(ctx, keys)
 }
 
-func (e *embedded) Exists(ctx context.Context, keys []string) ([]bool, error) {
+func (e *embedded) Exists(ctx context.Context, keys []string, lease bool) ([]bool, error) {
 	if err := e.check(); err != nil {
 		return nil, err
 	}
-	return e.svc.Exists(ctx, keys)
+	return e.svc.Exists(ctx, keys, lease)
 }
 
 func (e *embedded) Remove(ctx context.Context, keys []string, force bool) []error {
@@ -119,11 +119,11 @@ func (e *embedded) Remove(ctx context.Context, keys []string, force bool) []erro
 	return e.svc.Remove(ctx, keys, force)
 }
 
-func (e *embedded) RemoveAll(ctx context.Context, force bool) (int, error) {
+func (e *embedded) RemoveAll(ctx context.Context, f Filter, force bool) (int, error) {
 	if err := e.check(); err != nil {
 		return 0, err
 	}
-	return e.svc.RemoveAll(ctx, force)
+	return e.svc.RemoveAll(ctx, f, force)
 }
 
 func (e *embedded) ListSegments(ctx context.Context) ([]segment.Descriptor, error) {

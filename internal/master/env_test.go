@@ -175,7 +175,7 @@ func (e *env) get(key string) GetResult {
 
 func (e *env) exists(key string) bool {
 	e.t.Helper()
-	res, err := e.c.Exists(e.ctx, []string{key})
+	res, err := e.c.Exists(e.ctx, []string{key}, false)
 	if err != nil {
 		e.t.Fatalf("Exists(%q): %v", key, err)
 	}

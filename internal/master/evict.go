@@ -60,7 +60,7 @@ func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft, 
 			slot := uint32(s.mu.rng.IntN(n))
 			o := s.mu.objs.at(slot)
 			if o.state != stateVisible || o.flags&flagPinned != 0 || o.leaseUntil > now ||
-				!soft && o.flags&flagSoftPinned != 0 {
+				!soft && s.softPinnedLocked(slot, now) {
 				continue
 			}
 			if found && o.stamp >= oldest {

@@ -135,7 +135,7 @@ func FuzzKeys(f *testing.F) {
 				t.Fatalf("key %q: validator %v, call %v", key, verr, e)
 			}
 		}
-		_, err = svc.Exists(ctx, []string{key})
+		_, err = svc.Exists(ctx, []string{key}, false)
 		if (verr != nil) != errors.Is(err, ErrInvalid) {
 			t.Fatalf("Exists(%q) = %v, validator %v", key, err, verr)
 		}

@@ -162,7 +162,7 @@ func (p *prober) loop() {
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := p.c.Exists(ctx, []string{"probe"})
+		_, err := p.c.Exists(ctx, []string{"probe"}, false)
 		cancel()
 		now := time.Now()
 		p.mu.Lock()

@@ -314,7 +314,7 @@ func (r *remote) GetReplicas(ctx context.Context, keys []string) ([]GetResult, e
 	return out, nil
 }
 
-func (r *remote) Exists(ctx context.Context, keys []string) ([]bool, error) {
+func (r *remote) Exists(ctx context.Context, keys []string, lease bool) ([]bool, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
@@ -323,7 +323,7 @@ func (r *remote) Exists(ctx context.Context, keys []string) ([]bool, error) {
 			return nil, err
 		}
 	}
-	resp, err := r.rpc.Exists(ctx, &pb.ExistsRequest{Keys: keys})
+	resp, err := r.rpc.Exists(ctx, &pb.ExistsRequest{Keys: keys, Lease: lease})
 	if err != nil {
 		return nil, r.fail(err)
 	}
@@ -346,11 +346,17 @@ func (r *remote) Remove(ctx context.Context, keys []string, force bool) []error 
 	return r.itemErrs(len(keys), send, local, errs, err)
 }
 
-func (r *remote) RemoveAll(ctx context.Context, force bool) (int, error) {
+func (r *remote) RemoveAll(ctx context.Context, f Filter, force bool) (int, error) {
 	if err := r.check(); err != nil {
 		return 0, err
 	}
-	resp, err := r.rpc.RemoveAll(ctx, &pb.RemoveAllRequest{Force: force})
+	if err := keyUTF8(f.Tenant); err != nil {
+		return 0, err
+	}
+	if err := keyUTF8(f.Pattern); err != nil {
+		return 0, err
+	}
+	resp, err := r.rpc.RemoveAll(ctx, &pb.RemoveAllRequest{Force: force, Tenant: f.Tenant, Pattern: f.Pattern})
 	if err != nil {
 		return 0, r.fail(err)
 	}

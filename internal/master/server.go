@@ -186,12 +186,19 @@ func (g *grpcService) UnmountSegment(ctx context.Context, r *pb.UnmountSegmentRe
 	return &pb.UnmountSegmentResponse{}, nil
 }
 
-func (g *grpcService) PutStart(ctx context.Context, r *pb.PutStartRequest) (*pb.PutStartResponse, error) {
+// putStartReqsFromPB converts a generated PutStartRequest (the wire
+// codec's reference decoding).
+func putStartReqsFromPB(r *pb.PutStartRequest) []PutStartReq {
 	reqs := make([]PutStartReq, len(r.Items))
 	for i, it := range r.Items {
-		reqs[i] = PutStartReq{Key: it.Key, Size: it.Size, Replicas: int(it.Replicas), Pin: it.Pin, SoftPin: it.SoftPin, Placement: placementFromPB(it.Placement)}
+		reqs[i] = PutStartReq{Key: it.Key, Size: it.Size, Replicas: int(it.Replicas), Pin: it.Pin, SoftPin: it.SoftPin,
+			SoftPinTTL: time.Duration(it.SoftPinTtlNs), Upsert: it.Upsert, KeepSoftPin: it.KeepSoftPin, Placement: placementFromPB(it.Placement)}
 	}
-	res, err := g.svc.PutStart(ctx, reqs)
+	return reqs
+}
+
+func (g *grpcService) PutStart(ctx context.Context, r *pb.PutStartRequest) (*pb.PutStartResponse, error) {
+	res, err := g.svc.PutStart(ctx, putStartReqsFromPB(r))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -281,7 +288,7 @@ func (g *grpcService) GetReplicas(ctx context.Context, r *pb.GetReplicasRequest)
 }
 
 func (g *grpcService) Exists(ctx context.Context, r *pb.ExistsRequest) (*pb.ExistsResponse, error) {
-	ex, err := g.svc.Exists(ctx, r.Keys)
+	ex, err := g.svc.Exists(ctx, r.Keys, r.Lease)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -297,7 +304,7 @@ func (g *grpcService) Remove(ctx context.Context, r *pb.RemoveRequest) (*pb.Remo
 }
 
 func (g *grpcService) RemoveAll(ctx context.Context, r *pb.RemoveAllRequest) (*pb.RemoveAllResponse, error) {
-	n, err := g.svc.RemoveAll(ctx, r.Force)
+	n, err := g.svc.RemoveAll(ctx, Filter{Tenant: r.Tenant, Pattern: r.Pattern}, r.Force)
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -42,6 +42,10 @@ const (
 	flagPinned uint8 = 1 << iota
 	flagLeaseQueued
 	flagSoftPinned // evicted only when no unpinned object can be
+	flagSoftPinTTL // the soft pin expires: Service.mu.softUntil has when
+	// flagExistLease: an exist check leased the object until stamp +
+	// LeaseTTL (Exists with lease); no reader's copy depends on it.
+	flagExistLease
 )
 
 // inlineReps replicas live in the object record; more go to Service.mu.extra.
@@ -172,8 +176,11 @@ type Service struct {
 		timedOut map[uint64]uint32    // put token → slot of puts past their timeout (stateTimedOut)
 		leaseQ   map[int64][]uint32   // lease wheel: bucket → slots to look at
 		leases   map[uint64]uint32    // lease period id → slot, while it has unreleased leases
-		visible  int
-		zombies  int
+		// softUntil is when the soft pin of a flagSoftPinTTL object ends
+		// (unix ns); while the put is pending, the TTL itself (ns).
+		softUntil map[uint32]int64
+		visible   int
+		zombies   int
 
 		quarantine map[string]quarantine // segment id → dropped allocation not to be remounted yet
 		segVersion uint64                // changes on every mount and unmount
@@ -210,6 +217,7 @@ func New(cfg Config) (*Service, error) {
 	m.timedOut = map[uint64]uint32{}
 	m.leaseQ = map[int64][]uint32{}
 	m.leases = map[uint64]uint32{}
+	m.softUntil = map[uint32]int64{}
 	m.bySeq = map[uint32]*clientState{}
 	m.retired = map[uint32]retiredReg{}
 	m.quarantine = map[string]quarantine{}
@@ -547,7 +555,9 @@ func (s *Service) UnmountSegment(ctx context.Context, k segment.Key) (err error)
 		switch {
 		case o.state == statePending || o.state == stateTimedOut:
 			writing++
-		case o.leaseUntil > now:
+		case o.leaseUntil > now && o.aux > 0:
+			// A reader's copy may be running (an exist check's lease
+			// alone does not hold the unmount up).
 			leased++
 		}
 	})
@@ -664,6 +674,17 @@ func (s *Service) setRepsLocked(slot uint32, reps []replica) {
 	o.nrep = uint8(len(reps))
 }
 
+// repsUsableLocked reports whether every replica of slot is on a usable
+// segment.
+func (s *Service) repsUsableLocked(slot uint32) bool {
+	for _, r := range s.repsLocked(slot) {
+		if !s.mu.segs[r.seg].usable() {
+			return false
+		}
+	}
+	return true
+}
+
 // freeObjectLocked frees slot's replicas and the slot itself.
 func (s *Service) freeObjectLocked(slot uint32, now int64) {
 	o := s.mu.objs.at(slot)
@@ -680,6 +701,9 @@ func (s *Service) freeObjectLocked(slot uint32, now int64) {
 		s.mu.tierUsed[sg.desc.Tier] -= n
 	}
 	delete(s.mu.extra, slot)
+	if o.flags&flagSoftPinTTL != 0 {
+		delete(s.mu.softUntil, slot)
+	}
 	switch o.state {
 	case statePending:
 		s.mu.objs.unindex(slot)
@@ -708,6 +732,70 @@ func (s *Service) replicaLocked(r replica) Replica {
 	sg := s.mu.segs[r.seg]
 	off, n, _ := sg.al.Span(r.ref)
 	return Replica{Segment: sg.desc, Offset: off, Length: n}
+}
+
+// softPin is an object's soft pin: on, and when it ends — ttl (ns after
+// its put ends) for a new put, until (unix ns) when carried over from a
+// replaced object; both 0 when it lasts as long as the object.
+type softPin struct {
+	on         bool
+	ttl, until int64
+}
+
+// softPinOfLocked returns slot's soft pin as of now (an expired one is
+// off).
+func (s *Service) softPinOfLocked(slot uint32, now int64) softPin {
+	o := s.mu.objs.at(slot)
+	switch {
+	case o.flags&flagSoftPinned == 0:
+		return softPin{}
+	case o.flags&flagSoftPinTTL == 0:
+		return softPin{on: true}
+	}
+	u := s.mu.softUntil[slot]
+	if u < 0 {
+		return softPin{on: true, ttl: -u}
+	}
+	if u <= now {
+		return softPin{}
+	}
+	return softPin{on: true, until: u}
+}
+
+// setSoftPinLocked gives slot the soft pin p. While the object is pending,
+// softUntil holds -ttl; PutEnd turns it into an expiry.
+func (s *Service) setSoftPinLocked(slot uint32, p softPin) {
+	if !p.on {
+		return
+	}
+	o := s.mu.objs.at(slot)
+	o.flags |= flagSoftPinned
+	switch {
+	case p.ttl > 0:
+		o.flags |= flagSoftPinTTL
+		s.mu.softUntil[slot] = -p.ttl
+	case p.until > 0:
+		o.flags |= flagSoftPinTTL
+		s.mu.softUntil[slot] = p.until
+	}
+}
+
+// softPinnedLocked reports whether visible object slot is soft-pinned at
+// now, dropping a soft pin that has expired.
+func (s *Service) softPinnedLocked(slot uint32, now int64) bool {
+	o := s.mu.objs.at(slot)
+	if o.flags&flagSoftPinned == 0 {
+		return false
+	}
+	if o.flags&flagSoftPinTTL == 0 {
+		return true
+	}
+	if u := s.mu.softUntil[slot]; u < 0 || u > now {
+		return true
+	}
+	o.flags &^= flagSoftPinned | flagSoftPinTTL
+	delete(s.mu.softUntil, slot)
+	return false
 }
 
 // PutStart implements Client.
@@ -759,15 +847,29 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 			continue
 		}
 		h := s.mu.objs.hash(r.Key)
-		if _, ok := s.mu.objs.find(h, r.Key); ok {
-			out[i].Err = fmt.Errorf("%w: key %q", ErrAlreadyExists, r.Key)
-			continue
+		if old, ok := s.mu.objs.find(h, r.Key); ok {
+			switch {
+			case !r.Upsert:
+				out[i].Err = fmt.Errorf("%w: key %q", ErrAlreadyExists, r.Key)
+				continue
+			case s.mu.objs.at(old).state == statePending:
+				out[i].Err = fmt.Errorf("%w: key %q: a put of it is in progress", ErrAlreadyExists, r.Key)
+				continue
+			}
 		}
 		slot := s.mu.objs.alloc()
 		scratch, out[i].Err = s.placeLocked(r, slot, now, scratch[:0])
 		if out[i].Err != nil {
 			s.mu.objs.release(slot)
 			continue
+		}
+		// An upsert retires the old object only now that the new one has
+		// its space (placing may have evicted it): until then a failure
+		// leaves the old value in place.
+		var keep softPin
+		if old, ok := s.mu.objs.find(h, r.Key); ok {
+			keep = s.softPinOfLocked(old, now)
+			_ = s.removeLocked(old, true, now) // visible: freed, or a zombie until its leases end
 		}
 		o := s.mu.objs.at(slot)
 		*o = object{key: noKey, size: r.Size, token: s.newTokenLocked(), stamp: now + int64(s.cfg.PutTimeout), state: statePending, aux: writer.seq}
@@ -776,8 +878,11 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 		if r.Pin {
 			o.flags |= flagPinned
 		}
-		if r.SoftPin {
-			o.flags |= flagSoftPinned
+		switch {
+		case r.KeepSoftPin:
+			s.setSoftPinLocked(slot, keep)
+		case r.SoftPin:
+			s.setSoftPinLocked(slot, softPin{on: true, ttl: int64(r.SoftPinTTL)})
 		}
 		s.setRepsLocked(slot, scratch)
 		s.mu.objs.insert(h, slot, r.Key)
@@ -866,8 +971,17 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 			out[i] = fmt.Errorf("%w: no put of key %q with token %#x in progress (revoked, timed out or never started)", ErrNotFound, p.Key, p.Token)
 		case op == opPutEnd && o.state == stateVisible:
 			// A retried PutEnd.
+		case op == opPutEnd && !s.repsUsableLocked(slot):
+			// Its provider is leaving or was reported unreachable: readers
+			// would get no replica of it, so the put fails now rather than
+			// report success for bytes nobody can read.
+			s.freeObjectLocked(slot, now)
+			out[i] = fmt.Errorf("%w: put of key %q revoked: a segment it was written to is draining or its provider was reported unreachable", ErrNotFound, p.Key)
 		case op == opPutEnd:
 			s.unchargeLocked(o)
+			if u := s.mu.softUntil[slot]; o.flags&flagSoftPinTTL != 0 && u < 0 {
+				s.mu.softUntil[slot] = now - u // the soft pin's TTL runs from now
+			}
 			o.state = stateVisible
 			o.stamp = now
 			o.aux = 0 // from writer to reader count
@@ -944,23 +1058,35 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 		}
 		o := s.mu.objs.at(slot)
 		o.stamp = now
-		o.leaseUntil = max(o.leaseUntil, until)
-		if o.flags&flagLeaseQueued == 0 {
-			o.flags |= flagLeaseQueued
-			s.queueLeaseLocked(slot, o.leaseUntil)
-		}
-		if o.aux == 0 {
-			o.leaseID = s.mu.nextLease
-			s.mu.nextLease++
-			s.mu.leases[o.leaseID] = slot
-		}
-		if o.aux < ^uint32(0) { // saturated: the period then ends only by expiry
-			o.aux++
-		}
-		out[i] = GetResult{Size: o.size, Replicas: backing[start:len(backing):len(backing)], LeaseExpiry: expiry, LeaseTTL: s.cfg.LeaseTTL, LeaseID: o.leaseID}
+		id := s.leaseLocked(slot, now, until)
+		out[i] = GetResult{Size: o.size, Replicas: backing[start:len(backing):len(backing)], LeaseExpiry: expiry, LeaseTTL: s.cfg.LeaseTTL, LeaseID: id}
 	}
 	s.met.items(opGet, len(keys), func(i int) error { return out[i].Err })
 	return out, nil
+}
+
+// leaseLocked grants visible object slot a read lease until until and
+// returns its lease period id: until then (or until all leases of the
+// period are released) the object is neither evicted nor freed.
+func (s *Service) leaseLocked(slot uint32, now, until int64) uint64 {
+	o := s.mu.objs.at(slot)
+	if o.leaseUntil <= now {
+		s.endLeasePeriodLocked(slot) // ended, the wheel just has not seen it yet
+	}
+	o.leaseUntil = max(o.leaseUntil, until)
+	if o.flags&flagLeaseQueued == 0 {
+		o.flags |= flagLeaseQueued
+		s.queueLeaseLocked(slot, o.leaseUntil)
+	}
+	if o.aux == 0 {
+		o.leaseID = s.mu.nextLease
+		s.mu.nextLease++
+		s.mu.leases[o.leaseID] = slot
+	}
+	if o.aux < ^uint32(0) { // saturated: the period then ends only by expiry
+		o.aux++
+	}
+	return o.leaseID
 }
 
 func (s *Service) queueLeaseLocked(slot uint32, until int64) {
@@ -969,7 +1095,7 @@ func (s *Service) queueLeaseLocked(slot uint32, until int64) {
 }
 
 // Exists implements Client.
-func (s *Service) Exists(ctx context.Context, keys []string) (_ []bool, err error) {
+func (s *Service) Exists(ctx context.Context, keys []string, lease bool) (_ []bool, err error) {
 	defer s.met.op(opExists, time.Now(), &err)
 	if err := s.checkBatch(len(keys)); err != nil {
 		return nil, err
@@ -984,9 +1110,27 @@ func (s *Service) Exists(ctx context.Context, keys []string) (_ []bool, err erro
 	}
 	defer s.mu.Unlock()
 	out := make([]bool, len(keys))
+	now := s.now()
+	until := now + int64(s.cfg.LeaseTTL)
 	for i, k := range keys {
 		slot, ok := s.mu.objs.lookup(k)
 		out[i] = ok && s.mu.objs.at(slot).state == stateVisible
+		if out[i] && lease {
+			// Not a reader's lease (no copy depends on it, so it does not
+			// hold up an unmount): it keeps the object from eviction and
+			// plain removal until it expires, whatever readers release.
+			o := s.mu.objs.at(slot)
+			if o.leaseUntil <= now {
+				s.endLeasePeriodLocked(slot) // ended, the wheel just has not seen it yet
+			}
+			o.stamp = now
+			o.flags |= flagExistLease
+			o.leaseUntil = max(o.leaseUntil, until)
+			if o.flags&flagLeaseQueued == 0 {
+				o.flags |= flagLeaseQueued
+				s.queueLeaseLocked(slot, o.leaseUntil)
+			}
+		}
 	}
 	return out, nil
 }
@@ -1044,8 +1188,12 @@ func (s *Service) removeLocked(slot uint32, force bool, now int64) error {
 }
 
 // RemoveAll implements Client.
-func (s *Service) RemoveAll(ctx context.Context, force bool) (n int, err error) {
+func (s *Service) RemoveAll(ctx context.Context, f Filter, force bool) (n int, err error) {
 	defer s.met.op(opRemoveAll, time.Now(), &err)
+	match, err := f.matcher()
+	if err != nil {
+		return 0, err
+	}
 	who, err := s.callerOf(ctx)
 	if err != nil {
 		return 0, err
@@ -1060,6 +1208,9 @@ func (s *Service) RemoveAll(ctx context.Context, force bool) (n int, err error) 
 	now := s.now()
 	for slot := range s.mu.objs.len() {
 		if s.mu.objs.at(uint32(slot)).state != stateVisible {
+			continue
+		}
+		if !match(s.mu.objs.key(uint32(slot))) {
 			continue
 		}
 		if s.removeLocked(uint32(slot), force, now) == nil {
@@ -1244,9 +1395,13 @@ func (s *Service) ReleaseLeases(ctx context.Context, ids []uint64) (err error) {
 		if o.aux--; o.aux > 0 {
 			continue
 		}
-		// The last reader's copy is done: the object is unleased now.
+		// The last reader's copy is done: the object is unleased now,
+		// but for an exist check's lease.
 		delete(s.mu.leases, id)
 		o.leaseUntil = 0
+		if o.flags&flagExistLease != 0 && o.stamp+int64(s.cfg.LeaseTTL) > now {
+			o.leaseUntil = o.stamp + int64(s.cfg.LeaseTTL) // still queued: flagLeaseQueued stays
+		}
 		s.met.leaseReleases.Inc()
 		if o.state == stateZombie {
 			s.freeObjectLocked(slot, now)
@@ -1316,7 +1471,7 @@ func (s *Service) expireLeasesLocked(now int64) {
 				s.queueLeaseLocked(slot, o.leaseUntil)
 				continue
 			}
-			o.flags &^= flagLeaseQueued
+			o.flags &^= flagLeaseQueued | flagExistLease
 			if o.leaseUntil != 0 { // 0: its readers released it (counted then)
 				s.met.leaseExpiries.Inc()
 			}

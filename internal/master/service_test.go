@@ -102,7 +102,7 @@ func TestBatchPositional(t *testing.T) {
 		if gets[0].Size != 100 || gets[2].Size != 200 || gets[3].Size != 10 {
 			t.Fatalf("sizes %d %d %d", gets[0].Size, gets[2].Size, gets[3].Size)
 		}
-		ex, err := e.c.Exists(e.ctx, []string{"z", "nope", "x"})
+		ex, err := e.c.Exists(e.ctx, []string{"z", "nope", "x"}, false)
 		if err != nil || !slices.Equal(ex, []bool{true, false, true}) {
 			t.Fatalf("Exists = %v, %v", ex, err)
 		}
@@ -223,14 +223,14 @@ func TestRemoveAll(t *testing.T) {
 		}
 		e.putStart("pending", 100)
 		e.get(keyN(3))
-		n, err := e.c.RemoveAll(e.ctx, false)
+		n, err := e.c.RemoveAll(e.ctx, Filter{}, false)
 		if err != nil || n != 9 {
 			t.Fatalf("RemoveAll = %d, %v; want 9", n, err)
 		}
 		if !e.exists(keyN(3)) {
 			t.Fatal("leased object removed without force")
 		}
-		n, err = e.c.RemoveAll(e.ctx, true)
+		n, err = e.c.RemoveAll(e.ctx, Filter{}, true)
 		if err != nil || n != 1 || e.exists(keyN(3)) {
 			t.Fatalf("RemoveAll(force) = %d, %v", n, err)
 		}
@@ -643,7 +643,7 @@ func TestConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if _, err := c.RemoveAll(ctx, true); err != nil {
+	if _, err := c.RemoveAll(ctx, Filter{}, true); err != nil {
 		t.Fatal(err)
 	}
 	// Force-removed objects are freed when their leases end (the lease

@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode/utf8"
 
@@ -146,6 +147,14 @@ func validatePutStart(r *PutStartReq, maxKeyLen int) error {
 		return fmt.Errorf("%w: key %q: numa node %d", ErrInvalid, r.Key, p.NUMANode)
 	case p.Device < -1:
 		return fmt.Errorf("%w: key %q: device %d", ErrInvalid, r.Key, p.Device)
+	case r.SoftPinTTL < 0:
+		return fmt.Errorf("%w: key %q: soft pin TTL %v", ErrInvalid, r.Key, r.SoftPinTTL)
+	case r.SoftPinTTL > 0 && !r.SoftPin:
+		return fmt.Errorf("%w: key %q: soft pin TTL %v without a soft pin", ErrInvalid, r.Key, r.SoftPinTTL)
+	case r.KeepSoftPin && !r.Upsert:
+		return fmt.Errorf("%w: key %q: keep soft pin without upsert", ErrInvalid, r.Key)
+	case r.KeepSoftPin && (r.SoftPin || r.SoftPinTTL != 0):
+		return fmt.Errorf("%w: key %q: keep soft pin together with a new soft pin", ErrInvalid, r.Key)
 	case len(p.Segments) > maxPreferredSegments:
 		return fmt.Errorf("%w: key %q: %d preferred segments, limit %d", ErrInvalid, r.Key, len(p.Segments), maxPreferredSegments)
 	}
@@ -162,3 +171,71 @@ func validatePutStart(r *PutStartReq, maxKeyLen int) error {
 	}
 	return nil
 }
+
+// Tenants' namespaces. A tenant's keys are stored as NUL, the tenant, NUL,
+// the key (TenantKey); keys of the default namespace never start with NUL
+// (clients refuse such keys), so no key of one namespace is a key of
+// another.
+const (
+	tenantMark   = "\x00"
+	MaxTenantLen = 64
+)
+
+// ValidateTenant checks a tenant name: "" (the default namespace) or up to
+// MaxTenantLen bytes of UTF-8 without NUL or newline.
+func ValidateTenant(tenant string) error {
+	switch {
+	case len(tenant) > MaxTenantLen:
+		return fmt.Errorf("%w: tenant %.32q…: %d bytes, limit %d", ErrInvalid, tenant, len(tenant), MaxTenantLen)
+	case !utf8.ValidString(tenant):
+		return fmt.Errorf("%w: tenant %q: not valid UTF-8", ErrInvalid, tenant)
+	case strings.ContainsAny(tenant, "\x00\n"):
+		return fmt.Errorf("%w: tenant %q: contains NUL or newline", ErrInvalid, tenant)
+	}
+	return nil
+}
+
+// TenantKey returns the stored key of key in tenant's namespace; the
+// default namespace ("") stores keys as they are. Callers validate both.
+func TenantKey(tenant, key string) string {
+	if tenant == "" {
+		return key
+	}
+	return tenantMark + tenant + tenantMark + key
+}
+
+// matcher validates f and returns its key predicate.
+func (f Filter) matcher() (func(string) bool, error) {
+	if err := ValidateTenant(f.Tenant); err != nil {
+		return nil, err
+	}
+	if len(f.Pattern) > maxPatternLen {
+		return nil, fmt.Errorf("%w: key pattern %.32q…: %d bytes, limit %d", ErrInvalid, f.Pattern, len(f.Pattern), maxPatternLen)
+	}
+	var re *regexp.Regexp
+	if f.Pattern != "" {
+		var err error
+		if re, err = regexp.Compile(f.Pattern); err != nil {
+			return nil, fmt.Errorf("%w: key pattern %q: %w", ErrInvalid, f.Pattern, err)
+		}
+	}
+	prefix := TenantKey(f.Tenant, "")
+	return func(k string) bool {
+		var name string
+		if f.Tenant == "" {
+			if strings.HasPrefix(k, tenantMark) {
+				return false
+			}
+			name = k
+		} else {
+			var ok bool
+			if name, ok = strings.CutPrefix(k, prefix); !ok {
+				return false
+			}
+		}
+		return re == nil || re.MatchString(name)
+	}, nil
+}
+
+// maxPatternLen bounds a RemoveAll pattern.
+const maxPatternLen = 4096

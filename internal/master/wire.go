@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/encoding"
@@ -291,6 +292,9 @@ func (m *putStartRequest) appendWire(b []byte) ([]byte, error) {
 		}
 		b = endMsg(b, pl)
 		b = appendBool(b, 6, q.SoftPin)
+		b = appendVarintNZ(b, 7, uint64(int64(q.SoftPinTTL)))
+		b = appendBool(b, 8, q.Upsert)
+		b = appendBool(b, 9, q.KeepSoftPin)
 		b = endMsg(b, item)
 	}
 	return b, nil
@@ -346,6 +350,12 @@ func (m *putStartRequest) unmarshalWire(b []byte) error {
 				q.Pin = g.v != 0
 			case g.is(6, protowire.VarintType):
 				q.SoftPin = g.v != 0
+			case g.is(7, protowire.VarintType):
+				q.SoftPinTTL = time.Duration(int64(g.v))
+			case g.is(8, protowire.VarintType):
+				q.Upsert = g.v != 0
+			case g.is(9, protowire.VarintType):
+				q.KeepSoftPin = g.v != 0
 			case g.is(5, protowire.BytesType):
 				if !seenPl && lastPl != nil && bytes.Equal(g.p, lastPl) {
 					q.Placement = last

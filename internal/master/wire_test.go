@@ -41,7 +41,8 @@ func wirePutStartReqs() []PutStartReq {
 		{Key: "k", Size: 4096, Placement: NoPlacement},
 		{Key: string(long), Size: 1 << 40, Replicas: 3, Pin: true, Placement: Placement{Tier: segment.TierHBM, TierOnly: true,
 			Client: "c1", Node: "n1", NUMANode: 1, Device: 7, Segments: []string{"a", "", "seg-0"}}},
-		{Key: "ключ", Size: 1, Replicas: -5, Placement: Placement{}},
+		{Key: "ключ", Size: 1, Replicas: -5, SoftPin: true, SoftPinTTL: 1500 * time.Millisecond, Placement: Placement{}},
+		{Key: "up", Size: 3, Upsert: true, KeepSoftPin: true, SoftPinTTL: -1, Placement: NoPlacement},
 		{Key: "same", Size: 2, Placement: NoPlacement},
 		{Key: "", Size: 0, Replicas: 1 << 40, Placement: NoPlacement},
 	}
@@ -81,7 +82,8 @@ func TestWirePutStartRequest(t *testing.T) {
 	// Generated encoding (the old client conversion) → hand decoding.
 	for i := range reqs {
 		q := &reqs[i]
-		p.Items[i] = &pb.PutStartItem{Key: q.Key, Size: q.Size, Replicas: int32(want[i].Replicas), Pin: q.Pin, Placement: placementToPB(&q.Placement)}
+		p.Items[i] = &pb.PutStartItem{Key: q.Key, Size: q.Size, Replicas: int32(want[i].Replicas), Pin: q.Pin, SoftPin: q.SoftPin,
+			SoftPinTtlNs: int64(q.SoftPinTTL), Upsert: q.Upsert, KeepSoftPin: q.KeepSoftPin, Placement: placementToPB(&q.Placement)}
 	}
 	p.Items = append(p.Items, &pb.PutStartItem{Key: "no-placement", Size: 1}) // absent: NoPlacement
 	want = append(want, PutStartReq{Key: "no-placement", Size: 1, Placement: NoPlacement})
@@ -96,14 +98,6 @@ func TestWirePutStartRequest(t *testing.T) {
 	if !reflect.DeepEqual(m.reqs, want) {
 		t.Errorf("hand decoding:\n got %+v\nwant %+v", m.reqs, want)
 	}
-}
-
-func putStartReqsFromPB(p *pb.PutStartRequest) []PutStartReq {
-	var out []PutStartReq
-	for _, it := range p.Items {
-		out = append(out, PutStartReq{Key: it.Key, Size: it.Size, Replicas: int(it.Replicas), Pin: it.Pin, SoftPin: it.SoftPin, Placement: placementFromPB(it.Placement)})
-	}
-	return out
 }
 
 func TestWireKeysAndRefs(t *testing.T) {

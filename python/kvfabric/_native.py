@@ -25,7 +25,7 @@ from ctypes import (
 #: over the copy built into the package).
 ENV_LIB = "KVFABRIC_LIB"
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
@@ -45,14 +45,15 @@ _PROTOS = {
     "kvfabric_last_error": (c_size_t, [c_int64, c_void_p, c_size_t]),
     "kvfabric_put": (
         c_int32,
-        [c_int64, c_char_p, c_size_t, _p_u64, _p_u64, c_uint32, c_uintptr, c_int32, c_uint32, c_char_p, c_size_t],
+        [c_int64, c_char_p, c_size_t, _p_u64, _p_u64, c_uint32, c_uintptr, c_int32, c_uint32, c_char_p, c_size_t,
+         c_uint64],
     ),
     "kvfabric_get": (c_int32, [c_int64, c_char_p, c_size_t, _p_u64, _p_u64, c_uint32, c_uintptr, _p_u64]),
     "kvfabric_batch_put": (
         c_int32,
         [
             c_int64, c_size_t, POINTER(c_char_p), _p_size, _p_u64, _p_u64, _p_u32,
-            c_uintptr, c_int32, c_uint32, c_char_p, c_size_t, _p_i32,
+            c_uintptr, c_int32, c_uint32, c_char_p, c_size_t, c_uint64, _p_i32,
         ],
     ),
     "kvfabric_batch_get": (
@@ -61,11 +62,18 @@ _PROTOS = {
     ),
     "kvfabric_put_bytes": (
         c_int32,
-        [c_int64, c_char_p, c_size_t, c_void_p, c_uint64, c_int32, c_uint32, c_char_p, c_size_t],
+        [c_int64, c_char_p, c_size_t, c_void_p, c_uint64, c_int32, c_uint32, c_char_p, c_size_t, c_uint64],
     ),
     "kvfabric_get_bytes": (c_int32, [c_int64, c_char_p, c_size_t, c_void_p, c_uint64, _p_u64]),
     "kvfabric_exists": (c_int32, [c_int64, c_char_p, c_size_t]),
-    "kvfabric_batch_exists": (c_int32, [c_int64, c_size_t, POINTER(c_char_p), _p_size, _p_i32]),
+    "kvfabric_batch_exists": (c_int32, [c_int64, c_size_t, POINTER(c_char_p), _p_size, c_int32, _p_i32]),
+    "kvfabric_batch_remove": (c_int32, [c_int64, c_size_t, POINTER(c_char_p), _p_size, c_int32, _p_i32]),
+    "kvfabric_remove_matching": (c_int32, [c_int64, c_char_p, c_size_t, c_int32, _p_u64]),
+    "kvfabric_batch_get_ranges": (
+        c_int32,
+        [c_int64, c_size_t, POINTER(c_char_p), _p_size, _p_u64, _p_u64, _p_u64, _p_u32, c_uintptr, _p_i32],
+    ),
+    "kvfabric_replicas": (c_int32, [c_int64, c_size_t, POINTER(c_char_p), _p_size, c_void_p, c_size_t, _p_u64, _p_i32]),
     "kvfabric_size": (c_int32, [c_int64, c_char_p, c_size_t, _p_u64]),
     "kvfabric_remove": (c_int32, [c_int64, c_char_p, c_size_t, c_int32]),
     "kvfabric_remove_all": (c_int32, [c_int64, c_int32, _p_u64]),

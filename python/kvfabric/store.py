@@ -25,10 +25,24 @@ from .errors import (
 
 PUT_PIN = 0x1
 PUT_SOFT_PIN = 0x2
+#: Replace an existing value (readers holding the old one finish reading it).
+PUT_UPSERT = 0x4
+#: With PUT_UPSERT: keep the replaced value's soft pin and its expiry.
+PUT_KEEP_SOFT_PIN = 0x8
 
 
-def _put_flags(pin: bool, soft_pin: bool) -> int:
-    return (PUT_PIN if pin else 0) | (PUT_SOFT_PIN if soft_pin else 0)
+def _ttl(soft_pin_ttl_ms, flags: int) -> int:
+    """Validates a soft pin TTL in ms (0 or None: none)."""
+    ttl = int(soft_pin_ttl_ms or 0)
+    if ttl < 0 or ttl >= 1 << 63:
+        raise InvalidArgumentError(f"kvfabric: soft_pin_ttl_ms={soft_pin_ttl_ms}: want 0 <= ttl < 2**63")
+    if ttl and not flags & PUT_SOFT_PIN:
+        raise InvalidArgumentError(f"kvfabric: soft_pin_ttl_ms={soft_pin_ttl_ms} without a soft pin")
+    return ttl
+
+
+def _put_flags(pin: bool, soft_pin: bool, upsert: bool = False) -> int:
+    return (PUT_PIN if pin else 0) | (PUT_SOFT_PIN if soft_pin else 0) | (PUT_UPSERT if upsert else 0)
 
 _STATUS_NAMES = {
     getattr(_errors, n): n
@@ -233,30 +247,35 @@ class Store:
     # ---- single-key operations -------------------------------------------------
 
     def put(self, key, data, stream=None, *, replicas: int = 0, pin: bool = False,
-            preferred_segments: Sequence[str] | None = None, soft_pin: bool = False) -> None:
-        """Stores data under key. Raises AlreadyExistsError if key exists,
-        StoreFullError when there is no space. ``pin`` keeps the object from
-        eviction until removed; ``soft_pin`` makes it evicted only after
-        every unpinned object."""
+            preferred_segments: Sequence[str] | None = None, soft_pin: bool = False,
+            soft_pin_ttl_ms: int = 0, upsert: bool = False) -> None:
+        """Stores data under key. Raises AlreadyExistsError if key exists
+        (unless ``upsert``: then the value is replaced; readers of the old
+        one finish reading it intact), StoreFullError when there is no space.
+        ``pin`` keeps the object from eviction until removed; ``soft_pin``
+        makes it evicted only after every unpinned object (for
+        ``soft_pin_ttl_ms`` ms after the put when > 0)."""
         rc, h = self._put(_key(key), _parts(data, False), _stream_handle(stream), replicas,
-                          _put_flags(pin, soft_pin), preferred_segments)
+                          _put_flags(pin, soft_pin, upsert), preferred_segments, soft_pin_ttl_ms)
         self._raise(rc, h)
 
-    def _put(self, k: bytes, bufs: list[Buf], stream, replicas=0, flags=0, preferred=None) -> tuple[int, int]:
+    def _put(self, k: bytes, bufs: list[Buf], stream, replicas=0, flags=0, preferred=None,
+             soft_pin_ttl_ms=0) -> tuple[int, int]:
         h = self._handle()
+        ttl = _ttl(soft_pin_ttl_ms, flags)
         pref = ",".join(preferred or ()).encode()
         if all(self._direct(b) for b in bufs):
             s = stream if stream is not None else next((b.stream for b in bufs if b.stream is not None), 0)
             rc = self._lib.kvfabric_put(
                 h, k, len(k), _native.u64_array([b.ptr for b in bufs]), _native.u64_array([b.nbytes for b in bufs]),
-                len(bufs), s, replicas, flags, pref, len(pref),
+                len(bufs), s, replicas, flags, pref, len(pref), ttl,
             )
             return rc, h
         if len(bufs) == 1:
             b = bufs[0]
-            return self._lib.kvfabric_put_bytes(h, k, len(k), b.ptr, b.nbytes, replicas, flags, pref, len(pref)), h
+            return self._lib.kvfabric_put_bytes(h, k, len(k), b.ptr, b.nbytes, replicas, flags, pref, len(pref), ttl), h
         data = b"".join(ctypes.string_at(b.ptr, b.nbytes) for b in bufs)
-        return self._lib.kvfabric_put_bytes(h, k, len(k), data, len(data), replicas, flags, pref, len(pref)), h
+        return self._lib.kvfabric_put_bytes(h, k, len(k), data, len(data), replicas, flags, pref, len(pref), ttl), h
 
     def get(self, key, out, stream=None) -> int:
         """Reads key into out and returns the object's size in bytes. Raises
@@ -300,7 +319,7 @@ class Store:
         k = _key(key)
         h = self._handle()
         pref = ",".join(preferred_segments or ()).encode()
-        rc = self._lib.kvfabric_put_bytes(h, k, len(k), b.ptr, b.nbytes, replicas, _put_flags(pin, soft_pin), pref, len(pref))
+        rc = self._lib.kvfabric_put_bytes(h, k, len(k), b.ptr, b.nbytes, replicas, _put_flags(pin, soft_pin), pref, len(pref), 0)
         self._raise(rc, h)
 
     def get_bytes(self, key) -> bytes:
@@ -391,14 +410,80 @@ class Store:
             self._raise(rc, self._handle())
         return [v == 1 for v in out]
 
-    def _batch_exists(self, ks: list[bytes]) -> tuple[int, list[int]]:
+    def _batch_exists(self, ks: list[bytes], lease: bool = False) -> tuple[int, list[int]]:
+        """(status, [1/0 per key]); lease grants each existing key a read
+        lease (the master's lease TTL, ended by expiry)."""
         h = self._handle()
         if not ks:
             return OK, []
         kp, kl = _native.key_arrays(ks)
         out = (c_int32 * len(ks))()
-        rc = self._lib.kvfabric_batch_exists(h, len(ks), kp, kl, out)
+        rc = self._lib.kvfabric_batch_exists(h, len(ks), kp, kl, 1 if lease else 0, out)
         return rc, list(out)
+
+    def _batch_remove(self, ks: list[bytes], force: bool = False) -> list[int]:
+        """Removes keys; one status code per key."""
+        h = self._handle()
+        if not ks:
+            return []
+        kp, kl = _native.key_arrays(ks)
+        st = (c_int32 * len(ks))()
+        rc = self._lib.kvfabric_batch_remove(h, len(ks), kp, kl, 1 if force else 0, st)
+        return list(st) if rc == OK else [rc] * len(ks)
+
+    def remove_by_regex(self, pattern: str, force: bool = False) -> int:
+        """Removes every object whose key matches pattern (RE2 syntax,
+        unanchored search) and returns how many; leased objects only with
+        force. Raises InvalidArgumentError for a bad pattern."""
+        h = self._handle()
+        p = pattern.encode()
+        n = c_uint64(0)
+        self._raise(self._lib.kvfabric_remove_matching(h, p, len(p), 1 if force else 0, byref(n)), h)
+        return n.value
+
+    def _get_ranges(self, ks: list[bytes], ranges: list[list[tuple[int, int, int]]], stream=None) -> list[int]:
+        """For key i, copies each (dst_ptr, src_offset, size) of ranges[i]:
+        object bytes [src_offset, +size) to dst_ptr (device or registered
+        host memory). One status code per key; a range past the object's
+        end fails its key."""
+        h = self._handle()
+        if len(ks) != len(ranges):
+            raise InvalidArgumentError(f"kvfabric: {len(ks)} keys but {len(ranges)} range lists")
+        if not ks:
+            return []
+        kp, kl = _native.key_arrays(ks)
+        flat = [r for rs in ranges for r in rs]
+        st = (c_int32 * len(ks))()
+        rc = self._lib.kvfabric_batch_get_ranges(
+            h, len(ks), kp, kl, _native.u64_array([r[0] for r in flat]), _native.u64_array([r[1] for r in flat]),
+            _native.u64_array([r[2] for r in flat]), (c_uint32 * len(ks))(*[len(rs) for rs in ranges]),
+            stream if stream is not None else 0, st,
+        )
+        return list(st) if rc == OK else [rc] * len(ks)
+
+    def _replicas(self, ks: list[bytes]) -> list[tuple[int, int, list[dict]]]:
+        """Per key (status, size, [replica dicts: segment, node, owner, tier,
+        location, handle, offset, length])."""
+        h = self._handle()
+        if not ks:
+            return []
+        kp, kl = _native.key_arrays(ks)
+        st = (c_int32 * len(ks))()
+        need = c_uint64(0)
+        cap = 4096
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            rc = self._lib.kvfabric_replicas(h, len(ks), kp, kl, buf, cap, byref(need), st)
+            if rc == BUFFER_TOO_SMALL and need.value > cap:
+                cap = need.value
+                continue
+            break
+        if rc != OK:
+            return [(rc, 0, [])] * len(ks)
+        out = []
+        for code, d in zip(st, json.loads(buf.raw[: need.value])):
+            out.append((code, d["size"], d["replicas"]) if d is not None else (code, 0, []))
+        return out
 
     def batch_put(self, keys: Sequence, datas: Sequence, stream=None, *, replicas: int = 0, pin: bool = False,
                   preferred_segments: Sequence[str] | None = None,
@@ -413,8 +498,10 @@ class Store:
                                    _put_flags(pin, soft_pin), preferred_segments)
         return self._results(ks, codes, h)
 
-    def _batch_put(self, ks, parts: list[list[Buf]], stream, replicas=0, flags=0, preferred=None):
+    def _batch_put(self, ks, parts: list[list[Buf]], stream, replicas=0, flags=0, preferred=None,
+                   soft_pin_ttl_ms=0):
         h = self._handle()
+        ttl = _ttl(soft_pin_ttl_ms, flags)
         codes = [0] * len(ks)
         direct = [i for i, bufs in enumerate(parts) if all(self._direct(b) for b in bufs)]
         dset = set(direct)
@@ -429,14 +516,14 @@ class Store:
             st = (c_int32 * len(dk))()
             rc = self._lib.kvfabric_batch_put(
                 h, len(dk), kp, kl, _native.u64_array([b.ptr for b in flat]), _native.u64_array([b.nbytes for b in flat]),
-                (c_uint32 * len(dk))(*[len(parts[i]) for i in direct]), s, replicas, flags, pref, len(pref), st,
+                (c_uint32 * len(dk))(*[len(parts[i]) for i in direct]), s, replicas, flags, pref, len(pref), ttl, st,
             )
             if rc < 0:
                 self._raise(rc, h)
             for j, i in enumerate(direct):
                 codes[i] = st[j]
         for i in staged:
-            codes[i], _ = self._put(ks[i], parts[i], stream, replicas, flags, preferred)
+            codes[i], _ = self._put(ks[i], parts[i], stream, replicas, flags, preferred, ttl)
         return codes, h
 
     def batch_get(self, keys: Sequence, outs: Sequence, stream=None) -> list[int | KvfabricError]:

@@ -416,7 +416,7 @@ int main(int argc, char **argv) {
     uint64_t ptrs[2] = {(uint64_t)(uintptr_t)src, (uint64_t)(uintptr_t)(src + 4)}, lens[2] = {4, 4};
     int32_t st[2];
     /* host memory from the staged path: put_bytes, then get_bytes */
-    if (kvfabric_put_bytes(h, "a", 1, src, 8, 0, 0, NULL, 0) != 0) return 14;
+    if (kvfabric_put_bytes(h, "a", 1, src, 8, 0, 0, NULL, 0, 0) != 0) return 14;
     uint64_t n = 0;
     if (kvfabric_get_bytes(h, "a", 1, dst, 4, &n) != KVFABRIC_ERR_BUFFER_TOO_SMALL || n != 8) return 15;
     if (kvfabric_get_bytes(h, "a", 1, dst, 8, &n) != 0 || memcmp(src, dst, 8)) return 16;
@@ -425,12 +425,12 @@ int main(int argc, char **argv) {
     /* a NULL key with a length is a bad argument, not a panic */
     if (kvfabric_exists(h, NULL, 3) != KVFABRIC_ERR_INVALID_ARGUMENT) return 25;
     if (kvfabric_get_bytes(h, NULL, 3, dst, 8, &n) != KVFABRIC_ERR_INVALID_ARGUMENT) return 26;
-    if (kvfabric_put(h, NULL, 3, ptrs, lens, 1, 0, 0, 0, NULL, 0) != KVFABRIC_ERR_INVALID_ARGUMENT) return 27;
+    if (kvfabric_put(h, NULL, 3, ptrs, lens, 1, 0, 0, 0, NULL, 0, 0) != KVFABRIC_ERR_INVALID_ARGUMENT) return 27;
     int32_t ex[2];
-    if (kvfabric_batch_exists(h, 2, keys, klen, ex) != 0 || ex[0] != 1 || ex[1] != 0) return 17;
+    if (kvfabric_batch_exists(h, 2, keys, klen, 0, ex) != 0 || ex[0] != 1 || ex[1] != 0) return 17;
     /* unregistered (pageable) host pointers in a batch: per-key statuses,
        refused before the master is asked (so "a" is not ALREADY_EXISTS) */
-    if (kvfabric_batch_put(h, 2, keys, klen, ptrs, lens, NULL, 0, 0, 0, NULL, 0, st) != 0) return 18;
+    if (kvfabric_batch_put(h, 2, keys, klen, ptrs, lens, NULL, 0, 0, 0, NULL, 0, 0, st) != 0) return 18;
     if (st[0] != KVFABRIC_ERR_NOT_REGISTERED || st[1] != KVFABRIC_ERR_NOT_REGISTERED) return 19;
     char msg[8];
     size_t full = kvfabric_last_error(h, msg, sizeof msg);

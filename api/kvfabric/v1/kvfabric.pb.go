@@ -901,7 +901,18 @@ type PutStartItem struct {
 	Placement *Placement             `protobuf:"bytes,5,opt,name=placement,proto3" json:"placement,omitempty"`
 	// soft_pin keeps the object through eviction while unpinned objects can
 	// be evicted instead; under pressure it is evicted last.
-	SoftPin       bool `protobuf:"varint,6,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
+	SoftPin bool `protobuf:"varint,6,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
+	// soft_pin_ttl_ns > 0 (with soft_pin): the soft pin ends that long after
+	// the put ends; the object is then evicted like any other.
+	SoftPinTtlNs int64 `protobuf:"varint,7,opt,name=soft_pin_ttl_ns,json=softPinTtlNs,proto3" json:"soft_pin_ttl_ns,omitempty"`
+	// upsert replaces the key's visible object, if any: the old one leaves
+	// the index at once (its bytes stay for its lease holders, as with a
+	// forced Remove) and the new one is visible at PutEnd. Without upsert an
+	// existing key is ALREADY_EXISTS.
+	Upsert bool `protobuf:"varint,8,opt,name=upsert,proto3" json:"upsert,omitempty"`
+	// keep_soft_pin (upsert only): the new object keeps the replaced one's
+	// soft pin and its expiry; soft_pin and soft_pin_ttl_ns must be unset.
+	KeepSoftPin   bool `protobuf:"varint,9,opt,name=keep_soft_pin,json=keepSoftPin,proto3" json:"keep_soft_pin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -974,6 +985,27 @@ func (x *PutStartItem) GetPlacement() *Placement {
 func (x *PutStartItem) GetSoftPin() bool {
 	if x != nil {
 		return x.SoftPin
+	}
+	return false
+}
+
+func (x *PutStartItem) GetSoftPinTtlNs() int64 {
+	if x != nil {
+		return x.SoftPinTtlNs
+	}
+	return 0
+}
+
+func (x *PutStartItem) GetUpsert() bool {
+	if x != nil {
+		return x.Upsert
+	}
+	return false
+}
+
+func (x *PutStartItem) GetKeepSoftPin() bool {
+	if x != nil {
+		return x.KeepSoftPin
 	}
 	return false
 }
@@ -1621,8 +1653,12 @@ func (x *GetReplicasResponse) GetResults() []*GetResult {
 }
 
 type ExistsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Keys  []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// lease grants every visible key a read lease (the lease TTL), as a
+	// get does, that ends by expiry: a caller that saw a key exist can read
+	// it before it is evicted.
+	Lease         bool `protobuf:"varint,2,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1662,6 +1698,13 @@ func (x *ExistsRequest) GetKeys() []string {
 		return x.Keys
 	}
 	return nil
+}
+
+func (x *ExistsRequest) GetLease() bool {
+	if x != nil {
+		return x.Lease
+	}
+	return false
 }
 
 type ExistsResponse struct {
@@ -1805,8 +1848,14 @@ func (x *RemoveResponse) GetErrors() []*ItemError {
 }
 
 type RemoveAllRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Force         bool                   `protobuf:"varint,1,opt,name=force,proto3" json:"force,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Force bool                   `protobuf:"varint,1,opt,name=force,proto3" json:"force,omitempty"`
+	// Only keys of this tenant's namespace ("" is the default one; see
+	// master.TenantKey) ...
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// ... whose name in it matches pattern (RE2 syntax, unanchored: Go's
+	// regexp MatchString; "" matches every key).
+	Pattern       string `protobuf:"bytes,3,opt,name=pattern,proto3" json:"pattern,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1846,6 +1895,20 @@ func (x *RemoveAllRequest) GetForce() bool {
 		return x.Force
 	}
 	return false
+}
+
+func (x *RemoveAllRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *RemoveAllRequest) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
 }
 
 type RemoveAllResponse struct {
@@ -2629,14 +2692,17 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1b\n" +
 	"\tnuma_node\x18\x05 \x01(\x05R\bnumaNode\x12\x16\n" +
 	"\x06device\x18\x06 \x01(\x05R\x06device\x12\x1a\n" +
-	"\bsegments\x18\a \x03(\tR\bsegments\"\xb3\x01\n" +
+	"\bsegments\x18\a \x03(\tR\bsegments\"\x96\x02\n" +
 	"\fPutStartItem\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x1a\n" +
 	"\breplicas\x18\x03 \x01(\x05R\breplicas\x12\x10\n" +
 	"\x03pin\x18\x04 \x01(\bR\x03pin\x124\n" +
 	"\tplacement\x18\x05 \x01(\v2\x16.kvfabric.v1.PlacementR\tplacement\x12\x19\n" +
-	"\bsoft_pin\x18\x06 \x01(\bR\asoftPin\"B\n" +
+	"\bsoft_pin\x18\x06 \x01(\bR\asoftPin\x12%\n" +
+	"\x0fsoft_pin_ttl_ns\x18\a \x01(\x03R\fsoftPinTtlNs\x12\x16\n" +
+	"\x06upsert\x18\b \x01(\bR\x06upsert\x12\"\n" +
+	"\rkeep_soft_pin\x18\t \x01(\bR\vkeepSoftPin\"B\n" +
 	"\x0fPutStartRequest\x12/\n" +
 	"\x05items\x18\x01 \x03(\v2\x19.kvfabric.v1.PutStartItemR\x05items\"S\n" +
 	"\aReplica\x12\x18\n" +
@@ -2674,18 +2740,21 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\blease_id\x18\x06 \x01(\x06R\aleaseId\"\x83\x01\n" +
 	"\x13GetReplicasResponse\x12:\n" +
 	"\bsegments\x18\x01 \x03(\v2\x1e.kvfabric.v1.SegmentDescriptorR\bsegments\x120\n" +
-	"\aresults\x18\x02 \x03(\v2\x16.kvfabric.v1.GetResultR\aresults\"#\n" +
+	"\aresults\x18\x02 \x03(\v2\x16.kvfabric.v1.GetResultR\aresults\"9\n" +
 	"\rExistsRequest\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\tR\x04keys\"(\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x14\n" +
+	"\x05lease\x18\x02 \x01(\bR\x05lease\"(\n" +
 	"\x0eExistsResponse\x12\x16\n" +
 	"\x06exists\x18\x01 \x03(\bR\x06exists\"9\n" +
 	"\rRemoveRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"@\n" +
 	"\x0eRemoveResponse\x12.\n" +
-	"\x06errors\x18\x01 \x03(\v2\x16.kvfabric.v1.ItemErrorR\x06errors\"(\n" +
+	"\x06errors\x18\x01 \x03(\v2\x16.kvfabric.v1.ItemErrorR\x06errors\"Z\n" +
 	"\x10RemoveAllRequest\x12\x14\n" +
-	"\x05force\x18\x01 \x01(\bR\x05force\"-\n" +
+	"\x05force\x18\x01 \x01(\bR\x05force\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x18\n" +
+	"\apattern\x18\x03 \x01(\tR\apattern\"-\n" +
 	"\x11RemoveAllResponse\x12\x18\n" +
 	"\aremoved\x18\x01 \x01(\x04R\aremoved\"\x15\n" +
 	"\x13ListSegmentsRequest\"R\n" +
