@@ -54,12 +54,12 @@ func (f *failedOpen) PutBytes(context.Context, string, []byte, client.PutOptions
 func (f *failedOpen) GetBytesInto(context.Context, string, []byte) (uint64, error) {
 	return 0, f.closed()
 }
-func (f *failedOpen) Exists(context.Context, string) (bool, error)          { return false, f.closed() }
+func (f *failedOpen) Exists(context.Context, string) (bool, error) { return false, f.closed() }
 func (f *failedOpen) BatchExists(context.Context, []string, bool) ([]bool, error) {
 	return nil, f.closed()
 }
-func (f *failedOpen) Size(context.Context, string) (uint64, error)          { return 0, f.closed() }
-func (f *failedOpen) Remove(context.Context, string, bool) error            { return f.closed() }
+func (f *failedOpen) Size(context.Context, string) (uint64, error) { return 0, f.closed() }
+func (f *failedOpen) Remove(context.Context, string, bool) error   { return f.closed() }
 func (f *failedOpen) BatchRemove(_ context.Context, keys []string, _ bool) []error {
 	return f.BatchPut(nil, keys, nil, 0, client.PutOptions{})
 }
@@ -70,9 +70,9 @@ func (f *failedOpen) BatchGetRanges(_ context.Context, keys []string, _ [][]clie
 func (f *failedOpen) Replicas(_ context.Context, keys []string) ([]client.ObjectInfo, []error) {
 	return make([]client.ObjectInfo, len(keys)), f.BatchPut(nil, keys, nil, 0, client.PutOptions{})
 }
-func (f *failedOpen) RegisterBuffer(uintptr, uint64) error                  { return f.closed() }
-func (f *failedOpen) UnregisterBuffer(context.Context, uintptr) error       { return f.closed() }
-func (f *failedOpen) Hostname() string                                      { return "" }
-func (f *failedOpen) DriverName() string                                    { return "" }
-func (f *failedOpen) HandleType() string                                    { return "" }
-func (f *failedOpen) Health(context.Context) error                          { return f.closed() }
+func (f *failedOpen) RegisterBuffer(uintptr, uint64) error            { return f.closed() }
+func (f *failedOpen) UnregisterBuffer(context.Context, uintptr) error { return f.closed() }
+func (f *failedOpen) Hostname() string                                { return "" }
+func (f *failedOpen) DriverName() string                              { return "" }
+func (f *failedOpen) HandleType() string                              { return "" }
+func (f *failedOpen) Health(context.Context) error                    { return f.closed() }
