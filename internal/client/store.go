@@ -156,7 +156,9 @@ type Store struct {
 	mu struct {
 		sync.Mutex
 		regs map[uintptr]*registration
-		done teardown.Record // teardown steps that succeeded
+		// regsByPtr holds regs' values sorted by address (for holdLocked).
+		regsByPtr []*registration
+		done      teardown.Record // teardown steps that succeeded
 	}
 }
 

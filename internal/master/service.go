@@ -1210,7 +1210,7 @@ func (s *Service) RemoveAll(ctx context.Context, f Filter, force bool) (n int, e
 		if s.mu.objs.at(uint32(slot)).state != stateVisible {
 			continue
 		}
-		if !match(s.mu.objs.key(uint32(slot))) {
+		if !match(s.mu.objs.keyBytes(uint32(slot))) {
 			continue
 		}
 		if s.removeLocked(uint32(slot), force, now) == nil {

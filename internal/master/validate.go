@@ -1,6 +1,7 @@
 package master
 
 import (
+	"bytes"
 	"fmt"
 	"regexp"
 	"strings"
@@ -204,8 +205,9 @@ func TenantKey(tenant, key string) string {
 	return tenantMark + tenant + tenantMark + key
 }
 
-// matcher validates f and returns its key predicate.
-func (f Filter) matcher() (func(string) bool, error) {
+// matcher validates f and returns its predicate on stored keys (it does
+// not keep or allocate them).
+func (f Filter) matcher() (func([]byte) bool, error) {
 	if err := ValidateTenant(f.Tenant); err != nil {
 		return nil, err
 	}
@@ -219,21 +221,21 @@ func (f Filter) matcher() (func(string) bool, error) {
 			return nil, fmt.Errorf("%w: key pattern %q: %w", ErrInvalid, f.Pattern, err)
 		}
 	}
-	prefix := TenantKey(f.Tenant, "")
-	return func(k string) bool {
-		var name string
+	prefix := []byte(TenantKey(f.Tenant, ""))
+	return func(k []byte) bool {
+		var name []byte
 		if f.Tenant == "" {
-			if strings.HasPrefix(k, tenantMark) {
+			if len(k) > 0 && k[0] == tenantMark[0] {
 				return false
 			}
 			name = k
 		} else {
 			var ok bool
-			if name, ok = strings.CutPrefix(k, prefix); !ok {
+			if name, ok = bytes.CutPrefix(k, prefix); !ok {
 				return false
 			}
 		}
-		return re == nil || re.MatchString(name)
+		return re == nil || re.Match(name)
 	}, nil
 }
 
