@@ -37,6 +37,7 @@ CFG = {
     "enable_egm_store_pool": True, "global_segment_size": "2GiB",
     "local_buffer_size": 0, "device": dev.index, "socket_dir": sock,
 }
+CFG.update(json.loads(os.environ.get("KVFABRIC_LAT_CFG", "{}")))  # e.g. {"copy_engine_min_bytes": "1"}
 
 def stats(ns):
     us = sorted(x / 1e3 for x in ns)
@@ -96,7 +97,7 @@ try:
 finally:
     mc._store = None
     s.close()
-with open(os.path.join(os.environ["OUT"], "latency.json"), "w") as f:
+with open(os.path.join(os.environ["OUT"], os.environ.get("KVFABRIC_LAT_JSON", "latency.json")), "w") as f:
     json.dump(results, f, indent=1)
 raise SystemExit(0 if all(r["bytes_ok"] for r in results.values()) else 1)
 PY

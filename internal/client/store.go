@@ -360,7 +360,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	}
 
 	// Consumer data path.
-	if s.xfer, err = transfer.New(s.drv, s.cctx, s.dev, transfer.Options{CopyEngineMinBytes: cfg.CopyEngineMinBytes, Logger: log}); err != nil {
+	if s.xfer, err = transfer.New(s.drv, s.cctx, s.dev, transfer.Options{CopyEngineMinBytes: cfg.CopyEngineMinBytes, FewCopies: transfer.DefaultFewCopies, Logger: log}); err != nil {
 		return nil, fmt.Errorf("transfer engine: %w", err)
 	}
 	s.staging = &staging{size: opts.StagingSize}
