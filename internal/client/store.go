@@ -56,6 +56,11 @@ type Options struct {
 	StagingSize uint64
 	// MaxMappings bounds the mapping cache (0: its default).
 	MaxMappings int
+	// PipelineChunk is how many keys of a BatchPut or BatchGet go to the
+	// master and the transfer engine at a time: chunk k+1's metadata is
+	// fetched and resolved while chunk k copies. 0 means
+	// DefaultPipelineChunk.
+	PipelineChunk int
 	// CloseTimeout bounds each wait of Close: for the operations in
 	// flight, and for the master to accept the provider's unmounts, which
 	// Close retries while readers hold leases or the master cannot be
@@ -124,6 +129,7 @@ type Store struct {
 	mounted atomic.Pointer[pool.Pool]
 
 	closeTimeout time.Duration
+	chunk        int // Options.PipelineChunk
 	exitOnClose  bool
 	mnt          *mounter // the pool's Mounter
 
@@ -204,7 +210,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Store{cfg: cfg, log: log, dev: cuda.Device(cfg.Device), numa: -1, closeTimeout: opts.CloseTimeout, exitOnClose: opts.ExitOnClose}
+	s := &Store{cfg: cfg, log: log, dev: cuda.Device(cfg.Device), numa: -1, closeTimeout: opts.CloseTimeout, exitOnClose: opts.ExitOnClose, chunk: opts.PipelineChunk}
 	if s.closeTimeout <= 0 {
 		s.closeTimeout = CloseTimeout
 	}
