@@ -371,6 +371,12 @@ func TestPlacement(t *testing.T) {
 		})); ids[0] != "a/hbm0" {
 			t.Fatalf("preferred placement %v, want a/hbm0", ids)
 		}
+		// A client id names every segment that client provides.
+		if ids := segOf(e.putStart("pref-owner", 100, withClient("reader"), func(r *PutStartReq) {
+			r.Placement.Segments = []string{a}
+		})); !strings.HasPrefix(ids[0], "a/") {
+			t.Fatalf("placement preferring client %s: %v, want one of its segments", a, ids)
+		}
 		// Replicas spread over segments and nodes, DRAM first.
 		ids := segOf(e.putStart("r2", 100, withReplicas(2)))
 		if len(ids) != 2 || ids[0][:1] == ids[1][:1] || !strings.Contains(ids[0], "dram") || !strings.Contains(ids[1], "dram") {
