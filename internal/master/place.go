@@ -174,6 +174,11 @@ func (s *Service) bestSegmentLocked(r *PutStartReq, t target, tiers []segment.Ti
 				cd := s.mu.segs[c.seg].desc
 				if cd.Node == d.Node {
 					score -= 8 // spread over nodes
+					if cd.Owner == d.Owner {
+						// and over the processes of a node: a replica
+						// must outlive its provider's exit
+						score -= 16
+					}
 					if cd.Location == d.Location {
 						score -= 4 // and over NUMA nodes / devices
 					}

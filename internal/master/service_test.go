@@ -397,6 +397,35 @@ func TestPlacement(t *testing.T) {
 	})
 }
 
+// TestReplicasSpreadOverProviders: two providers on one node (two
+// processes, as two Mooncake clients on a host): the replicas of an object go
+// to both, even where one of them has more free bytes in a second segment,
+// so that the object outlives either process.
+func TestReplicasSpreadOverProviders(t *testing.T) {
+	forEachTransport(t, testConfig(), func(t *testing.T, e *env) {
+		a := e.register("pa", "host", 0, 0)
+		b := e.register("pb", "host", 0, 0)
+		for _, d := range []segment.Descriptor{
+			desc("host/pa/dram0/0", a, "host", segment.TierDRAM, 0, 64*MiB),
+			desc("host/pa/dram0/1", a, "host", segment.TierDRAM, 0, 64*MiB),
+			desc("host/pb/dram0/0", b, "host", segment.TierDRAM, 0, 32*MiB),
+		} {
+			e.mount(d)
+		}
+		r := e.putStart("k", 100, withReplicas(2))
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		var owners []string
+		for _, rp := range r.Replicas {
+			owners = append(owners, rp.Segment.Owner)
+		}
+		if slices.Sort(owners); !slices.Equal(owners, []string{a, b}) {
+			t.Fatalf("2 replicas on segments of %v, want one on each provider", owners)
+		}
+	})
+}
+
 func TestUnmountDrainsWhileLeased(t *testing.T) {
 	forEachTransport(t, testConfig(), func(t *testing.T, e *env) {
 		c := e.register("p1", "host-a", 0, 0)
