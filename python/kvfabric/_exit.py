@@ -22,6 +22,9 @@ Teardown at exit is bounded by EXIT_TIMEOUT; closes still running then are
 abandoned (the process exit releases the memory; the master drops the
 segments at the client TTL).
 
+The registry holds Stores weakly, and their native handles: a Store that
+was dropped without close() is torn down through its handle.
+
 Thread-safe. Closes run on worker threads, so a signal that arrives while
 the main thread holds a Store's lock cannot deadlock the handler.
 """
@@ -37,6 +40,8 @@ import threading
 import time
 import weakref
 
+from .errors import INVALID_HANDLE, OK
+
 log = logging.getLogger("kvfabric")
 
 #: Seconds that teardown at exit (atexit or a signal) waits for closes.
@@ -45,18 +50,23 @@ EXIT_TIMEOUT = 10.0
 
 _lock = threading.Lock()  # guards everything below
 _seq = itertools.count()
-_live: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
+_live: dict[int, tuple] = {}  # seq -> (weakref to the Store, library, native handle)
 _closing: set[threading.Thread] = set()  # closes running in the background
 _hooked = False  # atexit registered
 _signals: dict[int, object] = {}  # signal -> disposition before ours
 
 
-def track(store) -> None:
-    """Closes store at interpreter exit or on SIGTERM/SIGINT unless it was
-    closed before. store needs ``closed`` and ``close()``."""
+def track(store, lib, handle: int) -> None:
+    """Closes store (``closed``, ``close()``) at interpreter exit or on
+    SIGTERM/SIGINT unless it was closed before; if the Store object is gone
+    by then, closes its native handle (lib.kvfabric_close)."""
     global _hooked
     with _lock:
-        _live[next(_seq)] = store
+        # Forget Stores that are gone and whose handle is closed (an
+        # invalid handle: handles are never reused).
+        for k in [k for k, (ref, lb, h) in _live.items() if ref() is None and lb.kvfabric_cleanup_pending(h) < 0]:
+            del _live[k]
+        _live[next(_seq)] = (weakref.ref(store), lib, handle)
         if not _hooked:
             atexit.register(_at_exit)
             _hooked = True
@@ -118,9 +128,12 @@ def close_all(timeout: float = EXIT_TIMEOUT) -> None:
     """Closes every live Store (in parallel) and waits up to timeout for
     them and for closes already running in the background."""
     with _lock:
-        stores = [s for _, s in sorted(_live.items(), reverse=True)]
-    for s in stores:
-        if not getattr(s, "closed", True):
+        entries = [e for _, e in sorted(_live.items(), reverse=True)]
+    for ref, lib, h in entries:
+        s = ref()
+        if s is None:
+            s = _Handle(lib, h)
+        if not s.closed:
             close_in_background(s, _log_failure)
     deadline = time.monotonic() + timeout
     while True:
@@ -134,6 +147,22 @@ def close_all(timeout: float = EXIT_TIMEOUT) -> None:
                         len(pending), timeout)
             return
         pending[0].join(left)
+
+
+class _Handle:
+    """The native handle of a Store object that is gone."""
+
+    def __init__(self, lib, h: int):
+        self._lib, self._h = lib, h
+
+    @property
+    def closed(self) -> bool:
+        return self._lib.kvfabric_cleanup_pending(self._h) < 0  # invalid: closed
+
+    def close(self) -> None:
+        rc = self._lib.kvfabric_close(self._h)
+        if rc not in (OK, INVALID_HANDLE):
+            raise RuntimeError(f"kvfabric: close of handle {self._h} at exit: status {rc}")
 
 
 def _log_failure(err) -> None:

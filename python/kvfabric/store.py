@@ -147,7 +147,7 @@ class Store:
         self._lock = threading.Lock()  # guards _h and _regs
         self._h: int | None = h.value
         self._regs: dict[int, int] = {}  # registered ptr -> size
-        _exit.track(self)  # closed at interpreter exit / SIGTERM unless closed before
+        _exit.track(self, self._lib, h.value)  # closed at interpreter exit / SIGTERM unless closed before
 
     # ---- lifecycle ---------------------------------------------------------
 

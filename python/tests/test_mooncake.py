@@ -223,9 +223,11 @@ def test_setup_variants_and_close(tmp_path, monkeypatch):
 
 def test_shim_provides_mooncake_store():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([PYDIR, os.path.join(PYDIR, "mooncake-shim")]))
-    code = ("from mooncake.store import MooncakeDistributedStore, ReplicateConfig\n"
+    code = ("from mooncake.store import MooncakeDistributedStore, ReplicateConfig, SoftPinAction, ObjectDataType\n"
+            "from mooncake.store import ReplicaStatus, MooncakeHostMemAllocator, KVCACHE, COMPLETE\n"
             "import kvfabric.compat.mooncake as m\n"
             "assert MooncakeDistributedStore is m.MooncakeDistributedStore and ReplicateConfig is m.ReplicateConfig\n"
+            "assert KVCACHE is ObjectDataType.KVCACHE and COMPLETE is ReplicaStatus.COMPLETE\n"
             "print('ok')")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

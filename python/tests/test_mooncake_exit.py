@@ -51,8 +51,12 @@ else:
 print("sigterm", "ours" if _exit.installed(signal.SIGTERM) else "not-ours",
       "sigint", "ours" if _exit.installed(signal.SIGINT) else "not-ours", flush=True)
 print("ready", name, flush=True)
-if mode in ("exit", "store-exit"):
+if mode in ("exit", "store-exit", "dropped"):
     sys.stdin.readline()
+    if mode == "dropped":  # never closed, no reference left: its handle is closed at exit
+        import gc
+        del s
+        gc.collect()
     sys.exit(0)
 while True:
     time.sleep(0.05)
@@ -85,6 +89,7 @@ def start_provider(mode, addr, tmp_path):
 @pytest.mark.parametrize("mode,end,handlers,rc", [
     ("exit", "stdin", {"sigterm": "ours", "sigint": "not-ours"}, 0),
     ("store-exit", "stdin", {"sigterm": "ours", "sigint": "not-ours"}, 0),
+    ("dropped", "stdin", {"sigterm": "ours", "sigint": "not-ours"}, 0),
     ("sigterm", signal.SIGTERM, {"sigterm": "ours", "sigint": "not-ours"}, -signal.SIGTERM),
     # Python's SIGINT handler raises KeyboardInterrupt; atexit tears down.
     ("sigint", signal.SIGINT, {"sigterm": "ours", "sigint": "not-ours"}, None),
