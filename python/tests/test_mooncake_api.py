@@ -482,6 +482,15 @@ def test_tenants_are_isolated(tmp_path, master):
 # ---- health, close ---------------------------------------------------------------------------------
 
 
+def _wait_stopped(pid):
+    # kill() returns before the target stops: a call sent at once may still
+    # be answered.
+    deadline = time.monotonic() + 5
+    while open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
 def test_health_check(tmp_path):
     p, addr = start_master()
     s = remote(tmp_path, addr, gss=0, rpc_timeout="1s")
@@ -489,6 +498,7 @@ def test_health_check(tmp_path):
         assert s.health_check() == 0
         os.kill(p.pid, signal.SIGSTOP)
         try:
+            _wait_stopped(p.pid)
             assert s.health_check() == 2
         finally:
             os.kill(p.pid, signal.SIGCONT)
