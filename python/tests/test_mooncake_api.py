@@ -375,6 +375,13 @@ def test_put_from_zero_size_and_replica_kinds(ms):
     assert ms.register_buffer(buf.ctypes.data, buf.nbytes) == 0
     assert ms.put_from("empty", buf.ctypes.data, 0) == 0  # as Mooncake: stores nothing
     assert ms.is_exist("empty") == 0
+    # put_from_with_metadata: the object is metadata ‖ data.
+    buf[:8], buf[100:104] = 1, 2
+    p = buf.ctypes.data
+    assert ms.put_from_with_metadata("meta", p + 100, p, 4, 8) == 0
+    assert ms.get("meta") == b"\x01" * 8 + b"\x02" * 4
+    assert ms.put_from_with_metadata("meta0", p, p, 0, 8) == 0 and ms.is_exist("meta0") == 0
+    assert ms.get_offload_rpc_read_count() == 0
     for attr in ("nof_replica_num", "dfs_replica_num"):
         c = ReplicateConfig()
         setattr(c, attr, 1)

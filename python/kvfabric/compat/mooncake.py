@@ -908,6 +908,20 @@ class MooncakeDistributedStore:
             return _code(err)
         return self._put1(key, bufs, config, upsert=True, staged=False)
 
+    def put_from_with_metadata(self, key, buffer_ptr: int, metadata_buffer_ptr: int, size: int, metadata_size: int,
+                               config: ReplicateConfig | None = None) -> int:
+        """Stores metadata ‖ data: metadata_size bytes at
+        metadata_buffer_ptr followed by size bytes at buffer_ptr (registered
+        host or device memory). size 0 stores nothing and returns 0.
+        Failures are negative codes (Mooncake returns them negated)."""
+        if size == 0:
+            return 0
+        try:
+            bufs = [_raw(metadata_buffer_ptr, metadata_size), _raw(buffer_ptr, size)]
+        except Exception as err:  # noqa: BLE001
+            return _code(err)
+        return self._put1(key, [b for b in bufs if b.nbytes], config, upsert=False, staged=False)
+
     def _putn(self, keys, parts: list[list[Buf]] | None, config, *, upsert: bool, staged: bool,
               same_node_ok: bool = False) -> list[int]:
         keys = list(keys)
@@ -1025,6 +1039,11 @@ class MooncakeDistributedStore:
         """One BufferHandle (a bytearray with ptr()/size()) per key, None on
         a miss."""
         return [self.get_buffer(k) for k in keys]
+
+    def get_offload_rpc_read_count(self) -> int:
+        """Reads served from another client's SSD tier: always 0 (kvfabric
+        has no SSD tier)."""
+        return 0
 
     def get_into(self, key, buffer_ptr: int, size: int) -> int:
         """Reads into [buffer_ptr, +size): bytes read, or a negative code
