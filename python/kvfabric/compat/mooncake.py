@@ -624,10 +624,10 @@ class MooncakeDistributedStore:
         configuration keys; KVFABRIC_CONFIG overrides the arguments, extra
         keyword arguments override both. Returns 0 or a negative code (the
         reason is logged)."""
+        if isinstance(local_hostname, dict) and (metadata_server is not None or kwargs):
+            raise TypeError("setup(config) takes no other arguments")
         try:
             if isinstance(local_hostname, dict):
-                if metadata_server is not None or kwargs:
-                    raise TypeError("setup(config): no other arguments")
                 mc, extra = self._from_dict(local_hostname)
             else:
                 mc = {"local_hostname": local_hostname, "metadata_server": metadata_server,
@@ -639,8 +639,6 @@ class MooncakeDistributedStore:
                       "client_http_port": client_http_port}
                 extra = {}
             return self._setup(mc, extra, kwargs)
-        except TypeError:
-            raise
         except Exception as err:  # noqa: BLE001 - Mooncake reports codes
             log.error("kvfabric: setup failed: %s", err)
             return _code(err)
