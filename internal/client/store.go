@@ -43,7 +43,8 @@ type Options struct {
 	// ClientID is this process's id at the master and the owner part of its
 	// segment ids: 1 to master.MaxClientIDLen letters, digits, '-', '_',
 	// '.' or ':' (anything else fails Open with ErrInvalidArgument); empty
-	// means "<local_hostname>-<pid>-<n>". Reusing the id
+	// means the configuration's client_id, and when that is empty too
+	// "<local_hostname>-<pid>-<n>". Reusing the id
 	// of a dead process replaces its registration (its segments are
 	// unmounted).
 	ClientID string
@@ -198,6 +199,9 @@ var storeSeq atomic.Int64
 func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if opts.ClientID == "" {
+		opts.ClientID = cfg.ClientID
 	}
 	if opts.ClientID != "" {
 		// Refused here, before anything is built: the id names the

@@ -137,7 +137,8 @@ func (s *Service) tryPlaceLocked(r *PutStartReq, slot uint32, t target, tiers []
 // not used by this object's other replicas, not tried, with enough free
 // bytes, and reachable by the writer (reach.go).
 //
-// Preferred segments (Placement.Segments) of any allowed tier come first.
+// Preferred segments (Placement.Segments: segment ids, or client ids for
+// every segment that client provides) of any allowed tier come first.
 func (s *Service) bestSegmentLocked(r *PutStartReq, t target, tiers []segment.Tier, chosen []replica, tried []uint32) (uint32, bool) {
 	need := (r.Size + s.cfg.Alignment - 1) &^ (s.cfg.Alignment - 1)
 	pref := len(r.Placement.Segments) > 0
@@ -156,7 +157,7 @@ func (s *Service) bestSegmentLocked(r *PutStartReq, t target, tiers []segment.Ti
 			if sg == nil || !sg.usable() || sg.al.FreeBytes() < need || !s.reachesLocked(t.writer, sg) {
 				continue
 			}
-			if pass == 0 && (!slices.Contains(tiers, sg.desc.Tier) || !slices.Contains(r.Placement.Segments, sg.desc.ID)) ||
+			if pass == 0 && (!slices.Contains(tiers, sg.desc.Tier) || !preferred(r.Placement.Segments, sg.desc)) ||
 				pass > 0 && sg.desc.Tier != tier {
 				continue
 			}
@@ -173,6 +174,11 @@ func (s *Service) bestSegmentLocked(r *PutStartReq, t target, tiers []segment.Ti
 				cd := s.mu.segs[c.seg].desc
 				if cd.Node == d.Node {
 					score -= 8 // spread over nodes
+					if cd.Owner == d.Owner {
+						// and over the processes of a node: a replica
+						// must outlive its provider's exit
+						score -= 16
+					}
 					if cd.Location == d.Location {
 						score -= 4 // and over NUMA nodes / devices
 					}
@@ -195,4 +201,10 @@ func (s *Service) bestSegmentLocked(r *PutStartReq, t target, tiers []segment.Ti
 		}
 	}
 	return 0, false
+}
+
+// preferred reports whether the preferred list names d by its id or by its
+// owner's client id (a Mooncake-style "prefer this provider's memory").
+func preferred(list []string, d *segment.Descriptor) bool {
+	return slices.Contains(list, d.ID) || d.Owner != "" && slices.Contains(list, d.Owner)
 }
