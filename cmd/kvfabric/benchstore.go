@@ -794,6 +794,7 @@ func spawnMaster(ctx context.Context, exe, dir string) (string, func() error, er
 	cmd := exec.Command(exe, "master", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--lease-ttl", "2s", "--addr-file", addrFile)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // not outliving the bench
 	if err := cmd.Start(); err != nil {
 		return "", nil, err
 	}

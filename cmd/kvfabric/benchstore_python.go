@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kvfabric/kvfabric/internal/cuda"
@@ -195,6 +196,7 @@ func runStorePython(ctx context.Context, drv cuda.Driver, m storeMode, p storePa
 			Iters: p.iters, MaxKeys: p.maxKeys, Capacity: p.capacity, MaxMR: p.maxMR, SocketDir: p.socketDir})
 		cmd := exec.CommandContext(ctx, python, script, string(arg))
 		cmd.Env = env
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // not outliving the bench
 		pr := &pyProc{dev: dev, cmd: cmd, msgs: make(chan pyMsg, 16)}
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {

@@ -74,7 +74,9 @@ func (sc *sched) init() {
 
 // HoldStream holds s (a stream created in this driver) until release is
 // called: see the package's notes on held streams. Holds nest; release is
-// idempotent. Holding an unknown stream is a bug in the test and panics.
+// idempotent. A hold never released keeps its stream's work queued and CPU
+// waits on it blocked for good. Holding an unknown stream is a bug in the
+// test and panics.
 func (d *Driver) HoldStream(s cuda.Stream) (release func()) {
 	d.mu.RLock()
 	_, ok := d.mu.streams[s]
