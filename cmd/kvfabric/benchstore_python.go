@@ -112,7 +112,7 @@ func pythonSetup(f storeBenchFlags) (python, script string, env []string, skip s
 	}
 	lib := os.Getenv("KVFABRIC_LIB")
 	if lib == "" {
-		for _, p := range []string{filepath.Join(root, ".device", "libkvfabric.so"), filepath.Join(root, "build", "libkvfabric.so")} {
+		for _, p := range []string{filepath.Join(root, "build", "libkvfabric.so"), filepath.Join(root, ".device", "libkvfabric.so")} {
 			if _, err := os.Stat(p); err == nil {
 				lib = p
 				break
