@@ -21,6 +21,7 @@ cd "$(dirname "$0")/.."
 export KVFABRIC_LIB="${KVFABRIC_LIB:-.device/libkvfabric.so}"
 export PYTHONPATH="python${PYTHONPATH:+:$PYTHONPATH}"
 export OUT="${OUT:-/tmp}"
+mkdir -p "$OUT"
 exec python3 - "$@" <<'PY'
 import json, os, statistics, tempfile, time
 import torch
