@@ -378,15 +378,15 @@ func placementFuzz(t *testing.T, seed uint64, ops int) {
 	cfg.Alignment = 4 * KiB
 	cfg.Quotas = Quotas{Segments: -1, PendingPuts: -1, ReservedBytes: -1}
 	e := newEnvWith(t, cfg, transports["embedded"])
-	nodes := []string{"h0", "h1", "h2", "h3"}
-	domains := []string{"", "", "", "d1"}
+	nodes := []string{"h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7"}
+	domains := []string{"", "", "", "d1", "", "", "", "d1"}
 	for i, n := range nodes {
 		if _, err := e.c.RegisterClient(e.ctx, ClientInfo{ID: "p" + n, Node: n, NUMANode: 0, Device: 0, FabricDomain: domains[i]}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	type writer struct{ id, node, domain string }
-	writers := []writer{{"w0", "h0", ""}, {"w1", "h1", ""}, {"w3", "h3", "d1"}, {"w4", "h4", ""}, {"wn", "", ""}, {"wd", "h4", "d1"}}
+	writers := []writer{{"w0", "h0", ""}, {"w1", "h1", ""}, {"w3", "h3", "d1"}, {"w4", "h4", ""}, {"wn", "", ""}, {"wd", "h9", "d1"}, {"w9", "h9", ""}}
 	for i, w := range writers {
 		numa := int32(i%3) - 1
 		if _, err := e.c.RegisterClient(e.ctx, ClientInfo{ID: w.id, Node: w.node, NUMANode: numa, Device: int32(i % 2), FabricDomain: w.domain}); err != nil {
@@ -412,7 +412,7 @@ func placementFuzz(t *testing.T, seed uint64, ops int) {
 		e.mount(d)
 		mounted = append(mounted, id)
 	}
-	for range 24 {
+	for range 40 {
 		mount()
 	}
 	type put struct {
@@ -506,6 +506,12 @@ func placementFuzz(t *testing.T, seed uint64, ops int) {
 		default:
 			e.clk.Advance(11 * time.Second) // drains lapse (puts time out after 30 s)
 			e.svc.Reap()
+		}
+		e.svc.mu.Lock()
+		err := checkPlaceIndex(e.svc)
+		e.svc.mu.Unlock()
+		if err != nil {
+			t.Fatalf("op %d: placement index: %v", op, err)
 		}
 	}
 	if compared < ops/10 || failed == 0 {
@@ -629,4 +635,154 @@ func refBest(s *Service, r *PutStartReq, t target, tiers []segment.Tier, chosen 
 		}
 	}
 	return 0, false
+}
+
+// checkPlaceIndex verifies the placement index against the segments: every
+// usable mounted segment (none is held between calls) is in its bucket's
+// heap at its current key, every heap is ordered, every bucket's key is
+// its top's, and the counts and largest sizes are exact. Under s.mu.
+func checkPlaceIndex(s *Service) error {
+	ix := &s.mu.place
+	var mounted [3]int
+	type gstat struct {
+		n   int
+		max uint64
+	}
+	want := map[groupKey]*gstat{}
+	for slot, sg := range s.mu.segs {
+		if sg == nil {
+			continue
+		}
+		mounted[sg.desc.Tier]++
+		gk := groupKeyOf(sg)
+		if want[gk] == nil {
+			want[gk] = &gstat{}
+		}
+		want[gk].n++
+		want[gk].max = max(want[gk].max, sg.al.Size())
+		switch {
+		case sg.held:
+			return fmt.Errorf("segment %s held outside a placement", sg.desc.ID)
+		case sg.lb == nil || sg.lb.loc != sg.desc.Location || sg.lb.node.name != sg.desc.Node || sg.lb.node.group.key != gk:
+			return fmt.Errorf("segment %s in the wrong bucket", sg.desc.ID)
+		case sg.slot != uint32(slot):
+			return fmt.Errorf("segment %s: slot %d, want %d", sg.desc.ID, sg.slot, slot)
+		case sg.usable() != (ix.pos[slot] >= 0):
+			return fmt.Errorf("segment %s: usable %v, in heap at %d", sg.desc.ID, sg.usable(), ix.pos[slot])
+		case ix.pos[slot] >= 0 && sg.lb.segs[ix.pos[slot]] != (pkey{free: sg.al.FreeBytes(), slot: uint32(slot)}):
+			return fmt.Errorf("segment %s: key %+v at %d, free %d", sg.desc.ID, sg.lb.segs[ix.pos[slot]], ix.pos[slot], sg.al.FreeBytes())
+		}
+	}
+	if mounted != ix.mounted {
+		return fmt.Errorf("mounted %v, index says %v", mounted, ix.mounted)
+	}
+	checkHeap := func(what string, h pheap) error {
+		for i, n := range h {
+			if n.pos != int32(i) {
+				return fmt.Errorf("%s: element %d says it is at %d", what, i, n.pos)
+			}
+			if i > 0 && n.key.before(h[(i-1)/2].key) {
+				return fmt.Errorf("%s: element %d before its parent", what, i)
+			}
+		}
+		return nil
+	}
+	ngroups := 0
+	for t := range ix.byTier {
+		for _, g := range ix.byTier[t] {
+			ngroups++
+			w := want[g.key]
+			if w == nil || ix.groups[g.key] != g || g.n != w.n || g.max != w.max || len(g.sizes) == 0 {
+				return fmt.Errorf("group %+v: n %d max %d, want %+v", g.key, g.n, g.max, w)
+			}
+			if err := checkHeap(fmt.Sprintf("group %+v", g.key), g.nodes); err != nil {
+				return err
+			}
+			n := 0
+			for name, nb := range g.byNode {
+				n += nb.n
+				if nb.name != name || nb.group != g || nb.h.key != nb.locs.top() || g.nodes[nb.h.pos] != &nb.h {
+					return fmt.Errorf("node %s of group %+v", name, g.key)
+				}
+				if err := checkHeap("node "+name, nb.locs); err != nil {
+					return err
+				}
+				ln := 0
+				for _, lb := range nb.byLoc {
+					ln += lb.n
+					if lb.node != nb || lb.h.key != lb.segs.top() || nb.locs[lb.h.pos] != &lb.h || lb.n == 0 {
+						return fmt.Errorf("loc %d of node %s", lb.loc, name)
+					}
+					for i, k := range lb.segs {
+						if ix.pos[k.slot] != int32(i) || i > 0 && k.before(lb.segs[(i-1)/4]) {
+							return fmt.Errorf("loc %d of node %s: segment heap out of order at %d", lb.loc, name, i)
+						}
+					}
+				}
+				if ln != nb.n || len(nb.byLoc) != len(nb.locs) {
+					return fmt.Errorf("node %s: %d segments in its locations, %d counted", name, ln, nb.n)
+				}
+			}
+			if n != g.n || len(g.byNode) != len(g.nodes) {
+				return fmt.Errorf("group %+v: %d segments in its nodes, %d counted", g.key, n, g.n)
+			}
+		}
+	}
+	if ngroups != len(want) || ngroups != len(ix.groups) {
+		return fmt.Errorf("%d groups, want %d (map %d)", ngroups, len(want), len(ix.groups))
+	}
+	return nil
+}
+
+// TestPlaceHeaps checks the index's heaps against a scan under random
+// pushes, removals and key changes.
+func TestPlaceHeaps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	const slots = 64
+	pos := make([]int32, slots)
+	for i := range pos {
+		pos[i] = -1
+	}
+	var sh segHeap
+	var ph pheap
+	nodes := make([]hnode, slots)
+	for i := range nodes {
+		nodes[i] = hnode{pos: -1}
+	}
+	free := make([]uint64, slots)
+	for op := range 20000 {
+		s := uint32(rng.IntN(slots))
+		free[s] = uint64(rng.IntN(8)) // many ties: the slot decides
+		k := pkey{free: free[s], slot: s}
+		switch {
+		case pos[s] < 0 && rng.IntN(2) == 0:
+			sh.push(k, pos)
+			nodes[s].key = k
+			ph.push(&nodes[s])
+		case pos[s] >= 0 && rng.IntN(3) == 0:
+			sh.remove(s, pos)
+			ph.remove(&nodes[s])
+		case pos[s] >= 0:
+			sh[pos[s]] = k
+			sh.fix(int(pos[s]), pos)
+			nodes[s].key = k
+			ph.fix(int(nodes[s].pos))
+		}
+		want := pkeyNone
+		n := 0
+		for i := range slots {
+			if pos[i] >= 0 {
+				n++
+				if k := (pkey{free: free[i], slot: uint32(i)}); k.before(want) {
+					want = k
+				}
+				if sh[pos[i]] != (pkey{free: free[i], slot: uint32(i)}) || ph[nodes[i].pos] != &nodes[i] || nodes[i].key != sh[pos[i]] {
+					t.Fatalf("op %d: slot %d misplaced", op, i)
+				}
+			}
+		}
+		if len(sh) != n || len(ph) != n || sh.top() != want || ph.top() != want {
+			t.Fatalf("op %d: %d in the heaps (%d, %d), tops %+v %+v, want %+v", op, n, len(sh), len(ph), sh.top(), ph.top(), want)
+		}
+	}
 }
