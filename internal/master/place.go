@@ -102,7 +102,7 @@ func (s *Service) placeLocked(r *PutStartReq, writer *clientState, slot uint32, 
 		return out, fmt.Errorf("%w: key %q: %d replicas need distinct segments, %d mounted (and reachable)", ErrNoSpace, r.Key, n, segs)
 	}
 	out, err := s.tryPlaceLocked(r, slot, &t, tiers, cands, n, out)
-	if !errors.Is(err, ErrNoSpace) {
+	if err == nil || !errors.Is(err, ErrNoSpace) {
 		return out, err
 	}
 	// First reclaim what is already free in all but name: objects removed

@@ -27,9 +27,12 @@ import (
 // whose score is not 0 — the target node and the nodes of replicas already
 // chosen, each with a handful of locations — and takes the best of all
 // other nodes (score 0) from the group heap, walking past the special
-// nodes. Free bytes change on every alloc and free: the segment moves in
-// its heap and the change propagates up while the bucket's top changes,
-// O(log S).
+// nodes. A query costs O(G·(1 + k·L) + log S) for G groups the writer
+// reaches (normally 1–3; every node's posix_fd group for a writer
+// registered without a node), k special nodes (at most MaxReplicas+1) and
+// L locations per node. Free bytes change on every alloc and free: the
+// segment moves in its heap and the change propagates up while the
+// bucket's top changes, O(log S).
 //
 // Only usable segments (not draining, not suspect) that the put being
 // placed has not taken or tried (segState.held) are in the heaps; every
