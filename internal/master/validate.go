@@ -34,12 +34,24 @@ func validateKey(key string, maxLen int) error {
 }
 
 func validateID(field, id string) error {
-	switch {
-	case len(id) > segment.MaxIDLen:
+	if len(id) > segment.MaxIDLen {
 		return fmt.Errorf("%w: %s %.32q…: %d bytes, limit %d", ErrInvalid, field, id, len(id), segment.MaxIDLen)
-	case !utf8.ValidString(id):
+	}
+	// One pass over the bytes (every put validates its writer's id and
+	// node): utf8.ValidString only for non-ASCII ids.
+	ascii, ctl := true, false
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case c >= utf8.RuneSelf:
+			ascii = false
+		case c == 0 || c == '\n':
+			ctl = true
+		}
+	}
+	switch {
+	case !ascii && !utf8.ValidString(id):
 		return fmt.Errorf("%w: %s %q: not valid UTF-8", ErrInvalid, field, id)
-	case strings.ContainsAny(id, "\x00\n"):
+	case ctl:
 		return fmt.Errorf("%w: %s %q: contains NUL or newline", ErrInvalid, field, id)
 	}
 	return nil
