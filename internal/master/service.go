@@ -171,9 +171,9 @@ type Service struct {
 		sync.Mutex
 		closed   bool
 		clients  map[string]*clientState
-		segIndex map[string]uint32 // segment id → slot
+		segIndex map[string]uint32   // segment id → slot
 		byOwner  map[string][]uint32 // owner client id → its segments' slots
-		segs     []*segState       // by slot; nil when free
+		segs     []*segState         // by slot; nil when free
 		freeSegs []uint32
 		place    placeIndex // usable segments by tier, reach, node and location
 		tierCap  [3]uint64  // by segment.Tier
