@@ -12,6 +12,8 @@
 #   store-ptr       kvfabric.Store.get(key, (ptr, nbytes))
 #   store-tensor    kvfabric.Store.get(key, tensor)           (torch stream)
 #   store-tensor-s0 kvfabric.Store.get(key, tensor, stream=0)
+#   remote-store-*  the Store gets again with a `kvfabric master` process on
+#                   loopback instead of the embedded one
 # and, for store-tensor, the Python-side split: resolving the tensor
 # (_parts: contiguity, data_ptr, current stream) vs the native call.
 # Every get's bytes are checked against the value put (outside the timed
@@ -98,6 +100,43 @@ try:
 finally:
     mc._store = None
     s.close()
+# The same gets through a remote master (a `kvfabric master` process on
+# loopback): this process provides the DRAM and reads it back.
+import subprocess, pathlib
+kv = os.environ.get("KVFABRIC_BIN", ".device/kvfabric")
+addr_file = os.path.join(sock, "addr")
+m = subprocess.Popen([kv, "master", "--listen", "127.0.0.1:0", "--addr-file", addr_file, "--metrics-listen", ""],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+try:
+    for _ in range(200):
+        if os.path.exists(addr_file) and pathlib.Path(addr_file).read_text().strip():
+            break
+        time.sleep(0.05)
+    rcfg = dict(CFG, master_server_addr=pathlib.Path(addr_file).read_text().strip())
+    rs = kvfabric.Store(rcfg)
+    try:
+        for size in (4 << 10, 64 << 10):
+            key = f"rlat-{size}"
+            src = torch.randint(0, 256, (size,), dtype=torch.uint8, device=dev)
+            rs.put(key, src)
+            dst = torch.empty(size, dtype=torch.uint8, device=dev)
+            ptr = dst.data_ptr()
+            r = results.setdefault(str(size), {})
+            r["remote-store-ptr"] = stats(timed(lambda: rs.get(key, (ptr, size))))
+            r["remote-store-tensor"] = stats(timed(lambda: rs.get(key, dst)))
+            dst.zero_()
+            ok = rs.get(key, dst) == size
+            torch.cuda.synchronize()
+            r["bytes_ok"] = bool(r.get("bytes_ok", True) and ok and torch.equal(dst, src))
+            print(f"remote master, size {size} bytes_ok={r['bytes_ok']}")
+            for name in ("remote-store-ptr", "remote-store-tensor"):
+                v = r[name]
+                print(f"  {name:20s} p50 {v['p50']:8.2f} µs  p99 {v['p99']:8.2f}  min {v['min']:8.2f}")
+    finally:
+        rs.close()
+finally:
+    m.terminate()
+    m.wait(timeout=10)
 with open(os.path.join(os.environ["OUT"], os.environ.get("KVFABRIC_LAT_JSON", "latency.json")), "w") as f:
     json.dump(results, f, indent=1)
 raise SystemExit(0 if all(r["bytes_ok"] for r in results.values()) else 1)
