@@ -122,7 +122,7 @@ func fromStatus(err error) error {
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == errorDomain {
 			if info.Reason == "NOT_LEADER" {
-				return notLeaderFromMetadata(info.Metadata)
+				return notLeaderFromMetadata(st.Message(), info.Metadata)
 			}
 			if s := sentinelFor(info.Reason); s != nil {
 				return &wireError{msg: st.Message(), sentinel: s}

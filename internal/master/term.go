@@ -40,9 +40,13 @@ type NotLeaderError struct {
 	Epoch  uint64
 	// Why says why this master does not answer (standby, term ended, …).
 	Why string
+	msg string // the master's message, when decoded from the wire
 }
 
 func (e *NotLeaderError) Error() string {
+	if e.msg != "" {
+		return e.msg
+	}
 	msg := ErrNotLeader.Error()
 	if e.Why != "" {
 		msg += " (" + e.Why + ")"
@@ -272,8 +276,11 @@ func notLeaderMetadata(e *NotLeaderError) map[string]string {
 	return md
 }
 
-func notLeaderFromMetadata(md map[string]string) error {
-	e := &NotLeaderError{Leader: md["leader"], Why: md["why"]}
+func notLeaderFromMetadata(msg string, md map[string]string) error {
+	if _, ok := md["why"]; !ok {
+		return &wireError{msg: msg, sentinel: ErrNotLeader} // no NotLeaderError was sent
+	}
+	e := &NotLeaderError{Leader: md["leader"], Why: md["why"], msg: msg}
 	e.Epoch, _ = strconv.ParseUint(md["epoch"], 10, 64)
 	if e.Epoch == 0 {
 		e.Leader = ""
