@@ -87,4 +87,3 @@ func StartEtcd(ctx context.Context, c EtcdConfig) (_ *embed.Etcd, err error) {
 		return nil, fmt.Errorf("ha: etcd in %s not ready: %w", c.Dir, ctx.Err())
 	}
 }
-

@@ -48,12 +48,18 @@ func TestRouterStandbyRefusesEveryCall(t *testing.T) {
 	c := routedMaster(t, &r, &Epochs{})
 	ctx := context.Background()
 	calls := map[string]func() error{
-		"RegisterClient": func() error { _, err := c.RegisterClient(ctx, ClientInfo{ID: "a", NUMANode: -1, Device: -1}); return err },
-		"Heartbeat":      func() error { _, err := c.Heartbeat(ctx, "a", Mapped{}); return err },
-		"PutStart":       func() error { _, err := c.PutStart(ctx, []PutStartReq{{Key: "k", Size: 1, Placement: NoPlacement}}); return err },
-		"PutEnd":         func() error { return c.PutEnd(ctx, []PutRef{{Key: "k", Token: 1}})[0] },
-		"GetReplicas":    func() error { _, err := c.GetReplicas(ctx, []string{"k"}); return err },
-		"Stats":          func() error { _, err := c.Stats(ctx); return err },
+		"RegisterClient": func() error {
+			_, err := c.RegisterClient(ctx, ClientInfo{ID: "a", NUMANode: -1, Device: -1})
+			return err
+		},
+		"Heartbeat": func() error { _, err := c.Heartbeat(ctx, "a", Mapped{}); return err },
+		"PutStart": func() error {
+			_, err := c.PutStart(ctx, []PutStartReq{{Key: "k", Size: 1, Placement: NoPlacement}})
+			return err
+		},
+		"PutEnd":      func() error { return c.PutEnd(ctx, []PutRef{{Key: "k", Token: 1}})[0] },
+		"GetReplicas": func() error { _, err := c.GetReplicas(ctx, []string{"k"}); return err },
+		"Stats":       func() error { _, err := c.Stats(ctx); return err },
 		"MountSegment": func() error {
 			return c.MountSegment(ctx, segment.Descriptor{ID: "s", Generation: 1, Owner: "a", Size: 1 << 20})
 		},
