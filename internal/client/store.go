@@ -92,16 +92,17 @@ type Store struct {
 	m         master.Client
 	ownMaster bool
 
-	hbStop chan struct{}
-	hbDone chan struct{}
+	hbStop  chan struct{}
+	hbDone  chan struct{}
+	hbErr   atomic.Pointer[error]
+	regInfo master.ClientInfo // as registered; fixed after Open
+
 	// hbKick makes the heartbeat beat now (a new leadership term: register
 	// with the new leader at once). Buffered, one pending kick.
 	hbKick chan struct{}
 	// termFenced: the master fences each leadership term (HA, ha.go), so
 	// remounting after re-registration needs no wait.
 	termFenced bool
-	hbErr      atomic.Pointer[error]
-	regInfo    master.ClientInfo // as registered; fixed after Open
 
 	// reg is this process's registration at the master. Its RWMutex also
 	// fences copies against re-registration: a put batch holds the read
