@@ -53,6 +53,11 @@ type Client struct {
 		sync.Mutex
 		conns map[string]master.Client // by master address: one connection each
 		hint  Leader                   // a leader named by a master, newer than etcd's view
+		// term is cancelled when the leader changes: calls still waiting
+		// for the old one are abandoned and sent to the new one.
+		term       context.Context
+		endTerm    context.CancelFunc
+		termLeader Leader // the leader term belongs to
 	}
 }
 
@@ -79,6 +84,7 @@ func Dial(ctx context.Context, addr string, o DialOptions) (_ *Client, err error
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.mu.conns = map[string]master.Client{}
+	c.mu.term, c.mu.endTerm = context.WithCancel(context.Background())
 	c.epochs.OnNew = func(epoch uint64) {
 		c.log.Info("kvfabric master: new term", "epoch", epoch)
 		if o.OnNewTerm != nil {
@@ -93,6 +99,9 @@ func Dial(ctx context.Context, addr string, o DialOptions) (_ *Client, err error
 			_ = c.epochs.Observe(l.Epoch) // an older one than an answer's: etcd lags
 			c.log.Info("kvfabric master leader", "addr", l.Addr, "epoch", l.Epoch)
 		}
+		c.mu.Lock()
+		c.checkTermLocked(l)
+		c.mu.Unlock()
 	})
 	defer func() {
 		if err != nil {
@@ -107,13 +116,27 @@ func Dial(ctx context.Context, addr string, o DialOptions) (_ *Client, err error
 
 // Leader is the leader the Client sends calls to now.
 func (c *Client) Leader() Leader {
-	l, _ := c.w.Leader()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.leaderLocked()
+}
+
+func (c *Client) leaderLocked() Leader {
+	l, _ := c.w.Leader()
 	if c.mu.hint.Epoch > l.Epoch {
 		return c.mu.hint
 	}
 	return l
+}
+
+// checkTermLocked ends the calls' term context when the leader is no
+// longer the one it belongs to.
+func (c *Client) checkTermLocked(Leader) {
+	if l := c.leaderLocked(); l != c.mu.termLeader && c.mu.endTerm != nil {
+		c.mu.endTerm()
+		c.mu.term, c.mu.endTerm = context.WithCancel(context.Background())
+		c.mu.termLeader = l
+	}
 }
 
 // Epoch is the newest epoch the Client has seen.
@@ -134,6 +157,7 @@ func (c *Client) Close() error {
 		errs = append(errs, m.Close())
 	}
 	c.mu.conns = nil
+	c.mu.endTerm()
 	c.mu.Unlock()
 	if c.w != nil {
 		c.w.Close()
@@ -144,32 +168,34 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
-// conn returns the connection to the current leader, waiting (bounded by
-// ctx) until one is known.
-func (c *Client) conn(ctx context.Context) (master.Client, Leader, error) {
+// conn returns the connection to the current leader and the context of its
+// term, waiting (bounded by ctx) until a leader is known.
+func (c *Client) conn(ctx context.Context) (master.Client, Leader, context.Context, error) {
 	for {
 		if c.closed.Load() {
-			return nil, Leader{}, master.ErrClosed
+			return nil, Leader{}, nil, master.ErrClosed
 		}
-		l := c.Leader()
+		c.mu.Lock()
+		l := c.leaderLocked()
 		if l.Addr != "" {
-			c.mu.Lock()
 			defer c.mu.Unlock()
 			if c.mu.conns == nil {
-				return nil, l, master.ErrClosed
+				return nil, l, nil, master.ErrClosed
 			}
+			c.checkTermLocked(l)
 			m, ok := c.mu.conns[l.Addr]
 			if !ok {
 				var err error
 				if m, err = master.DialTerm(l.Addr, &c.epochs, c.dial...); err != nil {
-					return nil, l, err
+					return nil, l, nil, err
 				}
 				c.mu.conns[l.Addr] = m
 			}
-			return m, l, nil
+			return m, l, c.mu.term, nil
 		}
+		c.mu.Unlock()
 		if _, err := c.w.WaitLeader(ctx); err != nil {
-			return nil, l, fmt.Errorf("master: no leader in etcd: %w", err)
+			return nil, l, nil, fmt.Errorf("master: no leader in etcd: %w", err)
 		}
 	}
 }
@@ -189,6 +215,7 @@ func (c *Client) after(ctx context.Context, l Leader, err error) error {
 			c.mu.Lock()
 			if nl.Epoch > c.mu.hint.Epoch {
 				c.mu.hint = Leader{Addr: nl.Leader, Epoch: nl.Epoch}
+				c.checkTermLocked(c.mu.hint)
 			}
 			c.mu.Unlock()
 			return nil
@@ -231,17 +258,27 @@ func transport(err error) bool {
 	return false
 }
 
-// do sends f to the leader, and again to a new one as after decides.
-func do[T any](c *Client, ctx context.Context, f func(master.Client) (T, error)) (T, error) {
+// do sends f to the leader, and again to a new one as after decides. A
+// call still waiting for a leader when etcd names another is abandoned
+// and sent to the new one (a stopped leader answers nothing until its
+// term is long over; when it resumes, it refuses the call).
+func do[T any](c *Client, ctx context.Context, f func(context.Context, master.Client) (T, error)) (T, error) {
 	for {
-		m, l, err := c.conn(ctx)
+		m, l, term, err := c.conn(ctx)
 		if err != nil {
 			var zero T
 			return zero, err
 		}
-		v, err := f(m)
+		cctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(term, cancel)
+		v, err := f(cctx, m)
+		stop()
+		cancel()
 		if err == nil {
 			return v, nil
+		}
+		if ctx.Err() == nil && term.Err() != nil {
+			continue // the leader changed during the call
 		}
 		if aerr := c.after(ctx, l, err); aerr != nil {
 			return v, aerr
@@ -251,9 +288,9 @@ func do[T any](c *Client, ctx context.Context, f func(master.Client) (T, error))
 
 // doErrs is do for the calls that answer one error per item: the same
 // error in every slot is the call's.
-func doErrs(c *Client, ctx context.Context, n int, f func(master.Client) []error) []error {
-	errs, err := do(c, ctx, func(m master.Client) ([]error, error) {
-		errs := f(m)
+func doErrs(c *Client, ctx context.Context, n int, f func(context.Context, master.Client) []error) []error {
+	errs, err := do(c, ctx, func(ctx context.Context, m master.Client) ([]error, error) {
+		errs := f(ctx, m)
 		if len(errs) > 0 && errs[0] != nil {
 			for _, e := range errs[1:] {
 				if e != errs[0] {
@@ -274,72 +311,72 @@ func doErrs(c *Client, ctx context.Context, n int, f func(master.Client) []error
 }
 
 func (c *Client) RegisterClient(ctx context.Context, info master.ClientInfo) (master.Registration, error) {
-	return do(c, ctx, func(m master.Client) (master.Registration, error) { return m.RegisterClient(ctx, info) })
+	return do(c, ctx, func(ctx context.Context, m master.Client) (master.Registration, error) { return m.RegisterClient(ctx, info) })
 }
 
 func (c *Client) UnregisterClient(ctx context.Context, id string) error {
-	_, err := do(c, ctx, func(m master.Client) (struct{}, error) { return struct{}{}, m.UnregisterClient(ctx, id) })
+	_, err := do(c, ctx, func(ctx context.Context, m master.Client) (struct{}, error) { return struct{}{}, m.UnregisterClient(ctx, id) })
 	return err
 }
 
 func (c *Client) Heartbeat(ctx context.Context, id string, mapped master.Mapped) (master.HeartbeatInfo, error) {
-	return do(c, ctx, func(m master.Client) (master.HeartbeatInfo, error) { return m.Heartbeat(ctx, id, mapped) })
+	return do(c, ctx, func(ctx context.Context, m master.Client) (master.HeartbeatInfo, error) { return m.Heartbeat(ctx, id, mapped) })
 }
 
 func (c *Client) MountSegment(ctx context.Context, d segment.Descriptor) error {
-	_, err := do(c, ctx, func(m master.Client) (struct{}, error) { return struct{}{}, m.MountSegment(ctx, d) })
+	_, err := do(c, ctx, func(ctx context.Context, m master.Client) (struct{}, error) { return struct{}{}, m.MountSegment(ctx, d) })
 	return err
 }
 
 func (c *Client) UnmountSegment(ctx context.Context, k segment.Key) error {
-	_, err := do(c, ctx, func(m master.Client) (struct{}, error) { return struct{}{}, m.UnmountSegment(ctx, k) })
+	_, err := do(c, ctx, func(ctx context.Context, m master.Client) (struct{}, error) { return struct{}{}, m.UnmountSegment(ctx, k) })
 	return err
 }
 
 func (c *Client) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]master.PutStartResult, error) {
-	return do(c, ctx, func(m master.Client) ([]master.PutStartResult, error) { return m.PutStart(ctx, reqs) })
+	return do(c, ctx, func(ctx context.Context, m master.Client) ([]master.PutStartResult, error) { return m.PutStart(ctx, reqs) })
 }
 
 func (c *Client) PutEnd(ctx context.Context, puts []master.PutRef) []error {
-	return doErrs(c, ctx, len(puts), func(m master.Client) []error { return m.PutEnd(ctx, puts) })
+	return doErrs(c, ctx, len(puts), func(ctx context.Context, m master.Client) []error { return m.PutEnd(ctx, puts) })
 }
 
 func (c *Client) PutRevoke(ctx context.Context, puts []master.PutRef) []error {
-	return doErrs(c, ctx, len(puts), func(m master.Client) []error { return m.PutRevoke(ctx, puts) })
+	return doErrs(c, ctx, len(puts), func(ctx context.Context, m master.Client) []error { return m.PutRevoke(ctx, puts) })
 }
 
 func (c *Client) GetReplicas(ctx context.Context, keys []string) ([]master.GetResult, error) {
-	return do(c, ctx, func(m master.Client) ([]master.GetResult, error) { return m.GetReplicas(ctx, keys) })
+	return do(c, ctx, func(ctx context.Context, m master.Client) ([]master.GetResult, error) { return m.GetReplicas(ctx, keys) })
 }
 
 func (c *Client) ReleaseLeases(ctx context.Context, ids []uint64) error {
-	_, err := do(c, ctx, func(m master.Client) (struct{}, error) { return struct{}{}, m.ReleaseLeases(ctx, ids) })
+	_, err := do(c, ctx, func(ctx context.Context, m master.Client) (struct{}, error) { return struct{}{}, m.ReleaseLeases(ctx, ids) })
 	return err
 }
 
 func (c *Client) ReportUnreachable(ctx context.Context, reporter string, k segment.Key, reason string) error {
-	_, err := do(c, ctx, func(m master.Client) (struct{}, error) {
+	_, err := do(c, ctx, func(ctx context.Context, m master.Client) (struct{}, error) {
 		return struct{}{}, m.ReportUnreachable(ctx, reporter, k, reason)
 	})
 	return err
 }
 
 func (c *Client) Exists(ctx context.Context, keys []string, lease bool) ([]bool, error) {
-	return do(c, ctx, func(m master.Client) ([]bool, error) { return m.Exists(ctx, keys, lease) })
+	return do(c, ctx, func(ctx context.Context, m master.Client) ([]bool, error) { return m.Exists(ctx, keys, lease) })
 }
 
 func (c *Client) Remove(ctx context.Context, keys []string, force bool) []error {
-	return doErrs(c, ctx, len(keys), func(m master.Client) []error { return m.Remove(ctx, keys, force) })
+	return doErrs(c, ctx, len(keys), func(ctx context.Context, m master.Client) []error { return m.Remove(ctx, keys, force) })
 }
 
 func (c *Client) RemoveAll(ctx context.Context, f master.Filter, force bool) (int, error) {
-	return do(c, ctx, func(m master.Client) (int, error) { return m.RemoveAll(ctx, f, force) })
+	return do(c, ctx, func(ctx context.Context, m master.Client) (int, error) { return m.RemoveAll(ctx, f, force) })
 }
 
 func (c *Client) ListSegments(ctx context.Context) ([]segment.Descriptor, error) {
-	return do(c, ctx, func(m master.Client) ([]segment.Descriptor, error) { return m.ListSegments(ctx) })
+	return do(c, ctx, func(ctx context.Context, m master.Client) ([]segment.Descriptor, error) { return m.ListSegments(ctx) })
 }
 
 func (c *Client) Stats(ctx context.Context) (master.Stats, error) {
-	return do(c, ctx, func(m master.Client) (master.Stats, error) { return m.Stats(ctx) })
+	return do(c, ctx, func(ctx context.Context, m master.Client) (master.Stats, error) { return m.Stats(ctx) })
 }

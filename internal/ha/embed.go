@@ -33,6 +33,8 @@ type EtcdConfig struct {
 	// (defaults 100 and 1000). The shortest lease etcd grants is 1.5
 	// election timeouts, rounded up to whole seconds.
 	TickMs, ElectionMs uint
+	// UnsafeNoFsync skips fsync (tests only: a crash loses data).
+	UnsafeNoFsync bool
 }
 
 // StartEtcd starts an etcd member and waits until it serves (or ctx is
@@ -70,6 +72,7 @@ func StartEtcd(ctx context.Context, c EtcdConfig) (_ *embed.Etcd, err error) {
 		cfg.ClientTLSInfo = etcdtransport.TLSInfo{CertFile: c.CertFile, KeyFile: c.KeyFile,
 			TrustedCAFile: c.ClientCAFile, ClientCertAuth: c.ClientCAFile != ""}
 	}
+	cfg.UnsafeNoFsync = c.UnsafeNoFsync
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
