@@ -311,30 +311,42 @@ func doErrs(c *Client, ctx context.Context, n int, f func(context.Context, maste
 }
 
 func (c *Client) RegisterClient(ctx context.Context, info master.ClientInfo) (master.Registration, error) {
-	return do(c, ctx, func(ctx context.Context, m master.Client) (master.Registration, error) { return m.RegisterClient(ctx, info) })
+	return do(c, ctx, func(ctx context.Context, m master.Client) (master.Registration, error) {
+		return m.RegisterClient(ctx, info)
+	})
 }
 
 func (c *Client) UnregisterClient(ctx context.Context, id string) error {
-	_, err := do(c, ctx, func(ctx context.Context, m master.Client) (struct{}, error) { return struct{}{}, m.UnregisterClient(ctx, id) })
+	_, err := do(c, ctx, func(ctx context.Context, m master.Client) (struct{}, error) {
+		return struct{}{}, m.UnregisterClient(ctx, id)
+	})
 	return err
 }
 
 func (c *Client) Heartbeat(ctx context.Context, id string, mapped master.Mapped) (master.HeartbeatInfo, error) {
-	return do(c, ctx, func(ctx context.Context, m master.Client) (master.HeartbeatInfo, error) { return m.Heartbeat(ctx, id, mapped) })
+	return do(c, ctx, func(ctx context.Context, m master.Client) (master.HeartbeatInfo, error) {
+		return m.Heartbeat(ctx, id, mapped)
+	})
 }
 
 func (c *Client) MountSegment(ctx context.Context, d segment.Descriptor) error {
-	_, err := do(c, ctx, func(ctx context.Context, m master.Client) (struct{}, error) { return struct{}{}, m.MountSegment(ctx, d) })
+	_, err := do(c, ctx, func(ctx context.Context, m master.Client) (struct{}, error) {
+		return struct{}{}, m.MountSegment(ctx, d)
+	})
 	return err
 }
 
 func (c *Client) UnmountSegment(ctx context.Context, k segment.Key) error {
-	_, err := do(c, ctx, func(ctx context.Context, m master.Client) (struct{}, error) { return struct{}{}, m.UnmountSegment(ctx, k) })
+	_, err := do(c, ctx, func(ctx context.Context, m master.Client) (struct{}, error) {
+		return struct{}{}, m.UnmountSegment(ctx, k)
+	})
 	return err
 }
 
 func (c *Client) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]master.PutStartResult, error) {
-	return do(c, ctx, func(ctx context.Context, m master.Client) ([]master.PutStartResult, error) { return m.PutStart(ctx, reqs) })
+	return do(c, ctx, func(ctx context.Context, m master.Client) ([]master.PutStartResult, error) {
+		return m.PutStart(ctx, reqs)
+	})
 }
 
 func (c *Client) PutEnd(ctx context.Context, puts []master.PutRef) []error {
@@ -346,11 +358,15 @@ func (c *Client) PutRevoke(ctx context.Context, puts []master.PutRef) []error {
 }
 
 func (c *Client) GetReplicas(ctx context.Context, keys []string) ([]master.GetResult, error) {
-	return do(c, ctx, func(ctx context.Context, m master.Client) ([]master.GetResult, error) { return m.GetReplicas(ctx, keys) })
+	return do(c, ctx, func(ctx context.Context, m master.Client) ([]master.GetResult, error) {
+		return m.GetReplicas(ctx, keys)
+	})
 }
 
 func (c *Client) ReleaseLeases(ctx context.Context, ids []uint64) error {
-	_, err := do(c, ctx, func(ctx context.Context, m master.Client) (struct{}, error) { return struct{}{}, m.ReleaseLeases(ctx, ids) })
+	_, err := do(c, ctx, func(ctx context.Context, m master.Client) (struct{}, error) {
+		return struct{}{}, m.ReleaseLeases(ctx, ids)
+	})
 	return err
 }
 
