@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"google.golang.org/grpc"
 
 	"github.com/kvfabric/kvfabric/internal/config"
@@ -74,17 +73,12 @@ func runMasterHA(ctx context.Context, o masterOpts, cfg master.Config, reg *prom
 		if o.tlsCert == "" && !o.insecure && !master.IsLoopback(strings.TrimPrefix(strings.TrimPrefix(curl, "http://"), "https://")) {
 			return fmt.Errorf("--embedded-etcd-client-url %s is not a loopback address: refusing to serve etcd in plaintext; give --tls-cert-file/--tls-key-file/--tls-client-ca-file or --insecure", curl)
 		}
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		e, err := ha.StartEtcd(sctx, ha.EtcdConfig{Dir: h.embeddedDir, ClientURL: curl, PeerURL: h.embeddedPeerURL,
-			CertFile: o.tlsCert, KeyFile: o.tlsKey, ClientCAFile: o.clientCA})
-		cancel()
-		if err != nil {
+		var stopEtcd func()
+		if cli, stopEtcd, err = startEmbeddedEtcd(ctx, ha.EtcdConfig{Dir: h.embeddedDir, ClientURL: curl, PeerURL: h.embeddedPeerURL,
+			CertFile: o.tlsCert, KeyFile: o.tlsKey, ClientCAFile: o.clientCA}); err != nil {
 			return fmt.Errorf("--embedded-etcd: %w", err)
 		}
-		defer e.Close()
-		// The master reaches its own member in-process.
-		cli = v3client.New(e.Server)
-		defer cli.Close()
+		defer stopEtcd()
 		log.Warn("kvfabric master: embedded etcd serving", "dir", h.embeddedDir, "clients", curl,
 			"master_server_addr", "etcd://"+strings.TrimPrefix(strings.TrimPrefix(curl, "http://"), "https://")+h.prefix)
 	} else {

@@ -146,7 +146,7 @@ func runMaster(t *testing.T) {
 	}
 	var terms []string
 	for _, r := range m.Terms() {
-		terms = append(terms, fmt.Sprintf("%d(%s)", r.Epoch, r.Why))
+		terms = append(terms, fmt.Sprintf("%d(%s,fence=%v)", r.Epoch, r.Why, r.Fence))
 	}
 	simtest.Send(fmt.Sprintf("terms %s refused %d", strings.Join(terms, ","), m.Refused()))
 }

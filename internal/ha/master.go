@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,9 @@ type TermRecord struct {
 	Epoch        uint64
 	Began, Ended time.Time // Ended is zero while it leads
 	Why          string    // why it ended
+	// Fence is how long after Began it placed no puts (0 for the first
+	// term of a cluster).
+	Fence time.Duration
 }
 
 // NewMaster returns a Master; Serve runs it.
@@ -273,6 +277,24 @@ func (m *Master) term(ctx context.Context) (err error) {
 	}
 	epoch := uint64(el.Rev())
 	began := time.Now()
+	// Record the term; the first term of a cluster has no predecessor
+	// whose leases and puts could still run, so it needs no fence. The
+	// write holds only while our election key does.
+	termKey := m.cfg.Prefix + "/term"
+	tctx2, cancel2 := context.WithTimeout(tctx, 5*time.Second)
+	tr, err := cli.Txn(tctx2).If(clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())).
+		Then(clientv3.OpGet(termKey), clientv3.OpPut(termKey, strconv.FormatUint(epoch, 10))).Commit()
+	cancel2()
+	switch {
+	case err != nil:
+		return fmt.Errorf("term %d: record it in etcd: %w", epoch, err)
+	case !tr.Succeeded:
+		return fmt.Errorf("term %d: the election key is gone", epoch)
+	}
+	fence := m.fence
+	if len(tr.Responses[0].GetResponseRange().Kvs) == 0 {
+		fence = 0
+	}
 
 	reg := prometheus.NewRegistry()
 	sc := m.cfg.Service
@@ -285,13 +307,13 @@ func (m *Master) term(ctx context.Context) (err error) {
 	m.reg.Store(reg)
 	defer m.reg.Store(nil)
 	m.router.SetLeader(m.cfg.Advertise, epoch)
-	m.router.Lead(svc, m.cfg.Auth, master.Term{Epoch: epoch, Valid: v.valid, FenceUntil: began.Add(m.fence)})
+	m.router.Lead(svc, m.cfg.Auth, master.Term{Epoch: epoch, Valid: v.valid, FenceUntil: began.Add(fence)})
 	m.lead.Set(1)
 	m.ep.Set(float64(epoch))
 	m.hist.Lock()
-	m.hist.terms = append(m.hist.terms, TermRecord{Epoch: epoch, Began: began})
+	m.hist.terms = append(m.hist.terms, TermRecord{Epoch: epoch, Began: began, Fence: fence})
 	m.hist.Unlock()
-	m.log.Warn("kvfabric master: leading", "epoch", epoch, "addr", m.cfg.Advertise, "puts placed from", m.fence)
+	m.log.Warn("kvfabric master: leading", "epoch", epoch, "addr", m.cfg.Advertise, "puts placed from", fence)
 
 	var why string
 	select {
