@@ -99,3 +99,13 @@ python-test:
 	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o $(BUILD)/libkvfabric.so ./capi
 	$(GO) build -o $(BUILD)/kvfabric ./cmd/kvfabric
 	cd python && KVFABRIC_LIB=$(CURDIR)/$(BUILD)/libkvfabric.so KVFABRIC_BIN=$(CURDIR)/$(BUILD)/kvfabric $(PYTHON) -m pytest -q tests
+
+# Mooncake's own store tests (mooncake-wheel/tests at a pinned commit),
+# unmodified, against the Mooncake facade on the simulator; not part of
+# `make test`. Logs in build/mooncake-tests/. See scripts/mooncake-upstream-tests.sh.
+.PHONY: mooncake-upstream-test
+mooncake-upstream-test:
+	mkdir -p $(BUILD)
+	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o $(BUILD)/libkvfabric.so ./capi
+	$(GO) build -o $(BUILD)/kvfabric ./cmd/kvfabric
+	PYTHON=$(PYTHON) ./scripts/mooncake-upstream-tests.sh

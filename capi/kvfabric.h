@@ -119,7 +119,9 @@ size_t kvfabric_last_error(int64_t handle, char *buf, size_t cap);
 
 /* Puts key from nparts regions (ptrs[i], lens[i]); the object is their
  * concatenation. Copies are ordered on stream. replicas 0 means 1.
- * preferred: comma-separated segment ids tried first (may be NULL).
+ * preferred: comma-separated segment ids tried first (may be NULL); a
+ * client id (config key client_id) names every segment that client
+ * provides.
  * soft_pin_ttl_ms > 0 (with KVFABRIC_PUT_SOFT_PIN): the soft pin ends that
  * many milliseconds after the put completes. */
 int32_t kvfabric_put(int64_t handle, const char *key, size_t key_len,

@@ -140,7 +140,7 @@ def _():
 @check("mooncake facade: device buffers registered, SGLang/vLLM call sequence")
 def _():
     ms = MooncakeDistributedStore()
-    rc = ms.setup("localhost", "P2PHANDSHAKE", 1 << 30, 0, "nvlink", "", "embedded",
+    rc = ms.setup("localhost", "P2PHANDSHAKE", 1 << 30, 16 << 20, "nvlink", "", "embedded",
                   enable_egm_store_pool=True, driver="cuda", device=dev.index, socket_dir=sock)
     assert rc == 0, rc
     page, npages = 256 * 1024, 64

@@ -29,8 +29,21 @@ type benchFlags struct {
 	ceMin   string
 }
 
+// storeFlags are the flags only `bench --store` reads.
+type storeFlags struct {
+	on      bool
+	paths   string
+	maxKeys int
+	json    string
+	plot    string
+	python  string
+	script  string
+	replot  string
+}
+
 func init() {
 	var f benchFlags
+	var sf storeFlags
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure the transfer engine: DRAM-tier (HOST_NUMA VMM) <-> HBM copies per path vs the copy-engine ceiling",
@@ -42,9 +55,46 @@ the auto-routed engine. Every batch, the warm-up included, puts bytes that
 differ from the last batch's, gets them into a poisoned destination and is
 verified byte for byte. GB/s are GPU event times of the batches alone; ratios
 are to the ceiling measured in the same run. With several --devices the GPUs
-run concurrently.`,
+run concurrently.
+
+With --store it measures the Store instead (docs/perf/store.md): put and get
+of objects of each --sizes (default 4KiB..16MiB) in batches of up to
+--max-keys keys, up to --bytes per GPU per round (default 256MiB on CUDA), for
+each of --paths: the Go Store API with an embedded master (go-embedded), with
+a ` + "`kvfabric master`" + ` in another process (go-remote), and the Mooncake facade
+in python3 (python: batch_put_from/batch_get_into on registered torch CUDA
+tensors; skipped, saying why, without python3, torch or libkvfabric.so). It
+runs on the first of --devices (default: every GPU) alone, then on all of them
+at once (one Store per GPU), reports each result per GPU and aggregated, as a
+ratio to the copy-engine ceiling measured on each store's own pool segment
+in the same run, verifies every round's bytes (the destination poisoned
+before each get), and writes --json and --plot (.svg or .png).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if sf.replot != "" {
+				if !sf.on || sf.plot == "" {
+					return errors.New("--replot needs --store and --plot")
+				}
+				return replotStore(cmd.OutOrStdout(), sf.replot, sf.plot)
+			}
+			if sf.on {
+				fl := cmd.Flags()
+				sb := storeBenchFlags{driver: f.driver, iters: f.iters, paths: sf.paths, maxKeys: sf.maxKeys,
+					json: sf.json, plot: sf.plot, python: sf.python, script: sf.script}
+				if fl.Changed("devices") {
+					sb.devices = f.devices
+				}
+				if fl.Changed("sizes") {
+					sb.sizes = f.sizes
+				}
+				if fl.Changed("bytes") {
+					sb.bytes = f.bytes
+				}
+				return runStoreBench(cmd.Context(), cmd.OutOrStdout(), sb)
+			}
+			if sf.json != "" || sf.plot != "" || cmd.Flags().Changed("paths") {
+				return errors.New("--json, --plot and --paths need --store")
+			}
 			return runBench(cmd.OutOrStdout(), f)
 		},
 	}
@@ -54,6 +104,14 @@ run concurrently.`,
 	cmd.Flags().StringVar(&f.bytes, "bytes", "", "bytes per batch (default 256MiB on CUDA, 2MiB on the simulator); the DRAM pool is 4x")
 	cmd.Flags().IntVar(&f.iters, "iters", 0, "timed batches per measurement (default 5 on CUDA, 2 on the simulator)")
 	cmd.Flags().StringVar(&f.ceMin, "copy-engine-min", "128KiB", "auto route: blocks from this size go to the copy engine")
+	cmd.Flags().BoolVar(&sf.on, "store", false, "measure Store-level put/get per object size and client path instead (see Long help)")
+	cmd.Flags().StringVar(&sf.paths, "paths", strings.Join(storePaths, ","), "--store: client paths to measure")
+	cmd.Flags().IntVar(&sf.maxKeys, "max-keys", 4096, "--store: keys per BatchPut/BatchGet at most")
+	cmd.Flags().StringVar(&sf.json, "json", "", "--store: write the results as JSON to this file")
+	cmd.Flags().StringVar(&sf.plot, "plot", "", "--store: plot ratio to the ceiling vs object size to this .svg or .png file")
+	cmd.Flags().StringVar(&sf.replot, "replot", "", "--store: do not measure; draw --plot from this --json file of an earlier run")
+	cmd.Flags().StringVar(&sf.python, "python", "python3", "--store: the Python interpreter of the python path")
+	cmd.Flags().StringVar(&sf.script, "python-script", "", "--store: the python path's script (default: scripts/bench-store.py of the repository, found from the working directory)")
 	rootCmd.AddCommand(cmd)
 }
 

@@ -22,6 +22,7 @@ import (
 
 type masterOpts struct {
 	listen, metricsListen string
+	addrFile              string // written with the gRPC address once listening
 	cfg                   master.Config
 	shutdownTimeout       time.Duration
 	verbose               bool
@@ -63,6 +64,7 @@ lets calls in flight finish for up to --shutdown-timeout, then stops.`,
 	f.Float64Var(&o.cfg.HBM.Low, "hbm-low-watermark", 0.85, "HBM usage fraction eviction brings usage down to")
 	f.IntVar(&o.cfg.MaxKeyLen, "max-key-len", 1024, "longest key in bytes (1 to 65536)")
 	f.Uint64Var(&o.cfg.Alignment, "alignment", 64, "allocation alignment in bytes (a power of two, 8 to 1048576)")
+	f.StringVar(&o.addrFile, "addr-file", "", "once listening, write the gRPC address to this file (for --listen 127.0.0.1:0)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long calls in flight may finish on shutdown")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log at info level (default: warnings)")
 	f.StringVar(&o.tlsCert, "tls-cert-file", "", "PEM certificate of the master (TLS; see `kvfabric certs` and docs/security.md)")
@@ -110,6 +112,24 @@ func runMaster(ctx context.Context, o masterOpts) (err error) {
 		if mlis, err = net.Listen("tcp", o.metricsListen); err != nil {
 			lis.Close()
 			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+	}
+	if o.addrFile != "" {
+		// Written whole (rename), so a reader never sees half an address.
+		tmp := o.addrFile + ".tmp"
+		if err := os.WriteFile(tmp, []byte(lis.Addr().String()+"\n"), 0o644); err != nil {
+			lis.Close()
+			if mlis != nil {
+				mlis.Close()
+			}
+			return fmt.Errorf("--addr-file: %w", err)
+		}
+		if err := os.Rename(tmp, o.addrFile); err != nil {
+			lis.Close()
+			if mlis != nil {
+				mlis.Close()
+			}
+			return fmt.Errorf("--addr-file: %w", err)
 		}
 	}
 	srv := master.NewServerAuth(svc, reg, auth, sopts...)

@@ -27,7 +27,8 @@ func Bytes(ptr uintptr, n uint64) []Region { return []Region{{Ptr: ptr, Len: n}}
 type PutOptions struct {
 	// Replicas is the number of replicas (0 means 1).
 	Replicas int
-	// PreferredSegments are segment ids tried first.
+	// PreferredSegments are segment ids tried first; a client id names
+	// every segment that client provides.
 	PreferredSegments []string
 	// Pin keeps the object from eviction until removed.
 	Pin bool

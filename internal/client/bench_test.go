@@ -19,9 +19,14 @@ import (
 func BenchmarkStore(b *testing.B) {
 	for _, op := range []string{"put", "get"} {
 		for _, size := range []uint64{4 << 10, 64 << 10} {
-			b.Run(fmt.Sprintf("op=%s/size=%s/batch=128", op, config.FormatSize(size)), func(b *testing.B) {
-				benchStore(b, op, size, 128)
-			})
+			for _, batch := range []int{128, 4096} {
+				if size*uint64(batch) > 64<<20 {
+					continue // the 256 MiB store must hold a few batches
+				}
+				b.Run(fmt.Sprintf("op=%s/size=%s/batch=%d", op, config.FormatSize(size), batch), func(b *testing.B) {
+					benchStore(b, op, size, batch)
+				})
+			}
 		}
 	}
 }
@@ -103,6 +108,7 @@ func benchStore(b *testing.B, op string, size uint64, batch int) {
 		}
 	}
 	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/key")
 	if _, err := cons.RemoveAll(ctx, true); err != nil {
 		b.Fatal(err)
 	}

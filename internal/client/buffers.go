@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,13 +46,13 @@ func (s *Store) RegisterBuffer(ptr uintptr, size uint64) error {
 		}
 	}
 	reg := &registration{ptr: uint64(ptr), size: size, pending: true}
-	s.mu.regs[ptr] = reg
+	s.addRegLocked(reg)
 	s.mu.Unlock()
 	err := s.pin(reg)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		delete(s.mu.regs, ptr)
+		s.dropRegLocked(reg)
 		return err
 	}
 	reg.pending = false
@@ -90,12 +91,24 @@ func (s *Store) pin(reg *registration) error {
 // reports whether the region lies within one registered buffer (then the
 // driver need not classify it). A region touching a buffer that is being
 // unregistered is ErrNotRegistered, and nothing is taken for it.
-// Registrations are few (a handful of pools per process), so a scan is
-// cheaper than keeping an index.
+// Registrations do not overlap and are kept sorted by address (regsByPtr),
+// so the ones a region touches are found by binary search: a batch of
+// thousands of regions costs a lookup each, whatever the registrations.
 func (s *Store) holdLocked(p uintptr, n uint64, held *[]*registration) (inside bool, err error) {
 	lo, hi := uint64(p), uint64(p)+n
-	for _, r := range s.mu.regs {
-		if r.pending || hi <= r.ptr || r.ptr+r.size <= lo {
+	regs := s.mu.regsByPtr
+	// The first registration that ends after lo; those before it cannot
+	// overlap [lo, hi).
+	first, _ := slices.BinarySearchFunc(regs, lo, func(r *registration, lo uint64) int {
+		if r.ptr+r.size <= lo {
+			return -1
+		}
+		return 1
+	})
+	end := first
+	for ; end < len(regs) && regs[end].ptr < hi; end++ {
+		r := regs[end]
+		if r.pending {
 			continue
 		}
 		if r.unregistering > 0 {
@@ -103,14 +116,27 @@ func (s *Store) holdLocked(p uintptr, n uint64, held *[]*registration) (inside b
 		}
 		inside = inside || (lo >= r.ptr && hi <= r.ptr+r.size)
 	}
-	for _, r := range s.mu.regs {
-		if r.pending || hi <= r.ptr || r.ptr+r.size <= lo || slices.Contains(*held, r) {
+	for _, r := range regs[first:end] {
+		if r.pending || slices.Contains(*held, r) {
 			continue
 		}
 		r.users++
 		*held = append(*held, r)
 	}
 	return inside, nil
+}
+
+// addRegLocked records reg (which overlaps no registration).
+func (s *Store) addRegLocked(reg *registration) {
+	s.mu.regs[uintptr(reg.ptr)] = reg
+	i, _ := slices.BinarySearchFunc(s.mu.regsByPtr, reg.ptr, func(r *registration, p uint64) int { return cmp.Compare(r.ptr, p) })
+	s.mu.regsByPtr = slices.Insert(s.mu.regsByPtr, i, reg)
+}
+
+// dropRegLocked forgets reg.
+func (s *Store) dropRegLocked(reg *registration) {
+	delete(s.mu.regs, uintptr(reg.ptr))
+	s.mu.regsByPtr = slices.DeleteFunc(s.mu.regsByPtr, func(r *registration) bool { return r == reg })
 }
 
 // release drops a batch's uses of its registrations (holdLocked) once its
@@ -195,7 +221,7 @@ func (s *Store) UnregisterBuffer(ctx context.Context, ptr uintptr) error {
 			return fmt.Errorf("unregister buffer %#x: %w", ptr, err)
 		}
 	}
-	delete(s.mu.regs, ptr)
+	s.dropRegLocked(r)
 	return nil
 }
 
@@ -210,7 +236,7 @@ func (s *Store) unregisterAllLocked() error {
 				continue
 			}
 		}
-		delete(s.mu.regs, p)
+		s.dropRegLocked(r)
 	}
 	return errors.Join(errs...)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/kvfabric/kvfabric/internal/fdx"
 	"github.com/kvfabric/kvfabric/internal/master"
 	"github.com/kvfabric/kvfabric/internal/segment"
+	"github.com/kvfabric/kvfabric/internal/transfer"
 )
 
 // isTransport reports a failure to reach the master (as opposed to an answer).
@@ -280,82 +281,187 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 	s.reg.RLock()
 	inc := s.reg.incarnation
 	s.reg.RUnlock()
-	sent := timeNow()
-	res, err := s.m.PutStart(ctx, reqs)
-	ph.lap(&s.phases.put.meta)
-	if err != nil {
-		err = mapErr(fmt.Errorf("put start: %w", err))
-		for _, i := range idx {
-			errs[i] = err
-		}
-		return errs
-	}
 	cache := map[segment.Key]mapped{}
 	defer releaseAll(cache)
-	var copies []cuda.Copy
-	started := make([]master.PutRef, 0, len(res))
-	startedIdx := make([]int, 0, len(res))
-	for j, r := range res {
-		i := idx[j]
-		if r.Err != nil {
-			errs[i] = mapErr(fmt.Errorf("put %q: %w", keys[i], r.Err))
-			continue
+	p := putPipe{s: s, ctx: ctx, stream: stream, keys: keys, errs: errs}
+	// The fence (see Store.reg): taken before the first chunk's copies are
+	// enqueued and held until the last chunk's are complete; each chunk
+	// checks it (registration valid, its put deadline not passed) just
+	// before enqueuing.
+	fenced := false
+	defer func() {
+		if fenced {
+			s.reg.RUnlock()
 		}
-		ref := master.PutRef{Key: reqs[j].Key, Token: r.Token}
-		var rerr error
-		n0 := len(copies)
-		for _, rep := range r.Replicas {
-			addr, err := s.resolve(ctx, rep, total(srcs[i]), cache)
-			if err != nil {
-				rerr = err
-				break
+	}()
+	chunk := s.pipeChunk()
+	for lo := 0; lo < len(reqs); lo += chunk {
+		hi := min(lo+chunk, len(reqs))
+		sent := timeNow()
+		res, err := s.m.PutStart(ctx, reqs[lo:hi])
+		ph.lap(&s.phases.put.meta)
+		if err != nil {
+			p.failFrom(idx[lo:], mapErr(fmt.Errorf("put start: %w", err)))
+			break
+		}
+		var c putChunk
+		for j, r := range res {
+			i := idx[lo+j]
+			if r.Err != nil {
+				errs[i] = mapErr(fmt.Errorf("put %q: %w", keys[i], r.Err))
+				continue
 			}
-			copies = appendCopies(copies, srcs[i], addr, true)
+			ref := master.PutRef{Key: reqs[lo+j].Key, Token: r.Token}
+			var rerr error
+			n0 := len(c.copies)
+			for _, rep := range r.Replicas {
+				addr, err := s.resolve(ctx, rep, total(srcs[i]), cache)
+				if err != nil {
+					rerr = err
+					break
+				}
+				c.copies = appendCopies(c.copies, srcs[i], addr, true)
+			}
+			if rerr != nil {
+				c.copies = c.copies[:n0]
+				errs[i] = fmt.Errorf("put %q: %w", keys[i], rerr)
+				s.revoke(ctx, []master.PutRef{ref})
+				continue
+			}
+			c.refs = append(c.refs, ref)
+			c.idx = append(c.idx, i)
 		}
-		if rerr != nil {
-			copies = copies[:n0]
-			errs[i] = fmt.Errorf("put %q: %w", keys[i], rerr)
-			s.revoke(ctx, []master.PutRef{ref})
+		ph.lap(&s.phases.put.resolve)
+		if len(c.refs) == 0 {
 			continue
 		}
-		started = append(started, ref)
-		startedIdx = append(startedIdx, i)
-	}
-	ph.lap(&s.phases.put.resolve)
-	if len(started) == 0 {
-		return errs
-	}
-	// The fence (see Store.reg): checked last before the copies are
-	// enqueued and held until they are complete.
-	s.reg.RLock()
-	if err := s.writableRLocked(inc, sent); err != nil {
-		s.reg.RUnlock()
-		for _, i := range startedIdx {
-			errs[i] = err
+		if !fenced {
+			s.reg.RLock()
+			fenced = true
 		}
-		s.revoke(ctx, started)
-		return errs
+		if err := s.writableRLocked(inc, sent); err != nil {
+			p.fail(c, err)
+			p.failFrom(idx[hi:], err)
+			break
+		}
+		if !p.submit(c) {
+			p.failFrom(idx[hi:], p.err)
+			break
+		}
+		ph.lap(&s.phases.put.copy)
 	}
-	err = s.xfer.Do(stream, copies) // returns once nothing it enqueued runs
-	s.reg.RUnlock()
+	p.finish() // the last chunk: wait, end
 	s.release(held)
 	held = nil
 	ph.lap(&s.phases.put.copy)
-	if err != nil {
-		err = fmt.Errorf("%w: put of %d objects: %w", ErrTransfer, len(started), err)
-		for _, i := range startedIdx {
-			errs[i] = err
-		}
-		s.revoke(ctx, started)
-		return errs
-	}
-	for j, e := range s.m.PutEnd(ctx, started) {
-		if e != nil {
-			errs[startedIdx[j]] = putEndErr(keys[startedIdx[j]], e)
-		}
-	}
-	ph.lap(&s.phases.put.meta)
 	return errs
+}
+
+// pipeChunk is how many keys of a batch go to the master and the transfer
+// engine at a time: the metadata of chunk k+1 is fetched and resolved while
+// chunk k's copies run.
+func (s *Store) pipeChunk() int {
+	if s.chunk > 0 {
+		return s.chunk
+	}
+	return DefaultPipelineChunk
+}
+
+// DefaultPipelineChunk is the default Options.PipelineChunk.
+const DefaultPipelineChunk = 512
+
+// putChunk is one chunk of a BatchPut whose copies were (or are to be)
+// enqueued: its puts and their keys' positions.
+type putChunk struct {
+	copies []cuda.Copy
+	refs   []master.PutRef
+	idx    []int
+	h      *transfer.Handle
+}
+
+// putPipe runs a BatchPut's chunks: at most two in flight, the previous
+// one ended (PutEnd) while the current one copies.
+type putPipe struct {
+	s      *Store
+	ctx    context.Context
+	stream cuda.Stream
+	keys   []string
+	errs   []error
+	prev   *putChunk
+	err    error // the copy failure that stopped the pipeline
+}
+
+// submit enqueues c's copies and then ends the previous chunk. On a failure
+// everything enqueued is drained first, the puts concerned are revoked and
+// false is returned.
+func (p *putPipe) submit(c putChunk) bool {
+	h, err := p.s.xfer.SubmitAsync(p.stream, c.copies)
+	if err != nil {
+		p.err = fmt.Errorf("%w: put of %d objects: %w", ErrTransfer, len(c.refs), err)
+		p.s.drain(p.stream)
+		p.fail(c, p.err)
+		p.finish()
+		return false
+	}
+	c.h = h
+	p.finish()
+	if p.err != nil { // the previous chunk's copies failed: drain this one
+		p.s.drain(p.stream)
+		_ = h.Wait()
+		p.fail(c, p.err)
+		return false
+	}
+	p.prev = &c
+	return true
+}
+
+// finish waits for the chunk in flight and ends its puts (or revokes them
+// if its copies failed).
+func (p *putPipe) finish() {
+	c := p.prev
+	if c == nil {
+		return
+	}
+	p.prev = nil
+	if err := c.h.Wait(); err != nil {
+		p.err = fmt.Errorf("%w: put of %d objects: %w", ErrTransfer, len(c.refs), err)
+		p.s.drain(p.stream)
+		p.fail(*c, p.err)
+		return
+	}
+	for j, e := range p.s.m.PutEnd(p.ctx, c.refs) {
+		if e != nil {
+			p.errs[c.idx[j]] = putEndErr(p.keys[c.idx[j]], e)
+		}
+	}
+}
+
+// fail revokes c's puts (their copies are complete or were never
+// enqueued) and fails their keys with err.
+func (p *putPipe) fail(c putChunk, err error) {
+	for _, i := range c.idx {
+		p.errs[i] = err
+	}
+	p.s.revoke(p.ctx, c.refs)
+}
+
+// failFrom fails the keys at positions idx that were not started.
+func (p *putPipe) failFrom(idx []int, err error) {
+	for _, i := range idx {
+		if p.errs[i] == nil {
+			p.errs[i] = err
+		}
+	}
+}
+
+// drain waits for everything enqueued on stream, after a failure, so that
+// nothing this call enqueued runs after it returns (callers free their
+// buffers on that promise). A failure here is logged: the copies' own
+// error is what the caller gets.
+func (s *Store) drain(stream cuda.Stream) {
+	if err := s.drv.StreamSynchronize(s.cctx, stream); err != nil {
+		s.log.Warn("kvfabric: wait for a failed batch's stream", "err", err)
+	}
 }
 
 // revoke abandons puts; a failure is left to the master's put timeout.
@@ -478,81 +584,156 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	if len(q) == 0 {
 		return errs
 	}
-	// Named as the reader: only replicas this process can import.
-	res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), q)
-	ph.lap(&s.phases.get.meta)
-	if err != nil {
-		return fill(errs, mapErr(fmt.Errorf("get replicas: %w", err)))
-	}
 	// Every lease granted is released once the copies are complete (or
 	// failed): objects removed meanwhile are freed at once. Deferred first,
 	// so it runs after the mappings are released.
-	defer s.releaseLeases(ctx, res)
+	var all []master.GetResult
+	defer func() { s.releaseLeases(ctx, all) }()
 	cache := map[segment.Key]mapped{}
 	defer releaseAll(cache)
-	var copies []cuda.Copy
-	var lease time.Time // the earliest lease of the batch
-	leases := make([]time.Time, len(keys))
-	okIdx := make([]int, 0, len(res))
-	for j, r := range res {
-		i := idx[j]
-		if r.Err != nil {
-			errs[i] = mapErr(fmt.Errorf("get %q: %w", keys[i], r.Err))
-			continue
-		}
-		if len(r.Replicas) == 0 {
-			errs[i] = fmt.Errorf("%w: get %q: no complete replica", ErrNotFound, keys[i])
-			continue
-		}
-		rep := s.pickReplica(r.Replicas)
-		addr, err := s.resolve(ctx, rep, r.Size, cache)
+	g := getPipe{s: s, stream: stream, sizes: sizes, errs: errs}
+	chunk := s.pipeChunk()
+	for lo := 0; lo < len(q); lo += chunk {
+		hi := min(lo+chunk, len(q))
+		// Named as the reader: only replicas this process can import.
+		res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), q[lo:hi])
+		ph.lap(&s.phases.get.meta)
 		if err != nil {
-			errs[i] = fmt.Errorf("get %q: %w", keys[i], err)
+			g.failFrom(idx[lo:], mapErr(fmt.Errorf("get replicas: %w", err)))
+			break
+		}
+		all = append(all, res...)
+		var c getChunk
+		for j, r := range res {
+			i := idx[lo+j]
+			if r.Err != nil {
+				errs[i] = mapErr(fmt.Errorf("get %q: %w", keys[i], r.Err))
+				continue
+			}
+			if len(r.Replicas) == 0 {
+				errs[i] = fmt.Errorf("%w: get %q: no complete replica", ErrNotFound, keys[i])
+				continue
+			}
+			rep := s.pickReplica(r.Replicas)
+			addr, err := s.resolve(ctx, rep, r.Size, cache)
+			if err != nil {
+				errs[i] = fmt.Errorf("get %q: %w", keys[i], err)
+				continue
+			}
+			n0 := len(c.copies)
+			if c.copies, err = plan(i, r.Size, addr, c.copies); err != nil {
+				c.copies = c.copies[:n0]
+				errs[i] = err
+				continue
+			}
+			if sizes != nil {
+				sizes[i] = r.Size
+			}
+			g.leases = append(g.leases, keyLease{i, r.LeaseExpiry})
+			c.idx = append(c.idx, i)
+		}
+		ph.lap(&s.phases.get.resolve)
+		if len(c.idx) == 0 {
 			continue
 		}
-		n0 := len(copies)
-		if copies, err = plan(i, r.Size, addr, copies); err != nil {
-			copies = copies[:n0]
-			errs[i] = err
-			continue
+		if !g.submit(c) {
+			g.failFrom(idx[hi:], g.err)
+			break
 		}
-		if sizes != nil {
-			sizes[i] = r.Size
-		}
-		leases[i] = r.LeaseExpiry
-		if lease.IsZero() || r.LeaseExpiry.Before(lease) {
-			lease = r.LeaseExpiry
-		}
-		okIdx = append(okIdx, i)
+		ph.lap(&s.phases.get.copy)
 	}
-	ph.lap(&s.phases.get.resolve)
-	if len(okIdx) == 0 {
-		return errs
-	}
-	err = s.xfer.Do(stream, copies) // returns once nothing it enqueued runs
+	g.finish()
 	s.release(held)
 	held = nil
 	ph.lap(&s.phases.get.copy)
-	if err != nil {
-		err = fmt.Errorf("%w: get of %d objects: %w", ErrTransfer, len(okIdx), err)
-		for _, i := range okIdx {
-			errs[i] = err
-			if sizes != nil {
-				sizes[i] = 0
-			}
-		}
-		return errs
-	}
-	// Only the keys whose own lease ended before the copy finished may have
-	// torn bytes.
-	if now := timeNow(); now.After(lease) {
-		for _, i := range okIdx {
-			if now.After(leases[i]) {
-				errs[i] = fmt.Errorf("%w: get %q: lease ended %v before the copy finished", ErrLeaseExpired, keys[i], now.Sub(leases[i]))
-			}
+	// Only the keys whose own lease ended before their copy finished may
+	// have torn bytes (checked once, after the last copy: stricter for the
+	// earlier chunks).
+	now := timeNow()
+	for _, l := range g.leases {
+		if errs[l.i] == nil && now.After(l.expiry) {
+			errs[l.i] = fmt.Errorf("%w: get %q: lease ended %v before the copy finished", ErrLeaseExpired, keys[l.i], now.Sub(l.expiry))
 		}
 	}
 	return errs
+}
+
+// keyLease is the read lease a key of a batch got.
+type keyLease struct {
+	i      int
+	expiry time.Time
+}
+
+// getChunk is one chunk of a batch get: its copies and its keys' positions.
+type getChunk struct {
+	copies []cuda.Copy
+	idx    []int
+	h      *transfer.Handle
+}
+
+// getPipe runs a batch get's chunks, at most two in flight.
+type getPipe struct {
+	s      *Store
+	stream cuda.Stream
+	sizes  []uint64
+	errs   []error
+	leases []keyLease
+	prev   *getChunk
+	err    error // the copy failure that stopped the pipeline
+}
+
+// submit enqueues c's copies, then waits for the previous chunk. On a
+// failure everything enqueued is drained first and false is returned.
+func (g *getPipe) submit(c getChunk) bool {
+	h, err := g.s.xfer.SubmitAsync(g.stream, c.copies)
+	if err != nil {
+		g.err = fmt.Errorf("%w: get of %d objects: %w", ErrTransfer, len(c.idx), err)
+		g.s.drain(g.stream)
+		g.fail(c, g.err)
+		g.finish()
+		return false
+	}
+	c.h = h
+	g.finish()
+	if g.err != nil {
+		g.s.drain(g.stream)
+		_ = h.Wait()
+		g.fail(c, g.err)
+		return false
+	}
+	g.prev = &c
+	return true
+}
+
+// finish waits for the chunk in flight.
+func (g *getPipe) finish() {
+	c := g.prev
+	if c == nil {
+		return
+	}
+	g.prev = nil
+	if err := c.h.Wait(); err != nil {
+		g.err = fmt.Errorf("%w: get of %d objects: %w", ErrTransfer, len(c.idx), err)
+		g.s.drain(g.stream)
+		g.fail(*c, g.err)
+	}
+}
+
+func (g *getPipe) fail(c getChunk, err error) {
+	for _, i := range c.idx {
+		g.errs[i] = err
+		if g.sizes != nil {
+			g.sizes[i] = 0
+		}
+	}
+}
+
+func (g *getPipe) failFrom(idx []int, err error) {
+	for _, i := range idx {
+		if g.errs[i] == nil {
+			g.errs[i] = err
+		}
+	}
 }
 
 // clip limits regions to n bytes in total.

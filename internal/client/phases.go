@@ -21,6 +21,13 @@ type PhaseStats struct {
 	Copy time.Duration
 }
 
+// Sub returns p minus an earlier snapshot q of the same counters: the
+// phases of the calls made in between.
+func (p PhaseStats) Sub(q PhaseStats) PhaseStats {
+	return PhaseStats{Calls: p.Calls - q.Calls, Keys: p.Keys - q.Keys, Check: p.Check - q.Check,
+		Meta: p.Meta - q.Meta, Resolve: p.Resolve - q.Resolve, Copy: p.Copy - q.Copy}
+}
+
 // Total is the sum of the phases.
 func (p PhaseStats) Total() time.Duration { return p.Check + p.Meta + p.Resolve + p.Copy }
 

@@ -43,7 +43,8 @@ type Options struct {
 	// ClientID is this process's id at the master and the owner part of its
 	// segment ids: 1 to master.MaxClientIDLen letters, digits, '-', '_',
 	// '.' or ':' (anything else fails Open with ErrInvalidArgument); empty
-	// means "<local_hostname>-<pid>-<n>". Reusing the id
+	// means the configuration's client_id, and when that is empty too
+	// "<local_hostname>-<pid>-<n>". Reusing the id
 	// of a dead process replaces its registration (its segments are
 	// unmounted).
 	ClientID string
@@ -56,6 +57,11 @@ type Options struct {
 	StagingSize uint64
 	// MaxMappings bounds the mapping cache (0: its default).
 	MaxMappings int
+	// PipelineChunk is how many keys of a BatchPut or BatchGet go to the
+	// master and the transfer engine at a time: chunk k+1's metadata is
+	// fetched and resolved while chunk k copies. 0 means
+	// DefaultPipelineChunk.
+	PipelineChunk int
 	// CloseTimeout bounds each wait of Close: for the operations in
 	// flight, and for the master to accept the provider's unmounts, which
 	// Close retries while readers hold leases or the master cannot be
@@ -131,6 +137,7 @@ type Store struct {
 	mounted atomic.Pointer[pool.Pool]
 
 	closeTimeout time.Duration
+	chunk        int // Options.PipelineChunk
 	exitOnClose  bool
 	mnt          *mounter // the pool's Mounter
 
@@ -163,7 +170,9 @@ type Store struct {
 	mu struct {
 		sync.Mutex
 		regs map[uintptr]*registration
-		done teardown.Record // teardown steps that succeeded
+		// regsByPtr holds regs' values sorted by address (for holdLocked).
+		regsByPtr []*registration
+		done      teardown.Record // teardown steps that succeeded
 	}
 }
 
@@ -198,6 +207,9 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.ClientID == "" {
+		opts.ClientID = cfg.ClientID
+	}
 	if opts.ClientID != "" {
 		// Refused here, before anything is built: the id names the
 		// client's segments and fd-exchange socket.
@@ -209,7 +221,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Store{cfg: cfg, log: log, dev: cuda.Device(cfg.Device), numa: -1, closeTimeout: opts.CloseTimeout, exitOnClose: opts.ExitOnClose,
+	s := &Store{cfg: cfg, log: log, dev: cuda.Device(cfg.Device), numa: -1, closeTimeout: opts.CloseTimeout, exitOnClose: opts.ExitOnClose, chunk: opts.PipelineChunk,
 		hbKick: make(chan struct{}, 1)}
 	if s.closeTimeout <= 0 {
 		s.closeTimeout = CloseTimeout
@@ -372,7 +384,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	}
 
 	// Consumer data path.
-	if s.xfer, err = transfer.New(s.drv, s.cctx, s.dev, transfer.Options{CopyEngineMinBytes: cfg.CopyEngineMinBytes, Logger: log}); err != nil {
+	if s.xfer, err = transfer.New(s.drv, s.cctx, s.dev, transfer.Options{CopyEngineMinBytes: cfg.CopyEngineMinBytes, FewCopies: transfer.DefaultFewCopies, Logger: log}); err != nil {
 		return nil, fmt.Errorf("transfer engine: %w", err)
 	}
 	s.staging = &staging{size: opts.StagingSize}

@@ -86,7 +86,7 @@ func newEnvWrapped(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg
 			t.Fatal(err)
 		}
 	}
-	e.cons, err = client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: consDrv, Master: e.mc, ClientID: "cons"})
+	e.cons, err = client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: consDrv, Master: e.mc, ClientID: "cons", PipelineChunk: testPipelineChunk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -776,3 +776,8 @@ func TestGetReleasesItsLease(t *testing.T) {
 	}
 	e.close()
 }
+
+// testPipelineChunk makes the test consumer's batches run in several
+// pipelined chunks (metadata of one chunk while the previous copies), so
+// every batch test covers the pipeline.
+const testPipelineChunk = 5

@@ -80,6 +80,12 @@ type Config struct {
 	Driver string `json:"driver"`
 	// LocalHostname is this process's host identity.
 	LocalHostname string `json:"local_hostname"`
+	// ClientID is this process's id at the master and the owner part of
+	// its segment ids; "" (the default) means "<local_hostname>-<pid>-<n>".
+	// A put's preferred segments may name it to prefer every segment this
+	// client provides. Two live processes must not use one id: the second
+	// waits for the first one's registration to end.
+	ClientID string `json:"client_id"`
 	// Device is the CUDA device ordinal this client copies with and, when the
 	// EGM pool is off, provides HBM capacity on.
 	Device int `json:"device"`
@@ -212,6 +218,9 @@ func (c *Config) Validate() error {
 	if c.LocalHostname == "" {
 		return invalid("local_hostname", c.LocalHostname, "must not be empty")
 	}
+	if err := validateClientID(c.ClientID); err != nil {
+		return err
+	}
 	if len(c.FabricDomain) > 128 || strings.ContainsAny(c.FabricDomain, "\x00\n") {
 		return invalid("fabric_domain", strconv.Quote(c.FabricDomain), "want at most 128 bytes, no NUL or newline")
 	}
@@ -254,6 +263,27 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// maxClientIDLen and the bytes validateClientID allows are the master's
+// rules for client ids (master.ValidateClientID), checked here so that the
+// error names the key before anything is opened.
+const maxClientIDLen = 128
+
+func validateClientID(id string) error {
+	if id == "" {
+		return nil
+	}
+	if len(id) > maxClientIDLen {
+		return invalid("client_id", strconv.Quote(id), fmt.Sprintf("%d bytes, want at most %d", len(id), maxClientIDLen))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return invalid("client_id", strconv.Quote(id), "allowed are letters, digits, '-', '_', '.' and ':'")
+		}
+	}
+	return nil
+}
+
 func invalid(key string, value any, why string) error {
 	return fmt.Errorf("%w: %s=%v: %s", ErrInvalid, key, value, why)
 }
@@ -281,6 +311,7 @@ var setters = map[string]setter{
 	"handle_type":           stringKey("handle_type", func(c *Config, s string) { c.HandleType = strings.ToLower(s) }),
 	"driver":                stringKey("driver", func(c *Config, s string) { c.Driver = strings.ToLower(s) }),
 	"local_hostname":        stringKey("local_hostname", func(c *Config, s string) { c.LocalHostname = s }),
+	"client_id":             stringKey("client_id", func(c *Config, s string) { c.ClientID = s }),
 	"socket_dir":            stringKey("socket_dir", func(c *Config, s string) { c.SocketDir = s }),
 	"lease_ttl":             durationKey("lease_ttl", func(c *Config, d time.Duration) { c.LeaseTTL = d }),
 	"put_timeout":           durationKey("put_timeout", func(c *Config, d time.Duration) { c.PutTimeout = d }),
@@ -419,6 +450,7 @@ func (c *Config) Map() map[string]any {
 		"handle_type":           c.HandleType,
 		"driver":                c.Driver,
 		"local_hostname":        c.LocalHostname,
+		"client_id":             c.ClientID,
 		"device":                c.Device,
 		"copy_engine_min_bytes": c.CopyEngineMinBytes,
 		"socket_dir":            c.SocketDir,

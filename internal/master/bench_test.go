@@ -207,3 +207,80 @@ func BenchmarkObjectMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPutStartSegments measures PutStart per key against the number of
+// mounted segments (issue 13): an NVL72 rack's Grace DRAM in 1 GiB chunks
+// is ~17,000 segments. The segments are spread over 18 nodes × 2 NUMA
+// nodes; the writer sits on node n0, NUMA node 0 (so placement has a near
+// bucket and far ones). Objects are 4 KiB, so nothing fills; each round's
+// puts are revoked, untimed, so the state stays steady. ns/key is PutStart
+// time only.
+func BenchmarkPutStartSegments(b *testing.B) {
+	const batch = 4096
+	for _, nseg := range []int{192, 2048, 16384} {
+		b.Run(fmt.Sprintf("segments=%d/batch=%d", nseg, batch), func(b *testing.B) {
+			svc := segmentsService(b, nseg)
+			ctx := context.Background()
+			reqs := make([]PutStartReq, batch)
+			refs := make([]PutRef, batch)
+			for i := range reqs {
+				reqs[i] = PutStartReq{Key: "key-" + strconv.Itoa(i), Size: 4096, Placement: benchWriter}
+			}
+			b.ReportAllocs()
+			rounds := 0
+			for b.Loop() {
+				res, err := svc.PutStart(ctx, reqs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				for i, r := range res {
+					if r.Err != nil {
+						b.Fatal(r.Err)
+					}
+					refs[i] = PutRef{Key: reqs[i].Key, Token: r.Token}
+				}
+				for _, err := range svc.PutRevoke(ctx, refs) {
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				rounds++
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(rounds*batch), "ns/key")
+		})
+	}
+}
+
+// segmentsService returns a Service with nseg 1 GiB DRAM segments (fabric
+// handles, one provider per node) spread round-robin over 18 nodes × 2
+// NUMA nodes, and the writer "bench" on n0, NUMA node 0.
+func segmentsService(b *testing.B, nseg int) *Service {
+	b.Helper()
+	svc, err := New(Config{ReapInterval: -1, PutTimeout: time.Hour, LeaseTTL: time.Second,
+		ClientTTL: time.Hour, MaxClientTTL: time.Hour, Quotas: Quotas{Segments: -1, PendingPuts: -1, ReservedBytes: -1}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = svc.Close() })
+	ctx := context.Background()
+	const nodes, numas = 18, 2
+	for n := range nodes {
+		if _, err := svc.RegisterClient(ctx, ClientInfo{ID: "prov-" + strconv.Itoa(n), Node: "n" + strconv.Itoa(n), NUMANode: -1, Device: -1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := svc.RegisterClient(ctx, ClientInfo{ID: "bench", Node: "n0", NUMANode: 0, Device: 0}); err != nil {
+		b.Fatal(err)
+	}
+	for i := range nseg {
+		n, numa := i%nodes, int32(i/nodes%numas)
+		d := desc("seg"+strconv.Itoa(i), "prov-"+strconv.Itoa(n), "n"+strconv.Itoa(n), segment.TierDRAM, numa, 1<<30)
+		d.Generation = uint64(i + 1)
+		if err := svc.MountSegment(ctx, d); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return svc
+}

@@ -210,7 +210,8 @@ type Placement struct {
 	Node     string
 	NUMANode int32
 	Device   int32
-	// Segments are preferred segment ids; unknown ids are ignored.
+	// Segments are preferred segment ids, or client ids (every segment the
+	// client provides); unknown ids are ignored.
 	Segments []string
 }
 

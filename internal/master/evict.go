@@ -90,7 +90,7 @@ func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft, 
 func (s *Service) tierBytesLocked(slot uint32, t segment.Tier, usable bool) uint64 {
 	var n uint64
 	for _, r := range s.repsLocked(slot) {
-		if sg := s.mu.segs[r.seg]; sg.desc.Tier == t && (!usable || sg.usable()) {
+		if sg := s.mu.segs[r.seg]; sg.tier == t && (!usable || sg.usable()) {
 			_, l, _ := sg.al.Span(r.ref)
 			n += l
 		}

@@ -17,8 +17,18 @@ type target struct {
 }
 
 func (s *Service) targetLocked(p *Placement) target {
+	c, ok := s.mu.clients[p.Client]
+	if !ok || p.Client == "" {
+		c = nil
+	}
+	return targetOf(p, c)
+}
+
+// targetOf is the target of a put placed by p and written by c (nil when
+// unknown).
+func targetOf(p *Placement, c *clientState) target {
 	t := target{node: p.Node, numa: p.NUMANode, dev: p.Device}
-	if c, ok := s.mu.clients[p.Client]; ok && p.Client != "" {
+	if c != nil {
 		// The writer copies into the segment: it must be able to import
 		// it, whatever Node says about the readers.
 		t.writer = reachOf(c)
@@ -35,40 +45,49 @@ func (s *Service) targetLocked(p *Placement) target {
 	return t
 }
 
+// tierOrders are the tier orders tierOrder returns (shared, read-only).
+var tierOrders = [4][]segment.Tier{
+	{segment.TierDRAM, segment.TierHBM},
+	{segment.TierDRAM},
+	{segment.TierHBM, segment.TierDRAM},
+	{segment.TierHBM},
+}
+
+// tierOrder returns the tiers p allows, in the order they are tried. The
+// slice is shared: do not modify it.
 func tierOrder(p *Placement) []segment.Tier {
 	switch {
 	case p.Tier == segment.TierHBM && p.TierOnly:
-		return []segment.Tier{segment.TierHBM}
+		return tierOrders[3]
 	case p.Tier == segment.TierHBM:
-		return []segment.Tier{segment.TierHBM, segment.TierDRAM}
+		return tierOrders[2]
 	case p.TierOnly:
-		return []segment.Tier{segment.TierDRAM}
+		return tierOrders[1]
 	}
-	return []segment.Tier{segment.TierDRAM, segment.TierHBM}
+	return tierOrders[0]
 }
 
 // placeLocked allocates r's replicas, tagged with the object slot, into out.
-// When they do not fit it evicts and tries once more; then ErrNoSpace. On
-// error nothing stays allocated.
-func (s *Service) placeLocked(r *PutStartReq, slot uint32, now int64, out []replica) ([]replica, error) {
+// writer is r's writer, the registered client r.Placement.Client. When they
+// do not fit it evicts and tries once more; then ErrNoSpace. On error
+// nothing stays allocated.
+func (s *Service) placeLocked(r *PutStartReq, writer *clientState, slot uint32, now int64, out []replica) ([]replica, error) {
 	n := max(r.Replicas, 1)
 	tiers := tierOrder(&r.Placement)
+	t := targetOf(&r.Placement, writer)
+	cands := s.mu.place.candidatesFor(t.writer, t.node)
 	// Size against segment limits: a size no segment of the allowed tiers
 	// could ever hold is a bad request, not a full store.
-	t := s.targetLocked(&r.Placement)
 	var largest uint64
 	segs, far := 0, 0
-	for _, sg := range s.mu.segs {
-		if sg == nil || !slices.Contains(tiers, sg.desc.Tier) {
-			continue
+	for _, tier := range tiers {
+		far += s.mu.place.mounted[tier]
+		for _, g := range cands.groups[tier] {
+			largest = max(largest, g.max)
+			segs += g.n
 		}
-		if !s.reachesLocked(t.writer, sg) {
-			far++
-			continue
-		}
-		largest = max(largest, sg.al.Size())
-		segs++
 	}
+	far -= segs
 	if segs == 0 && far > 0 {
 		return out, fmt.Errorf("%w: key %q: none of the %d segments in tiers %v is reachable from writer %q on node %q (fabric domain %q): posix_fd segments only from their host, fabric segments only within their fabric domain",
 			ErrNoSpace, r.Key, far, tiers, r.Placement.Client, t.writer.node, t.writer.domain)
@@ -82,15 +101,15 @@ func (s *Service) placeLocked(r *PutStartReq, slot uint32, now int64, out []repl
 	if n > segs {
 		return out, fmt.Errorf("%w: key %q: %d replicas need distinct segments, %d mounted (and reachable)", ErrNoSpace, r.Key, n, segs)
 	}
-	out, err := s.tryPlaceLocked(r, slot, t, tiers, n, out)
-	if !errors.Is(err, ErrNoSpace) {
+	out, err := s.tryPlaceLocked(r, slot, &t, tiers, cands, n, out)
+	if err == nil || !errors.Is(err, ErrNoSpace) {
 		return out, err
 	}
 	// First reclaim what is already free in all but name: objects removed
 	// by force whose leases have ended since the last reap. Then evict.
 	if s.mu.zombies > 0 {
 		s.expireLeasesLocked(now)
-		if out, err = s.tryPlaceLocked(r, slot, t, tiers, n, out); !errors.Is(err, ErrNoSpace) {
+		if out, err = s.tryPlaceLocked(r, slot, &t, tiers, cands, n, out); !errors.Is(err, ErrNoSpace) {
 			return out, err
 		}
 	}
@@ -98,101 +117,154 @@ func (s *Service) placeLocked(r *PutStartReq, slot uint32, now int64, out []repl
 	for _, tier := range tiers {
 		s.evictLocked(tier, need*uint64(n), now, true)
 	}
-	return s.tryPlaceLocked(r, slot, t, tiers, n, out)
+	cands = s.mu.place.candidatesFor(t.writer, t.node) // eviction unmounts nothing, but do not rely on it
+	return s.tryPlaceLocked(r, slot, &t, tiers, cands, n, out)
 }
 
-func (s *Service) tryPlaceLocked(r *PutStartReq, slot uint32, t target, tiers []segment.Tier, n int, out []replica) ([]replica, error) {
+// tryPlaceLocked places r's n replicas, each on the best segment for it
+// (bestSegmentLocked) that can allocate it. A segment it takes or tries is
+// held out of the index until it returns, which keeps replicas on distinct
+// segments and skips a fragmented segment (enough free bytes, no block
+// large enough) for the next best.
+func (s *Service) tryPlaceLocked(r *PutStartReq, slot uint32, t *target, tiers []segment.Tier, cands *candidates, n int, out []replica) ([]replica, error) {
 	out = out[:0]
-	var tried []uint32
+	ix := &s.mu.place
+	held := ix.held[:0]
+	var chosen [MaxReplicas]*segment.Descriptor
+	var others []uint32
 	for len(out) < n {
-		best, ok := s.bestSegmentLocked(r, t, tiers, out, tried)
+		var best uint32
+		ok := false
+		for _, pref := range [2]bool{true, false} {
+			if pref && len(r.Placement.Segments) == 0 {
+				continue
+			}
+			if len(out) > 0 {
+				// Another provider's segment first, if any: a replica
+				// must outlive its provider's exit (another process on
+				// the same node will do; the score spreads over nodes).
+				others = s.holdOwnersLocked(chosen[:len(out)], others[:0])
+				best, ok = s.bestSegmentLocked(r, t, tiers, cands, chosen[:len(out)], pref)
+				s.unholdLocked(others)
+			}
+			if !ok {
+				best, ok = s.bestSegmentLocked(r, t, tiers, cands, chosen[:len(out)], pref)
+			}
+			if ok {
+				break
+			}
+		}
 		if !ok {
 			break
 		}
-		ref, err := s.mu.segs[best].al.Alloc(r.Size, slot)
-		if err != nil { // fragmented: try the next best
-			tried = append(tried, best)
-			continue
-		}
 		sg := s.mu.segs[best]
-		_, l, _ := sg.al.Span(ref)
-		s.mu.tierUsed[sg.desc.Tier] += l
-		out = append(out, replica{seg: best, ref: ref})
+		ref, err := sg.al.Alloc(r.Size, slot)
+		if err == nil {
+			_, l, _ := sg.al.Span(ref)
+			s.mu.tierUsed[sg.tier] += l
+			chosen[len(out)] = sg.desc
+			out = append(out, replica{seg: best, ref: ref})
+			if len(out) == n {
+				ix.update(sg) // the last: no need to hold it
+				break
+			}
+		} // else fragmented: held, so the next query finds the next best
+		sg.held = true
+		ix.update(sg)
+		held = append(held, best)
 	}
-	if len(out) == n {
+	ok := len(out) == n
+	if !ok {
+		for _, rp := range out {
+			sg := s.mu.segs[rp.seg]
+			_, l, _ := sg.al.Span(rp.ref)
+			s.mu.tierUsed[sg.tier] -= l
+			_ = sg.al.Free(rp.ref)
+			ix.update(sg)
+		}
+	}
+	for _, h := range held {
+		sg := s.mu.segs[h]
+		sg.held = false
+		ix.update(sg)
+	}
+	ix.held = held[:0]
+	if ok {
 		return out, nil
-	}
-	for _, rp := range out {
-		sg := s.mu.segs[rp.seg]
-		_, l, _ := sg.al.Span(rp.ref)
-		s.mu.tierUsed[sg.desc.Tier] -= l
-		_ = sg.al.Free(rp.ref)
 	}
 	return out[:0], fmt.Errorf("%w: key %q: %d bytes × %d replicas in tiers %v", ErrNoSpace, r.Key, r.Size, n, tiers)
 }
 
 // bestSegmentLocked picks the segment for the next replica: the first tier
 // in order that has a candidate; within it the highest score, then the most
-// free bytes (which spreads load). Candidates are mounted, not draining or suspect,
-// not used by this object's other replicas, not tried, with enough free
-// bytes, and reachable by the writer (reach.go).
+// free bytes (which spreads load), then the lowest slot. Candidates are
+// mounted, not draining or suspect, not used by this object's other
+// replicas (chosen), not tried, with enough free bytes, and reachable by
+// the writer (reach.go). The score (score in placeindex.go) prefers the
+// target's node and NUMA node or device and spreads replicas over nodes
+// and locations.
 //
-// Preferred segments (Placement.Segments) of any allowed tier come first.
-func (s *Service) bestSegmentLocked(r *PutStartReq, t target, tiers []segment.Tier, chosen []replica, tried []uint32) (uint32, bool) {
+// With pref it considers only the preferred segments (Placement.Segments:
+// segment ids, or client ids for every segment that client provides) of
+// any allowed tier; the caller asks for those first.
+func (s *Service) bestSegmentLocked(r *PutStartReq, t *target, tiers []segment.Tier, cands *candidates, chosen []*segment.Descriptor, pref bool) (uint32, bool) {
 	need := (r.Size + s.cfg.Alignment - 1) &^ (s.cfg.Alignment - 1)
-	pref := len(r.Placement.Segments) > 0
-	for pass := 0; pass <= len(tiers); pass++ {
-		if pass == 0 && !pref {
-			continue
+	if pref {
+		var c candidate
+		consider := func(slot uint32) {
+			sg := s.mu.segs[slot]
+			if !sg.usable() || sg.held || sg.al.FreeBytes() < need || !slices.Contains(tiers, sg.desc.Tier) || !s.reachesLocked(t.writer, sg) {
+				return
+			}
+			c.consider(score(t, sg.desc.Tier, sg.desc.Node, sg.desc.Location, chosen), pkey{free: sg.al.FreeBytes(), slot: slot})
 		}
-		best, found := uint32(0), false
-		bestScore, bestFree := 0, uint64(0)
-		var tier segment.Tier
-		if pass > 0 {
-			tier = tiers[pass-1]
-		}
-	segs:
-		for i, sg := range s.mu.segs {
-			if sg == nil || !sg.usable() || sg.al.FreeBytes() < need || !s.reachesLocked(t.writer, sg) {
+		for _, id := range r.Placement.Segments {
+			if slot, ok := s.mu.segIndex[id]; ok {
+				consider(slot)
 				continue
 			}
-			if pass == 0 && (!slices.Contains(tiers, sg.desc.Tier) || !slices.Contains(r.Placement.Segments, sg.desc.ID)) ||
-				pass > 0 && sg.desc.Tier != tier {
-				continue
-			}
-			slot := uint32(i)
-			if slices.Contains(tried, slot) {
-				continue
-			}
-			score := 0
-			d := sg.desc
-			for _, c := range chosen {
-				if c.seg == slot {
-					continue segs
-				}
-				cd := s.mu.segs[c.seg].desc
-				if cd.Node == d.Node {
-					score -= 8 // spread over nodes
-					if cd.Location == d.Location {
-						score -= 4 // and over NUMA nodes / devices
-					}
-				}
-			}
-			if t.node != "" && t.node == d.Node {
-				score += 4
-				if (d.Tier == segment.TierDRAM && t.numa >= 0 && d.Location == t.numa) ||
-					(d.Tier == segment.TierHBM && t.dev >= 0 && d.Location == t.dev) {
-					score += 2
-				}
-			}
-			free := sg.al.FreeBytes()
-			if !found || score > bestScore || (score == bestScore && free > bestFree) {
-				best, found, bestScore, bestFree = slot, true, score, free
+			// A client id: every segment that client provides (a
+			// Mooncake-style "prefer this provider's memory"). Unknown ids
+			// are ignored.
+			for _, slot := range s.mu.byOwner[id] {
+				consider(slot)
 			}
 		}
-		if found {
-			return best, true
+		return c.key.slot, c.found
+	}
+	for _, tier := range tiers {
+		var c candidate
+		s.bestInLocked(&c, cands, tier, t, need, chosen)
+		if c.found {
+			return c.key.slot, true
 		}
 	}
 	return 0, false
+}
+
+// holdOwnersLocked holds out of the index every segment of the providers
+// of chosen that is not held already, appending them to buf.
+func (s *Service) holdOwnersLocked(chosen []*segment.Descriptor, buf []uint32) []uint32 {
+	for i, d := range chosen {
+		if slices.ContainsFunc(chosen[:i], func(e *segment.Descriptor) bool { return e.Owner == d.Owner }) {
+			continue
+		}
+		for _, slot := range s.mu.byOwner[d.Owner] {
+			if sg := s.mu.segs[slot]; !sg.held {
+				sg.held = true
+				s.mu.place.update(sg)
+				buf = append(buf, slot)
+			}
+		}
+	}
+	return buf
+}
+
+// unholdLocked returns slots held by holdOwnersLocked to the index.
+func (s *Service) unholdLocked(slots []uint32) {
+	for _, slot := range slots {
+		sg := s.mu.segs[slot]
+		sg.held = false
+		s.mu.place.update(sg)
+	}
 }

@@ -94,6 +94,17 @@ type segState struct {
 	// domain is the owner's fabric domain (fixed while it is mounted: the
 	// owner's registration ending unmounts it).
 	domain string
+
+	// Placement index (placeindex.go): lb is the segment's bucket, slot
+	// its slot; held takes it out of lb's heap while one put's placement
+	// has taken or tried it. Call Service.mu.place.update after changing
+	// the allocator, draining, suspect or held.
+	lb   *locBucket
+	slot uint32
+	held bool
+	// tier is desc.Tier, here because puts and frees need it and desc is
+	// one more cache miss away.
+	tier segment.Tier
 }
 
 // usable reports whether new puts and leases may land on the segment.
@@ -160,10 +171,12 @@ type Service struct {
 		sync.Mutex
 		closed   bool
 		clients  map[string]*clientState
-		segIndex map[string]uint32 // segment id → slot
-		segs     []*segState       // by slot; nil when free
+		segIndex map[string]uint32   // segment id → slot
+		byOwner  map[string][]uint32 // owner client id → its segments' slots
+		segs     []*segState         // by slot; nil when free
 		freeSegs []uint32
-		tierCap  [3]uint64 // by segment.Tier
+		place    placeIndex // usable segments by tier, reach, node and location
+		tierCap  [3]uint64  // by segment.Tier
 		tierUsed [3]uint64
 
 		bySeq   map[uint32]*clientState // registrations by seq
@@ -211,6 +224,8 @@ func New(cfg Config) (*Service, error) {
 	m := &s.mu
 	m.clients = map[string]*clientState{}
 	m.segIndex = map[string]uint32{}
+	m.byOwner = map[string][]uint32{}
+	m.place = newPlaceIndex()
 	m.objs = newObjTable()
 	m.extra = map[uint32][]replica{}
 	m.pending = map[uint32]struct{}{}
@@ -363,6 +378,7 @@ func (s *Service) Heartbeat(ctx context.Context, clientID string, mapped Mapped)
 		for _, sg := range s.mu.segs {
 			if sg != nil && sg.suspect && sg.desc.Owner == clientID {
 				sg.suspect = false
+				s.mu.place.update(sg)
 				s.log.Info("master: segment reported unreachable; its provider heartbeats, placing on it again", "segment", sg.desc.Key().String())
 			}
 		}
@@ -509,7 +525,7 @@ func (s *Service) MountSegment(ctx context.Context, d segment.Descriptor) (err e
 	}
 	delete(s.mu.quarantine, d.ID)
 	desc := d
-	sg := &segState{desc: &desc, al: al, domain: owner.info.FabricDomain}
+	sg := &segState{desc: &desc, al: al, domain: owner.info.FabricDomain, tier: d.Tier}
 	var slot uint32
 	if n := len(s.mu.freeSegs); n > 0 {
 		slot = s.mu.freeSegs[n-1]
@@ -520,6 +536,8 @@ func (s *Service) MountSegment(ctx context.Context, d segment.Descriptor) (err e
 		s.mu.segs = append(s.mu.segs, sg)
 	}
 	s.mu.segIndex[d.ID] = slot
+	s.mu.byOwner[d.Owner] = append(s.mu.byOwner[d.Owner], slot)
+	s.mu.place.add(slot, sg)
 	s.mu.tierCap[d.Tier] += al.Size()
 	s.mu.segVersion++
 	owner.segments++
@@ -564,6 +582,7 @@ func (s *Service) UnmountSegment(ctx context.Context, k segment.Key) (err error)
 	if leased+writing > 0 {
 		sg.draining = true
 		sg.drainUntil = now + int64(s.cfg.DrainTimeout)
+		s.mu.place.update(sg)
 		return fmt.Errorf("%w: segment %s: %d leased objects, %d puts in progress; draining for %v, retry after the lease TTL (%v)",
 			ErrHasLease, k, leased, writing, s.cfg.DrainTimeout, s.cfg.LeaseTTL)
 	}
@@ -621,6 +640,12 @@ func (s *Service) dropSegmentLocked(slot uint32, now int64) {
 		s.freeObjectLocked(o, now)
 	}
 	delete(s.mu.segIndex, sg.desc.ID)
+	if own := slices.DeleteFunc(s.mu.byOwner[sg.desc.Owner], func(x uint32) bool { return x == slot }); len(own) > 0 {
+		s.mu.byOwner[sg.desc.Owner] = own
+	} else {
+		delete(s.mu.byOwner, sg.desc.Owner)
+	}
+	s.mu.place.remove(sg)
 	if c, ok := s.mu.clients[sg.desc.Owner]; ok {
 		c.segments--
 	}
@@ -667,7 +692,9 @@ func (s *Service) setRepsLocked(slot uint32, reps []replica) {
 		var in [inlineReps]replica
 		copy(in[:], reps)
 		o.reps = in
-		delete(s.mu.extra, slot)
+		if o.nrep > inlineReps {
+			delete(s.mu.extra, slot)
+		}
 	} else {
 		s.mu.extra[slot] = append([]replica(nil), reps...)
 	}
@@ -698,9 +725,12 @@ func (s *Service) freeObjectLocked(slot uint32, now int64) {
 			s.log.Error("master: bug: free replica", "key", s.mu.objs.key(slot), "err", err)
 			continue
 		}
-		s.mu.tierUsed[sg.desc.Tier] -= n
+		s.mu.tierUsed[sg.tier] -= n
+		s.mu.place.update(sg)
 	}
-	delete(s.mu.extra, slot)
+	if o.nrep > inlineReps {
+		delete(s.mu.extra, slot)
+	}
 	if o.flags&flagSoftPinTTL != 0 {
 		delete(s.mu.softUntil, slot)
 	}
@@ -858,7 +888,7 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 			}
 		}
 		slot := s.mu.objs.alloc()
-		scratch, out[i].Err = s.placeLocked(r, slot, now, scratch[:0])
+		scratch, out[i].Err = s.placeLocked(r, writer, slot, now, scratch[:0])
 		if out[i].Err != nil {
 			s.mu.objs.release(slot)
 			continue
@@ -1210,7 +1240,7 @@ func (s *Service) RemoveAll(ctx context.Context, f Filter, force bool) (n int, e
 		if s.mu.objs.at(uint32(slot)).state != stateVisible {
 			continue
 		}
-		if !match(s.mu.objs.key(uint32(slot))) {
+		if !match(s.mu.objs.keyBytes(uint32(slot))) {
 			continue
 		}
 		if s.removeLocked(uint32(slot), force, now) == nil {
@@ -1260,6 +1290,7 @@ func (s *Service) Reap() {
 			// The owner stopped retrying its unmount (it gave up closing,
 			// or will unmount later): the capacity is usable again.
 			sg.draining = false
+			s.mu.place.update(sg)
 			s.log.Warn("master: segment drain lapsed: its owner did not retry the unmount; placing on it again",
 				"segment", sg.desc.Key().String(), "owner", sg.desc.Owner, "drain_timeout", s.cfg.DrainTimeout)
 		}
@@ -1450,6 +1481,7 @@ func (s *Service) ReportUnreachable(ctx context.Context, reporter string, k segm
 		}
 	}
 	sg.suspect = true
+	s.mu.place.update(sg)
 	return nil
 }
 

@@ -371,6 +371,12 @@ func TestPlacement(t *testing.T) {
 		})); ids[0] != "a/hbm0" {
 			t.Fatalf("preferred placement %v, want a/hbm0", ids)
 		}
+		// A client id names every segment that client provides.
+		if ids := segOf(e.putStart("pref-owner", 100, withClient("reader"), func(r *PutStartReq) {
+			r.Placement.Segments = []string{a}
+		})); !strings.HasPrefix(ids[0], "a/") {
+			t.Fatalf("placement preferring client %s: %v, want one of its segments", a, ids)
+		}
 		// Replicas spread over segments and nodes, DRAM first.
 		ids := segOf(e.putStart("r2", 100, withReplicas(2)))
 		if len(ids) != 2 || ids[0][:1] == ids[1][:1] || !strings.Contains(ids[0], "dram") || !strings.Contains(ids[1], "dram") {
@@ -387,6 +393,35 @@ func TestPlacement(t *testing.T) {
 		wantErr(t, "DRAM only, too big", e.putStart("big", 64*MiB, withTier(segment.TierDRAM, true), withReplicas(3)).Err, ErrNoSpace)
 		if ids := segOf(e.putStart("big", 60*MiB, withReplicas(4))); !strings.Contains(ids[3], "hbm") {
 			t.Fatalf("4 big replicas on %v, want the fourth in HBM (b/dram1 is too small)", ids)
+		}
+	})
+}
+
+// TestReplicasSpreadOverProviders: two providers on one node (two
+// processes, as two Mooncake clients on a host): the replicas of an object go
+// to both, even where one of them has more free bytes in a second segment,
+// so that the object outlives either process.
+func TestReplicasSpreadOverProviders(t *testing.T) {
+	forEachTransport(t, testConfig(), func(t *testing.T, e *env) {
+		a := e.register("pa", "host", 0, 0)
+		b := e.register("pb", "host", 0, 0)
+		for _, d := range []segment.Descriptor{
+			desc("host/pa/dram0/0", a, "host", segment.TierDRAM, 0, 64*MiB),
+			desc("host/pa/dram0/1", a, "host", segment.TierDRAM, 0, 64*MiB),
+			desc("host/pb/dram0/0", b, "host", segment.TierDRAM, 0, 32*MiB),
+		} {
+			e.mount(d)
+		}
+		r := e.putStart("k", 100, withReplicas(2))
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		var owners []string
+		for _, rp := range r.Replicas {
+			owners = append(owners, rp.Segment.Owner)
+		}
+		if slices.Sort(owners); !slices.Equal(owners, []string{a, b}) {
+			t.Fatalf("2 replicas on segments of %v, want one on each provider", owners)
 		}
 	})
 }

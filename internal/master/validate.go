@@ -1,6 +1,7 @@
 package master
 
 import (
+	"bytes"
 	"fmt"
 	"regexp"
 	"strings"
@@ -33,12 +34,24 @@ func validateKey(key string, maxLen int) error {
 }
 
 func validateID(field, id string) error {
-	switch {
-	case len(id) > segment.MaxIDLen:
+	if len(id) > segment.MaxIDLen {
 		return fmt.Errorf("%w: %s %.32q…: %d bytes, limit %d", ErrInvalid, field, id, len(id), segment.MaxIDLen)
-	case !utf8.ValidString(id):
+	}
+	// One pass over the bytes (every put validates its writer's id and
+	// node): utf8.ValidString only for non-ASCII ids.
+	ascii, ctl := true, false
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case c >= utf8.RuneSelf:
+			ascii = false
+		case c == 0 || c == '\n':
+			ctl = true
+		}
+	}
+	switch {
+	case !ascii && !utf8.ValidString(id):
 		return fmt.Errorf("%w: %s %q: not valid UTF-8", ErrInvalid, field, id)
-	case strings.ContainsAny(id, "\x00\n"):
+	case ctl:
 		return fmt.Errorf("%w: %s %q: contains NUL or newline", ErrInvalid, field, id)
 	}
 	return nil
@@ -204,8 +217,9 @@ func TenantKey(tenant, key string) string {
 	return tenantMark + tenant + tenantMark + key
 }
 
-// matcher validates f and returns its key predicate.
-func (f Filter) matcher() (func(string) bool, error) {
+// matcher validates f and returns its predicate on stored keys (it does
+// not keep or allocate them).
+func (f Filter) matcher() (func([]byte) bool, error) {
 	if err := ValidateTenant(f.Tenant); err != nil {
 		return nil, err
 	}
@@ -219,21 +233,21 @@ func (f Filter) matcher() (func(string) bool, error) {
 			return nil, fmt.Errorf("%w: key pattern %q: %w", ErrInvalid, f.Pattern, err)
 		}
 	}
-	prefix := TenantKey(f.Tenant, "")
-	return func(k string) bool {
-		var name string
+	prefix := []byte(TenantKey(f.Tenant, ""))
+	return func(k []byte) bool {
+		var name []byte
 		if f.Tenant == "" {
-			if strings.HasPrefix(k, tenantMark) {
+			if len(k) > 0 && k[0] == tenantMark[0] {
 				return false
 			}
 			name = k
 		} else {
 			var ok bool
-			if name, ok = strings.CutPrefix(k, prefix); !ok {
+			if name, ok = bytes.CutPrefix(k, prefix); !ok {
 				return false
 			}
 		}
-		return re == nil || re.MatchString(name)
+		return re == nil || re.Match(name)
 	}, nil
 }
 

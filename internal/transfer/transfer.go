@@ -8,6 +8,14 @@
 // gather/scatter kernel kvf_copy_blocks (kernels/copy_blocks.cu): the batch's
 // descriptors are written into a slot of a pinned host ring, uploaded to the
 // slot's device buffer with one async copy and consumed by one kernel launch.
+//
+// No submission waits for another stream's work while holding the ring (issue
+// #13 item 5): a launch takes a free slot, or one whose last launch has
+// completed (a non-blocking event query); failing that, it waits — outside
+// the ring's lock — for its own stream's oldest launch, which its batch is
+// ordered behind anyway; when every slot belongs to other streams' launches
+// in flight, the ring grows (Options.MaxRingSlots); only a ring that cannot
+// grow makes a launch wait for another stream's work.
 // Larger blocks go to the copy engines with one cuMemcpyBatchAsync call, or
 // one MemcpyAsync crossing (a cuMemcpyAsync per block inside the shim) when
 // the driver lacks it. The crossover default, 128 KiB
@@ -20,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -71,18 +80,39 @@ func (r Route) String() string {
 // both directions (and leaves the SMs to the model).
 const DefaultCopyEngineMinBytes = 128 << 10
 
+// DefaultFewCopies is the default Options.FewCopies: one per-copy
+// cuMemcpyAsync costs ~3 µs at 4 KiB on H200, a kernel launch with its
+// descriptor upload ~8 µs more than one copy.
+const DefaultFewCopies = 2
+
 // Options configures an Engine. The zero value is useful.
 type Options struct {
 	// CopyEngineMinBytes: blocks of at least this many bytes go to the copy
 	// engine; smaller ones to the SM kernel. 0 means
 	// DefaultCopyEngineMinBytes (128 KiB).
 	CopyEngineMinBytes uint64
-	// Route forces one path; RouteAuto (the zero value) routes by size.
+	// Route forces one path; RouteAuto (the zero value) routes by size,
+	// except that a batch of at most FewCopies copies goes to the copy
+	// engine one cuMemcpyAsync each, on the caller's stream: for a single
+	// small get or put that is the lowest latency (no descriptor upload and
+	// launch, no side stream; 18 µs against 25 µs for one 4 KiB get on H200,
+	// docs/perf/latency.md).
 	Route Route
-	// RingSlots is the number of descriptor slots, i.e. how many kernel
-	// launches may be in flight before Submit waits for the oldest
-	// (default 8).
+	// FewCopies: see Route; 0 disables it (the Store uses
+	// DefaultFewCopies).
+	FewCopies int
+	// RingSlots is the number of descriptor slots allocated by New, and
+	// the number added each time the ring grows (default 8). A stream
+	// with RingSlots launches in flight waits for its oldest before its
+	// next launch.
 	RingSlots int
+	// MaxRingSlots bounds the ring's growth: when every slot holds a
+	// launch of another stream still in flight, the ring grows by
+	// RingSlots slots rather than make the launch wait for other streams'
+	// copies, up to this many slots (default max(64, RingSlots); each slot
+	// is SlotDescs*24 bytes of pinned host memory plus as much device
+	// memory).
+	MaxRingSlots int
 	// SlotDescs is the number of block descriptors per slot; a batch with
 	// more small blocks is split into several launches (default 16384).
 	SlotDescs int
@@ -100,15 +130,18 @@ type Stats struct {
 	BatchBlocks    uint64 // blocks copied by them
 	EachCalls      uint64 // MemcpyAsync crossings (one cuMemcpyAsync per block)
 	EachBlocks     uint64 // blocks copied by them
-	RingWaits      uint64 // submissions that waited for a ring slot
+	RingWaits      uint64 // launches that waited (outside the ring's lock) for a slot's last launch
+	RingGrows      uint64 // times the ring grew because other streams' launches held every slot
+	RingSlots      uint64 // slots now in the ring
 }
 
 // Engine executes copy batches on one device's context.
 //
 // An Engine is safe for concurrent use: goroutines may submit on different
-// streams at once (submissions of small blocks are serialised on the
-// descriptor ring for the few microseconds they take to enqueue). Close
-// waits for calls in progress.
+// streams at once. They share the descriptor ring only to pick a slot (a
+// short lock, never held across a wait or an enqueue), and a launch never
+// waits for another stream's work while the ring can grow. Close waits for
+// calls in progress.
 type Engine struct {
 	drv   cuda.Driver
 	ctx   cuda.Context
@@ -120,10 +153,7 @@ type Engine struct {
 	mod cuda.Module
 	fn  cuda.Function
 
-	host     []byte         // mmap'ed ring of descriptor slots, registered with the driver
-	hostReg  bool           // host is registered
-	devBuf   cuda.DevicePtr // device copy of the ring
-	slotSize uint64         // bytes per slot
+	slotSize uint64 // bytes per slot
 
 	// life: submissions hold it for reading; Close for writing.
 	life   sync.RWMutex
@@ -131,9 +161,15 @@ type Engine struct {
 
 	ring struct {
 		sync.Mutex
-		// guards slots and next
-		slots []slot
-		next  int
+		// guards everything below, and the state, stream and seq of every
+		// slot
+		chunks  []*chunk // allocations of slots, in order; Close frees them
+		slots   []*slot  // every usable slot of every chunk
+		next    int      // where the search for a free slot starts (the oldest launch, round robin)
+		seq     uint64   // launches so far: orders slots by their last launch
+		max     int      // the most slots the ring may have; lowered when growing fails
+		growing bool     // a submitter is allocating a chunk (outside the lock)
+		changed *sync.Cond
 	}
 
 	events struct {
@@ -147,7 +183,7 @@ type Engine struct {
 		kernelLaunches, kernelBlocks atomic.Uint64
 		batchCalls, batchBlocks      atomic.Uint64
 		eachCalls, eachBlocks        atomic.Uint64
-		ringWaits                    atomic.Uint64
+		ringWaits, ringGrows         atomic.Uint64
 	}
 
 	// side carries cuMemcpyBatchAsync work submitted on a default stream
@@ -162,15 +198,46 @@ type Engine struct {
 	done    teardown.Record // guarded by closeMu: Close steps that succeeded
 }
 
+// chunk is one allocation of descriptor slots: an mmap'ed host range
+// registered with the driver, its device copy, and one event per slot.
+// Each field is zeroed once released, so a retried Close releases only the
+// rest.
+type chunk struct {
+	host    []byte         // outside the Go heap: the driver DMAs from it
+	hostReg bool           // host is registered with the driver
+	dev     cuda.DevicePtr // device copy of host
+	evs     []cuda.Event   // the slots' fences; 0 once destroyed
+}
+
+// slotState is where a slot is in its cycle.
+type slotState uint8
+
+const (
+	slotFree     slotState = iota // no launch reads it
+	slotOwned                     // a submitter writes it and enqueues its launch, or waits for its last launch
+	slotInflight                  // its last launch is fenced by ev and may still run
+	slotBroken                    // its last use could not be fenced; never reused
+)
+
+// slot is one launch's descriptor table. The submitter that owns it
+// (slotOwned) uses the table and the launch arguments without the ring's
+// lock; state, stream and seq are guarded by the ring's lock.
 type slot struct {
+	idx   int            // position in the ring, for messages
+	table []byte         // host descriptors (a window of its chunk's host range)
+	addr  uintptr        // address of table
+	dev   cuda.DevicePtr // device copy of table
+	ev    cuda.Event     // recorded after the slot's last launch
+
+	state  slotState
+	stream cuda.Stream // stream of the last launch
+	seq    uint64      // ring.seq of the last launch
+
 	// upload and params are reused per launch (no allocation per batch).
-	upload   [1]cuda.Copy
-	p0       [8]byte
-	p1       [4]byte
-	params   [2][]byte
-	ev       cuda.Event
-	inflight bool // ev was recorded after the slot's last use
-	broken   bool // its last use could not be fenced; never reused
+	upload [1]cuda.Copy
+	p0     [8]byte
+	p1     [4]byte
+	params [2][]byte
 }
 
 // New loads the copy kernel into ctx (a context of device dev) and
@@ -190,8 +257,14 @@ func New(drv cuda.Driver, ctx cuda.Context, dev cuda.Device, opts Options) (_ *E
 	if opts.Route < RouteAuto || opts.Route > RouteCopyEach {
 		return nil, fmt.Errorf("transfer: route %d is not a Route", opts.Route)
 	}
-	if opts.RingSlots > 1024 || opts.SlotDescs > 1<<22 {
-		return nil, fmt.Errorf("transfer: ring of %d slots x %d descriptors is too large", opts.RingSlots, opts.SlotDescs)
+	if opts.MaxRingSlots <= 0 {
+		opts.MaxRingSlots = max(64, opts.RingSlots)
+	}
+	if opts.MaxRingSlots < opts.RingSlots {
+		return nil, fmt.Errorf("transfer: MaxRingSlots %d is below RingSlots %d", opts.MaxRingSlots, opts.RingSlots)
+	}
+	if opts.MaxRingSlots > 1024 || opts.SlotDescs > 1<<22 {
+		return nil, fmt.Errorf("transfer: ring of %d slots x %d descriptors is too large", opts.MaxRingSlots, opts.SlotDescs)
 	}
 	e := &Engine{drv: drv, ctx: ctx, dev: dev, opts: opts, batch: drv.Capabilities().MemcpyBatchAsync, log: opts.Logger}
 	if e.log == nil {
@@ -202,6 +275,8 @@ func New(drv cuda.Driver, ctx cuda.Context, dev cuda.Device, opts Options) (_ *E
 			&cuda.Error{Op: "cuMemcpyBatchAsync", Result: cuda.ErrorNotSupported})
 	}
 	e.events.all = make(map[cuda.Event]struct{})
+	e.ring.changed = sync.NewCond(&e.ring.Mutex)
+	e.ring.max = opts.MaxRingSlots
 	defer func() {
 		if err != nil {
 			if cerr := e.Close(); cerr != nil {
@@ -221,37 +296,76 @@ func New(drv cuda.Driver, ctx cuda.Context, dev cuda.Device, opts Options) (_ *E
 	}
 
 	e.slotSize = uint64(opts.SlotDescs) * kernels.CopyDescSize
-	ringBytes := e.slotSize * uint64(opts.RingSlots)
-	page := uint64(syscall.Getpagesize())
-	ringBytes = (ringBytes + page - 1) &^ (page - 1)
-	// Outside the Go heap: the driver pins it and DMAs from it while the Go
-	// runtime knows nothing about the copy.
-	if e.host, err = syscall.Mmap(-1, 0, int(ringBytes), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS); err != nil {
-		e.host = nil
-		return nil, fmt.Errorf("transfer: mmap %d-byte descriptor ring: %w", ringBytes, err)
-	}
-	if err = drv.MemHostRegister(ctx, e.hostAddr(), ringBytes, 0); err != nil {
-		return nil, fmt.Errorf("transfer: register %d-byte descriptor ring: %w", ringBytes, err)
-	}
-	e.hostReg = true
-	if e.devBuf, err = drv.MemAlloc(ctx, ringBytes); err != nil {
-		return nil, fmt.Errorf("transfer: allocate %d-byte device descriptor ring: %w", ringBytes, err)
-	}
-	e.ring.slots = make([]slot, opts.RingSlots)
-	for i := range e.ring.slots {
-		ev, err := drv.EventCreate(ctx, cuda.EventDisableTiming)
-		if err != nil {
-			return nil, fmt.Errorf("transfer: create ring event %d: %w", i, err)
-		}
-		e.ring.slots[i].ev = ev
+	if err = e.grow(); err != nil {
+		return nil, err
 	}
 	e.log.Debug("transfer engine ready", "device", int(dev), "driver", drv.Name(),
 		"memcpy_batch_async", e.batch, "copy_engine_min_bytes", opts.CopyEngineMinBytes,
-		"route", opts.Route.String(), "ring_slots", opts.RingSlots, "slot_descs", opts.SlotDescs)
+		"route", opts.Route.String(), "ring_slots", opts.RingSlots, "max_ring_slots", opts.MaxRingSlots, "slot_descs", opts.SlotDescs)
 	return e, nil
 }
 
-func (e *Engine) hostAddr() uintptr { return uintptr(unsafe.Pointer(&e.host[0])) }
+// grow allocates a chunk of RingSlots slots and adds them to the ring. The
+// caller does not hold the ring's lock (the allocation takes a while: the
+// driver pins the host range); New calls it for the first chunk, a launch
+// that found every slot busy with other streams for the next. A chunk
+// that fails half-way is released at once; what cannot be released stays
+// recorded for Close.
+func (e *Engine) grow() (err error) {
+	n := e.opts.RingSlots
+	c := &chunk{}
+	e.ring.Lock()
+	e.ring.chunks = append(e.ring.chunks, c)
+	e.ring.Unlock()
+	defer func() {
+		if err == nil {
+			return
+		}
+		e.ring.Lock()
+		defer e.ring.Unlock()
+		if ferr := e.freeChunkLocked(c); ferr != nil {
+			err = errors.Join(err, fmt.Errorf("transfer: release the half-built descriptor slots (left for Close): %w", ferr))
+			return
+		}
+		e.ring.chunks = slices.DeleteFunc(e.ring.chunks, func(x *chunk) bool { return x == c })
+	}()
+	bytes := e.slotSize * uint64(n)
+	page := uint64(syscall.Getpagesize())
+	bytes = (bytes + page - 1) &^ (page - 1)
+	// Outside the Go heap: the driver pins it and DMAs from it while the Go
+	// runtime knows nothing about the copy.
+	host, err := syscall.Mmap(-1, 0, int(bytes), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+	if err != nil {
+		return fmt.Errorf("transfer: mmap %d-byte descriptor ring: %w", bytes, err)
+	}
+	c.host = host
+	addr := uintptr(unsafe.Pointer(&host[0]))
+	if err := e.drv.MemHostRegister(e.ctx, addr, bytes, 0); err != nil {
+		return fmt.Errorf("transfer: register %d-byte descriptor ring: %w", bytes, err)
+	}
+	c.hostReg = true
+	if c.dev, err = e.drv.MemAlloc(e.ctx, bytes); err != nil {
+		c.dev = 0
+		return fmt.Errorf("transfer: allocate %d-byte device descriptor ring: %w", bytes, err)
+	}
+	slots := make([]*slot, n)
+	for i := range slots {
+		ev, err := e.drv.EventCreate(e.ctx, cuda.EventDisableTiming)
+		if err != nil {
+			return fmt.Errorf("transfer: create ring event %d: %w", i, err)
+		}
+		c.evs = append(c.evs, ev)
+		off := uint64(i) * e.slotSize
+		slots[i] = &slot{table: host[off : off+e.slotSize], addr: addr + uintptr(off), dev: c.dev + cuda.DevicePtr(off), ev: ev}
+	}
+	e.ring.Lock()
+	for _, sl := range slots {
+		sl.idx = len(e.ring.slots)
+		e.ring.slots = append(e.ring.slots, sl)
+	}
+	e.ring.Unlock()
+	return nil
+}
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() Stats {
@@ -263,7 +377,15 @@ func (e *Engine) Stats() Stats {
 		EachCalls:      e.stats.eachCalls.Load(),
 		EachBlocks:     e.stats.eachBlocks.Load(),
 		RingWaits:      e.stats.ringWaits.Load(),
+		RingGrows:      e.stats.ringGrows.Load(),
+		RingSlots:      uint64(e.ringSize()),
 	}
+}
+
+func (e *Engine) ringSize() int {
+	e.ring.Lock()
+	defer e.ring.Unlock()
+	return len(e.ring.slots)
 }
 
 // Submit enqueues copies on stream s after the work already on it and
@@ -448,6 +570,9 @@ func (e *Engine) submitLocked(s cuda.Stream, copies []cuda.Copy) error {
 	case RouteCopyBatch, RouteCopyEach:
 		large = copies
 	default:
+		if len(copies) <= e.opts.FewCopies {
+			return e.copyEach(s, nonEmpty(copies))
+		}
 		// Common cases without allocating: all small or all large.
 		nSmall := 0
 		for _, c := range copies {
@@ -505,6 +630,14 @@ func (e *Engine) copyEngine(s cuda.Stream, cs []cuda.Copy) error {
 		}
 		e.stats.batchCalls.Add(1)
 		e.stats.batchBlocks.Add(uint64(len(cs)))
+		return nil
+	}
+	return e.copyEach(s, cs)
+}
+
+// copyEach enqueues one cuMemcpyAsync per copy on s (one cgo crossing).
+func (e *Engine) copyEach(s cuda.Stream, cs []cuda.Copy) error {
+	if len(cs) == 0 {
 		return nil
 	}
 	if err := e.drv.MemcpyAsync(e.ctx, cs, s); err != nil {
@@ -573,14 +706,13 @@ func (e *Engine) batchCopy(s cuda.Stream, cs []cuda.Copy) error {
 // kernel enqueues cs through the SM kernel, one launch per ring slot's worth
 // of descriptors.
 func (e *Engine) kernel(s cuda.Stream, cs []cuda.Copy) error {
-	if len(cs) == 0 {
-		return nil
-	}
-	e.ring.Lock()
-	defer e.ring.Unlock()
 	for len(cs) > 0 {
 		n := min(len(cs), e.opts.SlotDescs)
-		if err := e.launchLocked(s, cs[:n]); err != nil {
+		sl, err := e.acquireSlot(s)
+		if err != nil {
+			return err
+		}
+		if err := e.launch(sl, s, cs[:n]); err != nil {
 			return err
 		}
 		cs = cs[n:]
@@ -588,70 +720,173 @@ func (e *Engine) kernel(s cuda.Stream, cs []cuda.Copy) error {
 	return nil
 }
 
-// acquireSlotLocked returns the index of the next reusable slot, waiting for
-// the oldest launch when the ring is full.
-func (e *Engine) acquireSlotLocked() (int, error) {
-	slots := e.ring.slots
-	for range slots {
-		i := e.ring.next
-		e.ring.next = (e.ring.next + 1) % len(slots)
-		sl := &slots[i]
-		if sl.broken {
+// acquireSlot returns a slot for a launch on s, owned by the caller until
+// launch gives it back. In order of preference: a free slot, or one whose
+// last launch completed (non-blocking queries, oldest launch first); the
+// oldest slot of s's own launches, waited for (s's next launch runs after
+// it anyway); a new chunk of slots, when every slot holds other streams'
+// launches; at the size limit, the oldest slot of any stream, waited for.
+// Every wait is outside the ring's lock.
+func (e *Engine) acquireSlot(s cuda.Stream) (*slot, error) {
+	e.ring.Lock()
+	for {
+		sl, err := e.freeSlotLocked()
+		if err != nil || sl != nil {
+			e.ring.Unlock()
+			return sl, err
+		}
+		if own := e.oldestLocked(s, true); own != nil {
+			return e.waitSlotUnlock(own)
+		}
+		if e.ring.growing {
+			e.ring.changed.Wait()
 			continue
 		}
-		if !sl.inflight {
-			return i, nil
+		if len(e.ring.slots) < e.ring.max {
+			e.ring.growing = true
+			e.ring.Unlock()
+			err := e.grow()
+			e.ring.Lock()
+			e.ring.growing = false
+			e.ring.changed.Broadcast()
+			if err != nil {
+				// Waiting for other streams beats failing the copy; stop
+				// trying to grow (the size limit is now the ring's size).
+				e.ring.max = len(e.ring.slots)
+				e.log.Warn("transfer: descriptor ring cannot grow; launches may wait for other streams' copies",
+					"slots", len(e.ring.slots), "err", err)
+			} else {
+				e.stats.ringGrows.Add(1)
+			}
+			continue
 		}
-		done, err := e.drv.EventQuery(e.ctx, sl.ev)
-		if err == nil && !done {
-			e.stats.ringWaits.Add(1)
-			err = e.drv.EventSynchronize(e.ctx, sl.ev)
+		if old := e.oldestLocked(s, false); old != nil {
+			return e.waitSlotUnlock(old)
 		}
-		if err != nil {
-			return 0, fmt.Errorf("transfer: wait for descriptor slot %d: %w", i, err)
+		if !e.anyOwnedLocked() {
+			e.ring.Unlock()
+			return nil, fmt.Errorf("transfer: every descriptor slot is unusable after earlier driver failures")
 		}
-		sl.inflight = false
-		return i, nil
+		// Every slot is owned by a submitter that is enqueueing or waiting
+		// for its own slot: it gives one back soon.
+		e.ring.changed.Wait()
 	}
-	return 0, fmt.Errorf("transfer: every descriptor slot is unusable after earlier driver failures")
 }
 
-func (e *Engine) launchLocked(s cuda.Stream, cs []cuda.Copy) error {
-	i, err := e.acquireSlotLocked()
-	if err != nil {
-		return err
+// freeSlotLocked takes a free slot or one whose last launch completed,
+// searching from the oldest launch, and marks it owned; nil when there is
+// none. A failed event query is returned (the slot stays in flight).
+func (e *Engine) freeSlotLocked() (*slot, error) {
+	n := len(e.ring.slots)
+	for k := range n {
+		i := (e.ring.next + k) % n
+		sl := e.ring.slots[i]
+		switch sl.state {
+		case slotFree:
+		case slotInflight:
+			done, err := e.drv.EventQuery(e.ctx, sl.ev)
+			if err != nil {
+				return nil, fmt.Errorf("transfer: query descriptor slot %d: %w", sl.idx, err)
+			}
+			if !done {
+				continue
+			}
+		default:
+			continue
+		}
+		sl.state = slotOwned
+		e.ring.next = (i + 1) % n
+		return sl, nil
 	}
-	sl := &e.ring.slots[i]
-	off := uint64(i) * e.slotSize
-	table := e.host[off : off+uint64(len(cs))*kernels.CopyDescSize]
+	return nil, nil
+}
+
+// oldestLocked returns the in-flight slot with the oldest launch — on
+// stream s only when own — or nil.
+func (e *Engine) oldestLocked(s cuda.Stream, own bool) *slot {
+	var best *slot
+	for _, sl := range e.ring.slots {
+		if sl.state != slotInflight || (own && sl.stream != s) {
+			continue
+		}
+		if best == nil || sl.seq < best.seq {
+			best = sl
+		}
+	}
+	return best
+}
+
+func (e *Engine) anyOwnedLocked() bool {
+	for _, sl := range e.ring.slots {
+		if sl.state == slotOwned {
+			return true
+		}
+	}
+	return false
+}
+
+// waitSlotUnlock takes the in-flight slot sl, releases the ring's lock
+// (held by the caller) and waits for sl's last launch. On failure the slot
+// goes back in flight, to be queried or waited for again.
+func (e *Engine) waitSlotUnlock(sl *slot) (*slot, error) {
+	sl.state = slotOwned
+	e.ring.Unlock()
+	e.stats.ringWaits.Add(1)
+	err := e.drv.EventSynchronize(e.ctx, sl.ev)
+	if err == nil {
+		return sl, nil
+	}
+	e.ring.Lock()
+	sl.state = slotInflight
+	e.ring.changed.Broadcast()
+	e.ring.Unlock()
+	return nil, fmt.Errorf("transfer: wait for descriptor slot %d: %w", sl.idx, err)
+}
+
+// launch writes cs into the caller's slot sl, enqueues the descriptor
+// upload and the kernel on s and fences the slot, then gives it back to
+// the ring: in flight when fenced; free when nothing that reads it was
+// enqueued or s drained; else retired.
+func (e *Engine) launch(sl *slot, s cuda.Stream, cs []cuda.Copy) error {
+	state := slotFree
+	defer func() {
+		e.ring.Lock()
+		sl.state = state
+		if state == slotInflight {
+			e.ring.seq++
+			sl.stream, sl.seq = s, e.ring.seq
+		}
+		e.ring.changed.Broadcast()
+		e.ring.Unlock()
+	}()
+	table := sl.table[:uint64(len(cs))*kernels.CopyDescSize]
 	var maxLen uint64
 	for j, c := range cs {
 		kernels.PutCopyDesc(table[j*kernels.CopyDescSize:], c)
 		maxLen = max(maxLen, c.Len)
 	}
-	devTable := e.devBuf + cuda.DevicePtr(off)
-	sl.upload[0] = cuda.Copy{Dst: devTable, Src: cuda.DevicePtr(e.hostAddr() + uintptr(off)), Len: uint64(len(table))}
+	sl.upload[0] = cuda.Copy{Dst: sl.dev, Src: cuda.DevicePtr(sl.addr), Len: uint64(len(table))}
 	if err := e.drv.MemcpyAsync(e.ctx, sl.upload[:], s); err != nil {
 		// Nothing was enqueued that reads the slot.
 		return fmt.Errorf("transfer: upload %d block descriptors: %w", len(cs), err)
 	}
 	grid, block := launchShape(len(cs), maxLen)
-	binary.LittleEndian.PutUint64(sl.p0[:], uint64(devTable)) // kernels.CopyBlocksParams, without allocating
+	binary.LittleEndian.PutUint64(sl.p0[:], uint64(sl.dev)) // kernels.CopyBlocksParams, without allocating
 	binary.LittleEndian.PutUint32(sl.p1[:], uint32(len(cs)))
 	sl.params = [2][]byte{sl.p0[:], sl.p1[:]}
 	lerr := e.drv.LaunchKernel(e.ctx, e.fn, grid, block, 0, s, sl.params[:])
 	// Fence the slot whatever happened: the upload reads it.
 	if rerr := e.drv.EventRecord(e.ctx, sl.ev, s); rerr != nil {
 		if serr := e.drv.StreamSynchronize(e.ctx, s); serr != nil {
-			sl.broken = true
+			state = slotBroken
 			e.log.Warn("transfer: descriptor slot retired: its last use cannot be fenced",
-				"slot", i, "record_err", rerr, "sync_err", serr)
+				"slot", sl.idx, "record_err", rerr, "sync_err", serr)
 		}
 		if lerr == nil {
 			lerr = fmt.Errorf("transfer: fence descriptor slot: %w", rerr)
 		}
 	} else {
-		sl.inflight = true
+		state = slotInflight
 	}
 	if lerr != nil {
 		return fmt.Errorf("transfer: launch %s for %d blocks: %w", kernels.CopyBlocksEntry, len(cs), lerr)
@@ -717,16 +952,15 @@ func (e *Engine) drainRing() error {
 	e.ring.Lock()
 	defer e.ring.Unlock()
 	var errs []error
-	for i := range e.ring.slots {
-		sl := &e.ring.slots[i]
-		if !sl.inflight {
+	for _, sl := range e.ring.slots {
+		if sl.state != slotInflight {
 			continue
 		}
 		if err := e.drv.EventSynchronize(e.ctx, sl.ev); err != nil {
-			errs = append(errs, fmt.Errorf("slot %d: %w", i, err))
+			errs = append(errs, fmt.Errorf("slot %d: %w", sl.idx, err))
 			continue
 		}
-		sl.inflight = false
+		sl.state = slotFree
 	}
 	return errors.Join(errs...)
 }
@@ -755,16 +989,8 @@ func (e *Engine) destroySide() error {
 func (e *Engine) destroyEvents() error {
 	var errs []error
 	e.ring.Lock()
-	for i := range e.ring.slots {
-		sl := &e.ring.slots[i]
-		if sl.ev == 0 {
-			continue
-		}
-		if err := e.drv.EventDestroy(e.ctx, sl.ev); err != nil {
-			errs = append(errs, fmt.Errorf("ring event %d: %w", i, err))
-			continue
-		}
-		sl.ev = 0
+	for _, c := range e.ring.chunks {
+		errs = append(errs, e.destroyChunkEventsLocked(c))
 	}
 	e.ring.Unlock()
 	e.events.Lock()
@@ -780,41 +1006,101 @@ func (e *Engine) destroyEvents() error {
 	return errors.Join(errs...)
 }
 
-// freeDevBuf frees the device descriptor ring (Close step 4; closeMu held).
+func (e *Engine) destroyChunkEventsLocked(c *chunk) error {
+	var errs []error
+	for i, ev := range c.evs {
+		if ev == 0 {
+			continue
+		}
+		if err := e.drv.EventDestroy(e.ctx, ev); err != nil {
+			errs = append(errs, fmt.Errorf("ring event %d: %w", i, err))
+			continue
+		}
+		c.evs[i] = 0
+	}
+	return errors.Join(errs...)
+}
+
+// freeDevBuf frees the device descriptor rings (Close step 4; closeMu held).
 func (e *Engine) freeDevBuf() error {
-	if e.devBuf == 0 {
+	e.ring.Lock()
+	defer e.ring.Unlock()
+	var errs []error
+	for _, c := range e.ring.chunks {
+		errs = append(errs, e.freeChunkDevLocked(c))
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Engine) freeChunkDevLocked(c *chunk) error {
+	if c.dev == 0 {
 		return nil
 	}
-	if err := e.drv.MemFree(e.ctx, e.devBuf); err != nil {
+	if err := e.drv.MemFree(e.ctx, c.dev); err != nil {
 		return err
 	}
-	e.devBuf = 0
+	c.dev = 0
 	return nil
 }
 
-// unregisterHost unregisters the host descriptor ring from the driver
+// unregisterHost unregisters the host descriptor rings from the driver
 // (Close step 5; closeMu held).
 func (e *Engine) unregisterHost() error {
-	if !e.hostReg {
+	e.ring.Lock()
+	defer e.ring.Unlock()
+	var errs []error
+	for _, c := range e.ring.chunks {
+		errs = append(errs, e.unregisterChunkLocked(c))
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Engine) unregisterChunkLocked(c *chunk) error {
+	if !c.hostReg {
 		return nil
 	}
-	if err := e.drv.MemHostUnregister(e.ctx, e.hostAddr()); err != nil {
+	if err := e.drv.MemHostUnregister(e.ctx, uintptr(unsafe.Pointer(&c.host[0]))); err != nil {
 		return err
 	}
-	e.hostReg = false
+	c.hostReg = false
 	return nil
 }
 
-// unmapHost unmaps the host descriptor ring (Close step 5; closeMu held).
+// unmapHost unmaps the host descriptor rings (Close step 5; closeMu held).
 func (e *Engine) unmapHost() error {
-	if e.host == nil {
+	e.ring.Lock()
+	defer e.ring.Unlock()
+	var errs []error
+	for _, c := range e.ring.chunks {
+		errs = append(errs, unmapChunk(c))
+	}
+	return errors.Join(errs...)
+}
+
+func unmapChunk(c *chunk) error {
+	if c.host == nil {
 		return nil
 	}
-	if err := syscall.Munmap(e.host); err != nil {
+	if c.hostReg {
+		return errors.New("host descriptor ring is still registered")
+	}
+	if err := syscall.Munmap(c.host); err != nil {
 		return err
 	}
-	e.host = nil
+	c.host = nil
 	return nil
+}
+
+// freeChunkLocked releases a chunk none of whose slots was ever used (a
+// growth that failed half-way), in Close's order.
+func (e *Engine) freeChunkLocked(c *chunk) error {
+	if err := errors.Join(e.destroyChunkEventsLocked(c), e.freeChunkDevLocked(c)); err != nil {
+		return err
+	}
+	if err := e.unregisterChunkLocked(c); err != nil {
+		return err
+	}
+	return unmapChunk(c)
 }
 
 // unloadModule unloads the copy kernel's module (Close step 6; closeMu

@@ -607,3 +607,32 @@ func TestDoWaitsAfterPartialSubmit(t *testing.T) {
 		})
 	}
 }
+
+// TestFewCopies: with FewCopies set, a batch of at most that many copies
+// goes to the copy engine, one cuMemcpyAsync each on the caller's stream
+// (lowest latency for a single get or put); larger batches of small copies
+// still go to the kernel.
+func TestFewCopies(t *testing.T) {
+	e := newSimEnv(t, sim.Config{})
+	eng := newEngine(t, e, transfer.Options{FewCopies: 2})
+	src, dst := e.hbm(t, 1<<20), e.dram(t, 1<<20)
+	mk := func(n int) []cuda.Copy {
+		cs := make([]cuda.Copy, n)
+		for i := range cs {
+			cs[i] = cuda.Copy{Dst: dst + cuda.DevicePtr(i*4096), Src: src + cuda.DevicePtr(i*4096), Len: 4096}
+		}
+		return cs
+	}
+	if err := eng.Do(e.s, mk(2)); err != nil {
+		t.Fatal(err)
+	}
+	if st := eng.Stats(); st.EachCalls != 1 || st.EachBlocks != 2 || st.KernelLaunches != 0 {
+		t.Fatalf("two small copies: %+v, want one per-copy crossing", st)
+	}
+	if err := eng.Do(e.s, mk(3)); err != nil {
+		t.Fatal(err)
+	}
+	if st := eng.Stats(); st.KernelLaunches != 1 || st.KernelBlocks != 3 {
+		t.Fatalf("three small copies: %+v, want a kernel launch", st)
+	}
+}

@@ -9,7 +9,7 @@ import threading
 from ctypes import byref, c_int32, c_int64, c_size_t, c_uint32, c_uint64
 from typing import Any, Iterable, Sequence
 
-from . import _native
+from . import _exit, _native
 from . import errors as _errors
 from ._buffers import Buf, resolve
 from .errors import (
@@ -147,6 +147,7 @@ class Store:
         self._lock = threading.Lock()  # guards _h and _regs
         self._h: int | None = h.value
         self._regs: dict[int, int] = {}  # registered ptr -> size
+        _exit.track(self, self._lib, h.value)  # closed at interpreter exit / SIGTERM unless closed before
 
     # ---- lifecycle ---------------------------------------------------------
 

@@ -136,3 +136,20 @@ def stop_master(p):
     except subprocess.TimeoutExpired:
         p.kill()
         p.wait()
+
+
+def master_segments(addr):
+    """The segments a `kvfabric master` at addr has mounted, as dicts with
+    the segment.Descriptor fields (ID, Owner, Node, Size, …), from
+    `kvfabric stat --json`."""
+    import json
+    import subprocess
+
+    exe = kvfabric_binary()
+    if exe is None:
+        pytest.skip("needs the kvfabric binary: `make python-test` builds it, or set KVFABRIC_BIN")
+    r = subprocess.run([exe, "stat", "--json", "--master-server-addr", addr], capture_output=True, text=True,
+                       timeout=30)
+    if r.returncode != 0:
+        raise RuntimeError(f"kvfabric stat: {r.stderr}")
+    return json.loads(r.stdout)["segments"] or []

@@ -96,9 +96,10 @@ func (d *Driver) MemcpyDtoH(ctx cuda.Context, dst []byte, src cuda.DevicePtr) er
 	})
 }
 
-// MemcpyAsync runs the copies in order on s (synchronously). The first
-// invalid copy fails the call with CUDA_ERROR_INVALID_VALUE; the copies
-// before it have been performed, as their enqueued counterparts would be.
+// MemcpyAsync runs the copies in order on s (synchronously, or behind a
+// hold). The first invalid copy fails the call with
+// CUDA_ERROR_INVALID_VALUE; the copies before it have been performed (or
+// enqueued), as their enqueued counterparts would be.
 func (d *Driver) MemcpyAsync(ctx cuda.Context, copies []cuda.Copy, s cuda.Stream) error {
 	return d.call("MemcpyAsync", func() string {
 		return fmt.Sprintf("ctx=%#x n=%d%s stream=%#x", ctx, len(copies), copiesSummary(copies), s)
@@ -112,9 +113,21 @@ func (d *Driver) MemcpyAsync(ctx cuda.Context, copies []cuda.Copy, s cuda.Stream
 		if r := d.streamOKLocked(ctx, s); r != cuda.Success {
 			return r
 		}
-		for _, c := range copies {
-			if r := d.copyLocked(dev, c); r != cuda.Success {
-				return r
+		if d.queuedLocked(s) {
+			for i, c := range copies {
+				if c.Len > 0 && (!d.accessibleLocked(dev, uint64(c.Dst), c.Len, true) || !d.accessibleLocked(dev, uint64(c.Src), c.Len, false)) {
+					// The copies before it are enqueued, as per-copy
+					// cuMemcpyAsync calls would be.
+					d.deferCopiesLocked(dev, copies[:i], s)
+					return cuda.ErrorInvalidValue
+				}
+			}
+			d.deferCopiesLocked(dev, copies, s)
+		} else {
+			for _, c := range copies {
+				if r := d.copyLocked(dev, c); r != cuda.Success {
+					return r
+				}
 			}
 		}
 		d.countOpsLocked(s, len(copies))
@@ -158,8 +171,10 @@ func (d *Driver) MemcpyBatchAsync(ctx cuda.Context, copies []cuda.Copy, s cuda.S
 				return cuda.ErrorInvalidValue
 			}
 		}
-		for _, c := range copies {
-			copy(bytesAt(uint64(c.Dst), c.Len), bytesAt(uint64(c.Src), c.Len))
+		if !d.deferCopiesLocked(dev, copies, s) {
+			for _, c := range copies {
+				copy(bytesAt(uint64(c.Dst), c.Len), bytesAt(uint64(c.Src), c.Len))
+			}
 		}
 		d.countOpsLocked(s, len(copies))
 		return cuda.Success

@@ -20,7 +20,9 @@
 //
 // Execution model: copies and kernels run synchronously, in enqueue order,
 // inside the enqueuing call; events complete as soon as they are recorded
-// and EventElapsedTime measures wall-clock time between the records.
+// and EventElapsedTime measures wall-clock time between the records. A test
+// can hold a stream (HoldStream): its work then waits, as behind a long GPU
+// copy, until the hold is released (hold.go).
 package sim
 
 import (
@@ -65,6 +67,7 @@ type Driver struct {
 	seq    atomic.Uint64
 	closed atomic.Bool
 	inj    injector
+	sched  sched // held streams and their deferred work (hold.go)
 
 	mu struct {
 		// RWMutex guards everything below. Memory accesses (copies,
@@ -108,6 +111,7 @@ func New(cfg Config) (*Driver, error) {
 	cfg = cfg.withDefaults()
 	d := &Driver{cfg: cfg, tag: (driverSeq.Add(1) & 0xffff) << 40}
 	d.inj.init()
+	d.sched.init()
 	d.mu.ctxs = make([]ctxState, cfg.GPUs)
 	d.mu.ctxDev = make(map[cuda.Context]cuda.Device)
 	d.mu.allocs = make(map[cuda.AllocHandle]*alloc)

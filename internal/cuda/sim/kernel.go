@@ -130,7 +130,8 @@ func (d *Driver) ModuleGetFunction(ctx cuda.Context, m cuda.Module, name string)
 	return f, err
 }
 
-// LaunchKernel runs the registered KernelFunc of f synchronously. Its
+// LaunchKernel runs the registered KernelFunc of f synchronously (behind a
+// held stream: when the hold is released; see HoldStream). Its
 // memory accessor enforces the copy rules (mapped with access granted to
 // the context's device, cuMemAlloc memory, or registered host memory) and
 // fails with CUDA_ERROR_ILLEGAL_ADDRESS otherwise; the accessor's bytes are
@@ -167,23 +168,44 @@ func (d *Driver) LaunchKernel(ctx cuda.Context, f cuda.Function, grid, block cud
 		if kfn == nil {
 			return cuda.ErrorInvalidHandle
 		}
-		mem := func(ptr cuda.DevicePtr, n uint64) ([]byte, error) {
-			if n == 0 {
-				return nil, nil
-			}
-			if !d.accessibleLocked(dev, uint64(ptr), n, false) {
-				return nil, &cuda.Error{Op: "kernel " + fn.name, Result: cuda.ErrorIllegalAddress}
-			}
-			return bytesAt(uint64(ptr), n), nil
-		}
 		d.countOpsLocked(s, 1)
-		if err := kfn(grid, block, params, mem); err != nil {
-			var ce *cuda.Error
-			if errors.As(err, &ce) {
-				return ce.Result
+		if d.queuedLocked(s) {
+			// Behind a hold: the kernel reads its parameters' memory when it
+			// runs; the parameters themselves are copied now, as CUDA does.
+			ps := make([][]byte, len(params))
+			for i, p := range params {
+				ps[i] = bytes.Clone(p)
 			}
-			return cuda.ErrorLaunchFailed
+			if d.deferLocked(s, op{run: func() cuda.Result {
+				d.mu.RLock()
+				defer d.mu.RUnlock()
+				return d.runKernelLocked(dev, fn.name, kfn, grid, block, ps)
+			}}) {
+				return cuda.Success
+			}
 		}
-		return cuda.Success
+		return d.runKernelLocked(dev, fn.name, kfn, grid, block, params)
 	})
+}
+
+// runKernelLocked runs a kernel's emulation for dev; the caller holds d.mu
+// (either side).
+func (d *Driver) runKernelLocked(dev cuda.Device, name string, kfn cuda.KernelFunc, grid, block cuda.Dim3, params [][]byte) cuda.Result {
+	mem := func(ptr cuda.DevicePtr, n uint64) ([]byte, error) {
+		if n == 0 {
+			return nil, nil
+		}
+		if !d.accessibleLocked(dev, uint64(ptr), n, false) {
+			return nil, &cuda.Error{Op: "kernel " + name, Result: cuda.ErrorIllegalAddress}
+		}
+		return bytesAt(uint64(ptr), n), nil
+	}
+	if err := kfn(grid, block, params, mem); err != nil {
+		var ce *cuda.Error
+		if errors.As(err, &ce) {
+			return ce.Result
+		}
+		return cuda.ErrorLaunchFailed
+	}
+	return cuda.Success
 }

@@ -95,19 +95,26 @@ func (d *Driver) StreamDestroy(ctx cuda.Context, s cuda.Stream) error {
 	})
 }
 
-// StreamSynchronize returns at once: work ran at enqueue.
+// StreamSynchronize returns at once unless s is held or has deferred work
+// (HoldStream): then it waits for that work and reports its first failure.
 func (d *Driver) StreamSynchronize(ctx cuda.Context, s cuda.Stream) error {
 	return d.call("StreamSynchronize", func() string { return fmt.Sprintf("ctx=%#x stream=%#x", ctx, s) }, func() cuda.Result {
 		d.mu.RLock()
-		defer d.mu.RUnlock()
-		if _, r := d.ctxDeviceLocked(ctx); r != cuda.Success {
+		_, r := d.ctxDeviceLocked(ctx)
+		if r == cuda.Success {
+			r = d.streamOKLocked(ctx, s)
+		}
+		d.mu.RUnlock()
+		if r != cuda.Success {
 			return r
 		}
-		return d.streamOKLocked(ctx, s)
+		return d.waitStream(s)
 	})
 }
 
-// StreamWaitEvent validates s and e; the wait is already satisfied.
+// StreamWaitEvent validates s and e. The wait is satisfied at once unless
+// e's latest record is deferred behind a held stream, or s has deferred
+// work: then s's later work waits behind it.
 func (d *Driver) StreamWaitEvent(ctx cuda.Context, s cuda.Stream, e cuda.Event) error {
 	return d.call("StreamWaitEvent", func() string { return fmt.Sprintf("ctx=%#x stream=%#x event=%#x", ctx, s, e) }, func() cuda.Result {
 		d.mu.RLock()
@@ -122,6 +129,7 @@ func (d *Driver) StreamWaitEvent(ctx cuda.Context, s cuda.Stream, e cuda.Event) 
 		if _, ok := d.mu.events[e]; !ok {
 			return cuda.ErrorInvalidHandle
 		}
+		d.streamWaitLocked(s, e)
 		return cuda.Success
 	})
 }
@@ -166,12 +174,14 @@ func (d *Driver) EventDestroy(ctx cuda.Context, e cuda.Event) error {
 			return r
 		}
 		delete(d.mu.events, e)
+		d.destroyEventLocked(e)
 		return cuda.Success
 	})
 }
 
-// EventRecord records e on s; it completes at once and keeps the wall
-// clock time for EventElapsedTime.
+// EventRecord records e on s; it completes at once (or, on a held stream,
+// when the work before it ran) and keeps the wall clock time for
+// EventElapsedTime.
 func (d *Driver) EventRecord(ctx cuda.Context, e cuda.Event, s cuda.Stream) error {
 	return d.call("EventRecord", func() string { return fmt.Sprintf("ctx=%#x event=%#x stream=%#x", ctx, e, s) }, func() cuda.Result {
 		d.mu.Lock()
@@ -186,27 +196,31 @@ func (d *Driver) EventRecord(ctx cuda.Context, e cuda.Event, s cuda.Stream) erro
 		if r := d.streamOKLocked(ctx, s); r != cuda.Success {
 			return r
 		}
-		ev.recorded = true
-		ev.at = time.Now()
+		d.recordLocked(e, ev, s)
 		return cuda.Success
 	})
 }
 
-// EventSynchronize returns at once: recorded events are complete.
+// EventSynchronize returns at once for a complete event; for one recorded
+// behind a held stream it waits until that record ran.
 func (d *Driver) EventSynchronize(ctx cuda.Context, e cuda.Event) error {
 	return d.call("EventSynchronize", func() string { return fmt.Sprintf("ctx=%#x event=%#x", ctx, e) }, func() cuda.Result {
 		d.mu.RLock()
-		defer d.mu.RUnlock()
-		if _, r := d.ctxDeviceLocked(ctx); r != cuda.Success {
+		_, r := d.ctxDeviceLocked(ctx)
+		if r == cuda.Success {
+			_, r = d.eventLocked(ctx, e)
+		}
+		d.mu.RUnlock()
+		if r != cuda.Success {
 			return r
 		}
-		_, r := d.eventLocked(ctx, e)
-		return r
+		return d.waitEvent(e)
 	})
 }
 
-// EventQuery is always true for a live event (as in CUDA, an event never
-// recorded is complete too).
+// EventQuery is true for a live event whose latest record ran (as in CUDA,
+// an event never recorded is complete too); false while that record waits
+// behind a held stream.
 func (d *Driver) EventQuery(ctx cuda.Context, e cuda.Event) (bool, error) {
 	done := false
 	err := d.call("EventQuery", func() string { return fmt.Sprintf("ctx=%#x event=%#x", ctx, e) }, func() cuda.Result {
@@ -218,8 +232,11 @@ func (d *Driver) EventQuery(ctx cuda.Context, e cuda.Event) (bool, error) {
 		if _, r := d.eventLocked(ctx, e); r != cuda.Success {
 			return r
 		}
-		done = true
-		return cuda.Success
+		d.sched.Lock()
+		defer d.sched.Unlock()
+		ok, r := d.sched.eventDoneLocked(e)
+		done = ok
+		return r
 	})
 	return done, err
 }

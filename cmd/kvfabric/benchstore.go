@@ -1,0 +1,837 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kvfabric/kvfabric/internal/client"
+	"github.com/kvfabric/kvfabric/internal/config"
+	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/cuda/choose"
+	"github.com/kvfabric/kvfabric/internal/master"
+)
+
+// `kvfabric bench --store` (issue #13 item 6): Store-level put and get per
+// object size, through each client path, on one GPU and on all GPUs at
+// once, as ratios to the copy-engine ceiling measured in the same run.
+
+// Store bench paths.
+const (
+	pathEmbedded = "go-embedded" // Go Store API, master in this process
+	pathRemote   = "go-remote"   // Go Store API, `kvfabric master` in another process
+	pathPython   = "python"      // kvfabric.compat.mooncake batch_put_from/batch_get_into in python3
+)
+
+var storePaths = []string{pathEmbedded, pathRemote, pathPython}
+
+// defaultStoreSizes are the object sizes of `bench --store`.
+const defaultStoreSizes = "4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB"
+
+// storeBenchFlags are the flags of `bench --store` (with the bench flags
+// they share: driver, devices, sizes, bytes, iters).
+type storeBenchFlags struct {
+	driver  string
+	devices string // "" means every visible GPU
+	sizes   string
+	bytes   string // bytes per round per GPU
+	iters   int
+	paths   string
+	maxKeys int
+	json    string
+	plot    string
+	python  string // the python3 executable
+	script  string // the Python side; "" finds scripts/bench-store.py
+	// exe runs `kvfabric master` for the remote path; "" means this
+	// executable (tests re-execute the test binary as kvfabric).
+	exe string
+}
+
+// storeParams are the validated parameters of a run.
+type storeParams struct {
+	sizes      []uint64
+	roundBytes uint64 // bytes each GPU puts (and gets) per round, at most
+	iters      int    // timed rounds per size, after one warm-up round
+	maxKeys    int    // keys per BatchPut/BatchGet
+	capacity   uint64 // global_segment_size of each GPU's store
+	maxMR      uint64
+	socketDir  string
+}
+
+// storeRound is one timed round of one size on one GPU.
+type storeRound struct {
+	put, get time.Duration
+}
+
+// storeSize is one object size's result on one GPU.
+type storeSize struct {
+	size    uint64
+	keys    int // per round
+	batches int // per direction per round
+	rounds  []storeRound
+	bad     error // the first round whose bytes differ (a *verifyError from Go)
+}
+
+// storeGPU is one GPU's results for one path.
+type storeGPU struct {
+	dev              int
+	ceilPut, ceilGet float64 // GB/s, measured on this path's pool (python: the embedded path's)
+	sizes            []storeSize
+}
+
+// storeMode is a set of GPUs that run at once: the first GPU alone, then
+// every GPU.
+type storeMode struct {
+	name string // "1gpu" or "<n>gpus"
+	devs []cuda.Device
+}
+
+// Output JSON (--json): see docs/perf/store.md.
+type storeReport struct {
+	Kind          string         `json:"kind"`
+	Driver        string         `json:"driver"`
+	DriverVersion int            `json:"driver_version"`
+	Devices       []int          `json:"devices"`
+	Sizes         []uint64       `json:"sizes"`
+	RoundBytes    uint64         `json:"round_bytes"`
+	Iters         int            `json:"iters"`
+	MaxKeys       int            `json:"max_keys_per_batch"`
+	Ceilings      []storeCeiling `json:"ceilings"`
+	Results       []storeResult  `json:"results"`
+	Skipped       []storeSkip    `json:"skipped"`
+	OK            bool           `json:"ok"`
+	Errors        []string       `json:"errors"`
+}
+
+type storeCeiling struct {
+	Mode    string  `json:"mode"`
+	Path    string  `json:"path"`
+	GPU     int     `json:"gpu"`
+	PutGBps float64 `json:"put_gbps"`
+	GetGBps float64 `json:"get_gbps"`
+}
+
+type storeResult struct {
+	Mode string `json:"mode"`
+	Path string `json:"path"`
+	Dir  string `json:"dir"` // "put" (HBM -> store) or "get" (store -> HBM)
+	Size uint64 `json:"size"`
+	// GPU is the device, or -1 for the aggregate of a mode's GPUs.
+	GPU           int     `json:"gpu"`
+	Keys          int     `json:"keys_per_round"`
+	Batches       int     `json:"batches_per_round"`
+	BytesPerRound uint64  `json:"bytes_per_round"`
+	Rounds        int     `json:"timed_rounds"`
+	Seconds       float64 `json:"seconds"`
+	GBps          float64 `json:"gbps"`
+	CeilingGBps   float64 `json:"ceiling_gbps"`
+	Ratio         float64 `json:"ratio"`
+	Verified      bool    `json:"verified"`
+	Error         string  `json:"error,omitempty"`
+}
+
+type storeSkip struct {
+	Mode   string `json:"mode"`
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+func runStoreBench(ctx context.Context, w io.Writer, f storeBenchFlags) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	drv, why, err := choose.ProviderDriver(f.driver, log) // every GPU's store provides capacity
+	if err != nil {
+		return fmt.Errorf("--driver=%s: %w", f.driver, err)
+	}
+	defer drv.Close()
+	return runStoreBenchOn(ctx, w, drv, why, f)
+}
+
+// runStoreBenchOn is runStoreBench on drv, chosen for the reason why; the
+// caller owns and closes drv.
+func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why string, f storeBenchFlags) (err error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	isSim := drv.Name() == "sim"
+	p := storeParams{maxKeys: f.maxKeys, iters: f.iters}
+	if f.sizes == "" {
+		f.sizes = defaultStoreSizes
+	}
+	if f.bytes == "" {
+		f.bytes = "256MiB"
+		if isSim {
+			f.bytes = "1MiB"
+		}
+	}
+	if p.iters <= 0 {
+		p.iters = 3
+		if isSim {
+			p.iters = 1
+		}
+	}
+	if p.maxKeys <= 0 {
+		p.maxKeys = 4096
+	}
+	if p.roundBytes, err = parseBytes(f.bytes); err != nil {
+		return fmt.Errorf("--bytes: %w", err)
+	}
+	for _, s := range strings.Split(f.sizes, ",") {
+		v, err := parseBytes(s)
+		if err != nil {
+			return fmt.Errorf("--sizes: %w", err)
+		}
+		if v > p.roundBytes {
+			return fmt.Errorf("--sizes: object %s is larger than --bytes %s (the bytes per round)", sizeLabel(v), sizeLabel(p.roundBytes))
+		}
+		p.sizes = append(p.sizes, v)
+	}
+	paths := storePaths
+	if f.paths != "" {
+		paths = nil
+		for _, s := range strings.Split(f.paths, ",") {
+			s = strings.TrimSpace(s)
+			if !slices.Contains(storePaths, s) {
+				return fmt.Errorf("--paths: %q: want some of %s", s, strings.Join(storePaths, ","))
+			}
+			paths = append(paths, s)
+		}
+	}
+	n, err := drv.DeviceCount()
+	if err != nil {
+		return err
+	}
+	var devs []cuda.Device
+	if f.devices == "" {
+		for i := range n {
+			devs = append(devs, cuda.Device(i))
+		}
+	} else {
+		for _, s := range strings.Split(f.devices, ",") {
+			v, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || v < 0 || v >= n || slices.Contains(devs, cuda.Device(v)) {
+				return fmt.Errorf("--devices: %q: want distinct ordinals in 0..%d", s, n-1)
+			}
+			devs = append(devs, cuda.Device(v))
+		}
+	}
+	if len(devs) == 0 {
+		return errors.New("no GPU")
+	}
+	// Each GPU's store holds one round's objects at a time (they are
+	// removed after the round), with as much to spare, in two chunks.
+	gran, err := hostNUMAGranularity(drv, devs[0])
+	if err != nil {
+		return err
+	}
+	p.capacity = (2*p.roundBytes + 2*gran - 1) / (2 * gran) * (2 * gran)
+	p.maxMR = p.capacity / 2
+	if p.socketDir, err = os.MkdirTemp("", "kvf-bench-store-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(p.socketDir)
+
+	ver, _ := drv.DriverVersion()
+	rep := storeReport{Kind: "kvfabric-bench-store", Driver: why, DriverVersion: ver, Sizes: p.sizes,
+		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
+	for _, d := range devs {
+		rep.Devices = append(rep.Devices, int(d))
+	}
+	fmt.Fprintf(w, "bench --store: driver %s (version %d); GPUs %v; objects %s; up to %s per GPU per round in batches of <= %d keys; 1 warm-up + %d timed rounds, every round verified\n",
+		why, ver, devs, f.sizes, sizeLabel(p.roundBytes), p.maxKeys, p.iters)
+
+	modes := []storeMode{{name: "1gpu", devs: devs[:1]}}
+	if len(devs) > 1 {
+		modes = append(modes, storeMode{name: fmt.Sprintf("%dgpus", len(devs)), devs: devs})
+	}
+	var errs []error
+	for _, m := range modes {
+		var ceil []storeGPU // the embedded path's, for the python path's ratios
+		for _, path := range paths {
+			t0 := time.Now()
+			var gpus []storeGPU
+			var skip string
+			var perr error
+			switch path {
+			case pathEmbedded, pathRemote:
+				gpus, perr = runStoreGo(ctx, drv, path, m, p, f.exe, false)
+				if path == pathEmbedded || ceil == nil {
+					ceil = gpus
+				}
+			case pathPython:
+				if _, _, _, skip = pythonSetup(f); skip != "" {
+					break
+				}
+				if ceil == nil { // measure the ceiling on an embedded store
+					if ceil, perr = runStoreGo(ctx, drv, pathEmbedded, m, p, f.exe, true); perr != nil {
+						break
+					}
+				}
+				gpus, skip, perr = runStorePython(ctx, drv, m, p, f, ceil)
+			}
+			if skip != "" {
+				fmt.Fprintf(w, "%s %s: skipped: %s\n", m.name, path, skip)
+				rep.Skipped = append(rep.Skipped, storeSkip{Mode: m.name, Path: path, Reason: skip})
+				continue
+			}
+			if perr != nil {
+				errs = append(errs, fmt.Errorf("%s %s: %w", m.name, path, perr))
+			}
+			fmt.Fprintf(w, "%s %s: done in %.1fs\n", m.name, path, time.Since(t0).Seconds())
+			for _, g := range gpus {
+				rep.Ceilings = append(rep.Ceilings, storeCeiling{Mode: m.name, Path: path, GPU: g.dev, PutGBps: g.ceilPut, GetGBps: g.ceilGet})
+			}
+			rows, verr := storeRows(m, path, gpus, p)
+			rep.Results = append(rep.Results, rows...)
+			errs = append(errs, verr...)
+		}
+	}
+	if oc, ok := drv.(cuda.ObjectCounter); ok {
+		live := oc.LiveObjects()
+		fmt.Fprintf(w, "live driver objects after teardown: %d\n", live.Total())
+		if live.Total() != 0 {
+			errs = append(errs, fmt.Errorf("leaked driver objects: %v", live))
+		}
+	}
+	writeStoreTable(w, rep.Results)
+	for _, e := range errs {
+		rep.Errors = append(rep.Errors, e.Error())
+	}
+	rep.OK = len(errs) == 0
+	if f.json != "" {
+		b, jerr := json.MarshalIndent(rep, "", "  ")
+		if jerr == nil {
+			jerr = os.WriteFile(f.json, append(b, '\n'), 0o644)
+		}
+		if jerr != nil {
+			errs = append(errs, fmt.Errorf("--json: %w", jerr))
+		} else {
+			fmt.Fprintf(w, "wrote %s\n", f.json)
+		}
+	}
+	if f.plot != "" {
+		if perr := plotStore(f.plot, rep); perr != nil {
+			errs = append(errs, fmt.Errorf("--plot: %w", perr))
+		} else {
+			fmt.Fprintf(w, "wrote %s\n", f.plot)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// hostNUMAGranularity is the HOST_NUMA allocation granularity of dev's
+// host NUMA node (node 0 when it has none).
+func hostNUMAGranularity(drv cuda.Driver, dev cuda.Device) (uint64, error) {
+	numa, err := drv.DeviceAttribute(dev, cuda.AttrHostNUMAID)
+	if err != nil || numa < 0 {
+		numa = 0
+	}
+	ctx, err := drv.PrimaryCtxRetain(dev)
+	if err != nil {
+		return 0, err
+	}
+	prop := cuda.AllocProp{Location: cuda.Location{Type: cuda.LocationHostNUMA, ID: int32(numa)}}
+	g, err := drv.MemGetAllocationGranularity(ctx, prop, cuda.GranularityMinimum)
+	return g, errors.Join(err, drv.PrimaryCtxRelease(dev))
+}
+
+// storeRows turns one path's per-GPU results into rows: per GPU, and for
+// several GPUs their aggregate. It returns the verification failures.
+func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]storeResult, []error) {
+	var rows []storeResult
+	var errs []error
+	for si, size := range p.sizes {
+		for _, dir := range []string{"put", "get"} {
+			var aggBytes, aggCeil float64
+			var aggSec float64 // per round, the slowest GPU (they start each phase together)
+			var agg storeResult
+			ok := true
+			for gi, g := range gpus {
+				if si >= len(g.sizes) {
+					continue
+				}
+				s := g.sizes[si]
+				ceil := g.ceilPut
+				if dir == "get" {
+					ceil = g.ceilGet
+				}
+				var sec float64
+				for ri, r := range s.rounds {
+					t := r.put
+					if dir == "get" {
+						t = r.get
+					}
+					sec += t.Seconds()
+					if gi == 0 {
+						aggSec += maxRound(gpus, si, ri, dir)
+					}
+				}
+				bytes := float64(uint64(s.keys)*size) * float64(len(s.rounds))
+				row := storeResult{Mode: m.name, Path: path, Dir: dir, Size: size, GPU: g.dev, Keys: s.keys, Batches: s.batches,
+					BytesPerRound: uint64(s.keys) * size, Rounds: len(s.rounds), Seconds: sec, CeilingGBps: ceil, Verified: s.bad == nil}
+				if sec > 0 {
+					row.GBps = bytes / sec / 1e9
+				}
+				if ceil > 0 {
+					row.Ratio = row.GBps / ceil
+				}
+				if s.bad != nil {
+					row.Error = s.bad.Error()
+					ok = false
+					if dir == "put" { // one round trip per round: report it once
+						errs = append(errs, fmt.Errorf("%s %s gpu %d %s (put then get): %w", m.name, path, g.dev, sizeLabel(size), s.bad))
+					}
+				}
+				rows = append(rows, row)
+				aggBytes += bytes
+				aggCeil += ceil
+				agg = row
+			}
+			if len(gpus) > 1 && len(rows) > 0 {
+				agg.GPU, agg.Seconds, agg.CeilingGBps, agg.Verified = -1, aggSec, aggCeil, ok
+				agg.Keys *= len(gpus)
+				agg.Batches *= len(gpus)
+				agg.BytesPerRound *= uint64(len(gpus))
+				agg.GBps, agg.Ratio, agg.Error = 0, 0, ""
+				if aggSec > 0 {
+					agg.GBps = aggBytes / aggSec / 1e9
+				}
+				if aggCeil > 0 {
+					agg.Ratio = agg.GBps / aggCeil
+				}
+				rows = append(rows, agg)
+			}
+		}
+	}
+	return rows, errs
+}
+
+// maxRound is the slowest GPU's time for round ri of size si in dir.
+func maxRound(gpus []storeGPU, si, ri int, dir string) float64 {
+	var m time.Duration
+	for _, g := range gpus {
+		if si >= len(g.sizes) || ri >= len(g.sizes[si].rounds) {
+			continue
+		}
+		r := g.sizes[si].rounds[ri]
+		t := r.put
+		if dir == "get" {
+			t = r.get
+		}
+		m = max(m, t)
+	}
+	return m.Seconds()
+}
+
+func writeStoreTable(w io.Writer, rows []storeResult) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "mode\tpath\tdir\tobject\tgpu\tkeys/round\tbatches\tGB/s\tceiling GB/s\tratio\tbytes ok\t")
+	for _, r := range rows {
+		gpu := strconv.Itoa(r.GPU)
+		if r.GPU < 0 {
+			gpu = "all"
+		}
+		ok := "yes"
+		if !r.Verified {
+			ok = "NO"
+			if r.Error != "" {
+				ok = "NO: " + r.Error
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.2f\t%.2f\t%.3f\t%s\t\n", r.Mode, r.Path, r.Dir, sizeLabel(r.Size), gpu,
+			r.Keys, r.Batches, r.GBps, r.CeilingGBps, r.Ratio, ok)
+	}
+	tw.Flush()
+}
+
+// barrier lets a mode's GPUs start every timed phase together. A party that
+// fails breaks it, and every wait then returns an error.
+type barrier struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	n, here int
+	gen     uint64
+	broken  error
+}
+
+func newBarrier(n int) *barrier {
+	b := &barrier{n: n}
+	b.cond = sync.NewCond(&b.mu)
+	return b
+}
+
+func (b *barrier) wait() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.broken != nil {
+		return b.broken
+	}
+	gen := b.gen
+	b.here++
+	if b.here == b.n {
+		b.here = 0
+		b.gen++
+		b.cond.Broadcast()
+		return nil
+	}
+	for gen == b.gen && b.broken == nil {
+		b.cond.Wait()
+	}
+	if gen == b.gen {
+		return b.broken
+	}
+	return nil
+}
+
+func (b *barrier) abort(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.broken == nil {
+		b.broken = fmt.Errorf("another GPU failed: %w", err)
+	}
+	b.cond.Broadcast()
+}
+
+// runStoreGo runs one Go path (embedded or remote master) on the mode's
+// GPUs at once: one Store per GPU, each providing capacity and consuming.
+// With ceilingOnly it measures the ceilings and stops.
+func runStoreGo(ctx context.Context, drv cuda.Driver, path string, m storeMode, p storeParams, exe string, ceilingOnly bool) (gpus []storeGPU, err error) {
+	var svc *master.Service
+	addr := config.MasterEmbedded
+	var mc master.Client
+	switch path {
+	case pathEmbedded:
+		// A short lease: a store's Close waits for the readers' leases.
+		if svc, err = master.New(master.Config{LeaseTTL: 2 * time.Second}); err != nil {
+			return nil, err
+		}
+		defer func() { err = errors.Join(err, svc.Close()) }()
+		mc = master.NewEmbedded(svc)
+	case pathRemote:
+		var stop func() error
+		if addr, stop, err = spawnMaster(ctx, exe, p.socketDir); err != nil {
+			return nil, fmt.Errorf("start kvfabric master: %w", err)
+		}
+		defer func() { err = errors.Join(err, stop()) }()
+	}
+	stores := make([]*client.Store, len(m.devs))
+	defer func() {
+		for _, s := range stores {
+			if s != nil {
+				if cerr := s.Close(); cerr != nil {
+					err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
+				}
+			}
+		}
+	}()
+	for i, dev := range m.devs {
+		cfg, err := config.FromMap(map[string]any{
+			"protocol": "nvlink", "driver": drv.Name(), "master_server_addr": addr, "device": int(dev),
+			"global_segment_size": p.capacity, "enable_egm_store_pool": true, "local_buffer_size": 0,
+			"max_mr_size": p.maxMR, "socket_dir": p.socketDir,
+		})
+		if err != nil {
+			return nil, err
+		}
+		id := fmt.Sprintf("bench-%s-%s-gpu%d-%d", path, m.name, dev, os.Getpid())
+		if stores[i], err = client.Open(ctx, cfg, client.Options{Driver: drv, Master: mc, ClientID: id}); err != nil {
+			return nil, fmt.Errorf("gpu %d: open store: %w", dev, err)
+		}
+	}
+	gpus = make([]storeGPU, len(m.devs))
+	errs := make([]error, len(m.devs))
+	bar := newBarrier(len(m.devs))
+	var wg sync.WaitGroup
+	for i, dev := range m.devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gpus[i], errs[i] = storeGoGPU(ctx, drv, stores[i], dev, path, m, p, bar, ceilingOnly)
+			if errs[i] != nil {
+				bar.abort(errs[i])
+				errs[i] = fmt.Errorf("gpu %d: %w", dev, errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	return gpus, errors.Join(errs...)
+}
+
+// storeGoGPU is one GPU's share of a Go path: buffers, the ceiling on its
+// store's own segment, then every size.
+func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda.Device, path string, m storeMode, p storeParams, bar *barrier, ceilingOnly bool) (res storeGPU, err error) {
+	res.dev = int(dev)
+	cctx := st.Context()
+	var undo []func() error
+	defer func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			if uerr := undo[i](); uerr != nil {
+				err = errors.Join(err, uerr)
+			}
+		}
+	}()
+	alloc := func(n uint64) (cuda.DevicePtr, error) {
+		ptr, err := drv.MemAlloc(cctx, n)
+		if err != nil {
+			return 0, fmt.Errorf("allocate %s of HBM: %w", sizeLabel(n), err)
+		}
+		undo = append(undo, func() error { return drv.MemFree(cctx, ptr) })
+		return ptr, nil
+	}
+	s, err := drv.StreamCreate(cctx, cuda.StreamNonBlocking)
+	if err != nil {
+		return res, err
+	}
+	undo = append(undo, func() error { return drv.StreamDestroy(cctx, s) })
+	var evs [2]cuda.Event
+	for i := range evs {
+		if evs[i], err = drv.EventCreate(cctx, cuda.EventDefault); err != nil {
+			return res, err
+		}
+		ev := evs[i]
+		undo = append(undo, func() error { return drv.EventDestroy(cctx, ev) })
+	}
+	R := p.roundBytes
+	src, err := alloc(R)
+	if err != nil {
+		return res, err
+	}
+	dst, err := alloc(R)
+	if err != nil {
+		return res, err
+	}
+
+	// The ceiling: one large copy each way between the HBM buffers and
+	// this GPU's own pool segment (before any object lives there), timed
+	// with events like `kvfabric bench`: one warm-up, then iters copies.
+	segs := st.Pool().Segments()
+	if len(segs) == 0 {
+		return res, errors.New("the store mounted no segment")
+	}
+	seg, err := st.Pool().DevicePtr(segs[0].Key())
+	if err != nil {
+		return res, err
+	}
+	cn := min(R, segs[0].Size)
+	for _, c := range []struct {
+		into *float64
+		cp   cuda.Copy
+	}{{&res.ceilPut, cuda.Copy{Dst: seg, Src: src, Len: cn}}, {&res.ceilGet, cuda.Copy{Dst: dst, Src: seg, Len: cn}}} {
+		if err := bar.wait(); err != nil {
+			return res, err
+		}
+		var ms float32
+		for r := 0; r <= p.iters; r++ {
+			if err := drv.EventRecord(cctx, evs[0], s); err != nil {
+				return res, err
+			}
+			if err := drv.MemcpyAsync(cctx, []cuda.Copy{c.cp}, s); err != nil {
+				return res, fmt.Errorf("ceiling copy: %w", err)
+			}
+			if err := drv.EventRecord(cctx, evs[1], s); err != nil {
+				return res, err
+			}
+			if err := drv.EventSynchronize(cctx, evs[1]); err != nil {
+				return res, err
+			}
+			t, err := drv.EventElapsedTime(cctx, evs[0], evs[1])
+			if err != nil {
+				return res, err
+			}
+			if r > 0 {
+				ms += t
+			}
+		}
+		*c.into = float64(cn) * float64(p.iters) / (float64(max(ms, 1e-6)) * 1e6)
+	}
+	if ceilingOnly {
+		return res, nil
+	}
+
+	// Round data, as in `kvfabric bench`: round g's source is the window
+	// at 8g of a random pattern uploaded once (copied on the GPU, outside
+	// the timing), so no round passes on bytes an earlier one left in the
+	// store; before its gets the destination holds that round's poison.
+	rounds := len(p.sizes) * (p.iters + 1)
+	rng := rand.New(rand.NewPCG(uint64(dev), 0x73746f7265))
+	want := make([]byte, R+8*uint64(rounds))
+	fillRandom(rng, want)
+	pattern, err := alloc(uint64(len(want)))
+	if err != nil {
+		return res, err
+	}
+	if err := drv.MemcpyHtoD(cctx, pattern, want); err != nil {
+		return res, err
+	}
+	poisonLen := min(R, 16<<20)
+	poison, err := alloc(poisonLen)
+	if err != nil {
+		return res, err
+	}
+	poisonHost := make([]byte, poisonLen)
+	got := make([]byte, R)
+
+	g := 0
+	for _, size := range p.sizes {
+		nkeys := int(R / size)
+		n := uint64(nkeys) * size
+		sr := storeSize{size: size, keys: nkeys, batches: (nkeys + p.maxKeys - 1) / p.maxKeys}
+		for round := 0; round <= p.iters; round++ { // round 0: the warm-up (maps the segments)
+			off := 8 * uint64(g)
+			pb := poisonByte(g)
+			g++
+			for i := range poisonHost {
+				poisonHost[i] = pb
+			}
+			if err := drv.MemcpyHtoD(cctx, poison, poisonHost); err != nil {
+				return res, err
+			}
+			setup := []cuda.Copy{{Dst: src, Src: pattern + cuda.DevicePtr(off), Len: n}}
+			for o := uint64(0); o < n; o += poisonLen {
+				setup = append(setup, cuda.Copy{Dst: dst + cuda.DevicePtr(o), Src: poison, Len: min(poisonLen, n-o)})
+			}
+			if err := drv.MemcpyAsync(cctx, setup, s); err != nil {
+				return res, fmt.Errorf("set up round: %w", err)
+			}
+			if err := drv.StreamSynchronize(cctx, s); err != nil {
+				return res, fmt.Errorf("set up round: %w", err)
+			}
+			prefix := fmt.Sprintf("bench/%s/%s/gpu%d/%d/r%d/", path, m.name, dev, size, g)
+			keys := make([]string, nkeys)
+			for i := range keys {
+				keys[i] = prefix + strconv.Itoa(i)
+			}
+			var rt storeRound
+			for _, dir := range []string{"put", "get"} {
+				if err := bar.wait(); err != nil {
+					return res, err
+				}
+				t0 := time.Now()
+				for b := 0; b < nkeys; b += p.maxKeys {
+					ks := keys[b:min(b+p.maxKeys, nkeys)]
+					rs := make([][]client.Region, len(ks))
+					buf := src
+					if dir == "get" {
+						buf = dst
+					}
+					for j := range ks {
+						rs[j] = client.Bytes(uintptr(buf)+uintptr(uint64(b+j)*size), size)
+					}
+					if dir == "put" {
+						for j, e := range st.BatchPut(ctx, ks, rs, s, client.PutOptions{}) {
+							if e != nil {
+								return res, fmt.Errorf("%s round %d: put %s: %w", sizeLabel(size), round+1, ks[j], e)
+							}
+						}
+						continue
+					}
+					sizes, errs := st.BatchGet(ctx, ks, rs, s)
+					for j, e := range errs {
+						if e == nil && sizes[j] != size {
+							e = fmt.Errorf("%d bytes, want %d", sizes[j], size)
+						}
+						if e != nil {
+							return res, fmt.Errorf("%s round %d: get %s: %w", sizeLabel(size), round+1, ks[j], e)
+						}
+					}
+				}
+				if dir == "put" {
+					rt.put = time.Since(t0)
+				} else {
+					rt.get = time.Since(t0)
+				}
+			}
+			if round > 0 {
+				sr.rounds = append(sr.rounds, rt)
+			}
+			if err := drv.MemcpyDtoH(cctx, got[:n], dst); err != nil {
+				return res, err
+			}
+			if i, ok := firstDiff(got[:n], want[off:off+n]); !ok && sr.bad == nil {
+				b := i / size
+				sr.bad = &verifyError{round: round + 1, rounds: p.iters + 1, key: keys[b], block: b, offset: i % size,
+					got: got[i], want: want[off+i], poison: pb}
+			}
+			for b := 0; b < nkeys; b += p.maxKeys {
+				ks := keys[b:min(b+p.maxKeys, nkeys)]
+				for j, e := range st.BatchRemove(ctx, ks, true) {
+					if e != nil {
+						return res, fmt.Errorf("%s round %d: remove %s: %w", sizeLabel(size), round+1, ks[j], e)
+					}
+				}
+			}
+		}
+		res.sizes = append(res.sizes, sr)
+	}
+	return res, nil
+}
+
+// spawnMaster starts `<exe> master` on a loopback port of its choosing and
+// returns its address and a stop function (SIGTERM, then SIGKILL after
+// 15 s). exe "" is this executable.
+func spawnMaster(ctx context.Context, exe, dir string) (string, func() error, error) {
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return "", nil, err
+		}
+	}
+	addrFile := filepath.Join(dir, fmt.Sprintf("master-%d.addr", time.Now().UnixNano()))
+	cmd := exec.Command(exe, "master", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--lease-ttl", "2s", "--addr-file", addrFile)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // not outliving the bench
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				return fmt.Errorf("kvfabric master: %w\n%s", err, out.String())
+			}
+			return nil
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("kvfabric master did not stop within 15s of SIGTERM\n%s", out.String())
+		}
+	}
+	deadline := time.After(20 * time.Second)
+	for {
+		if b, err := os.ReadFile(addrFile); err == nil && len(b) > 0 {
+			return strings.TrimSpace(string(b)), stop, nil
+		}
+		select {
+		case err := <-exited:
+			return "", nil, fmt.Errorf("kvfabric master exited (%v) before serving:\n%s", err, out.String())
+		case <-deadline:
+			return "", nil, errors.Join(errors.New("kvfabric master did not serve within 20s"), stop())
+		case <-ctx.Done():
+			return "", nil, errors.Join(ctx.Err(), stop())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

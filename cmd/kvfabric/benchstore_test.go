@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim"
+)
+
+// TestBenchStoreSim runs `kvfabric bench --store` on a two-GPU simulator
+// with tiny sizes: every Go path (the remote one against a `kvfabric
+// master` child process), one GPU and both at once, every round verified;
+// the python path runs when python3, numpy and libkvfabric.so are there
+// and is otherwise skipped saying why. It checks the JSON's shape, the
+// aggregate rows, and that the plot was written.
+func TestBenchStoreSim(t *testing.T) {
+	t.Setenv("KVFABRIC_SIM", `{"gpus": 2, "granularity": 65536}`)
+	t.Setenv(envAsKvfabric, "1") // the remote path's master is this binary
+	dir := t.TempDir()
+	jsonFile, plotFile := filepath.Join(dir, "store.json"), filepath.Join(dir, "store.svg")
+	var out bytes.Buffer
+	err := runStoreBench(context.Background(), &out, storeBenchFlags{driver: "sim", sizes: "4KiB,64KiB", bytes: "256KiB",
+		iters: 1, maxKeys: 32, json: jsonFile, plot: plotFile, python: "python3"})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	raw, err := os.ReadFile(jsonFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The shape, as a reader of the file sees it.
+	var shape map[string]any
+	if err := json.Unmarshal(raw, &shape); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"kind", "driver", "devices", "sizes", "round_bytes", "iters", "max_keys_per_batch", "ceilings", "results", "skipped", "ok", "errors"} {
+		if _, ok := shape[k]; !ok {
+			t.Errorf("JSON lacks %q", k)
+		}
+	}
+	var rep storeReport
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Kind != "kvfabric-bench-store" || !rep.OK || len(rep.Devices) != 2 || len(rep.Sizes) != 2 || rep.Iters != 1 || rep.MaxKeys != 32 {
+		t.Errorf("report header: %+v", rep)
+	}
+	paths := []string{pathEmbedded, pathRemote}
+	python := true
+	for _, s := range rep.Skipped {
+		if s.Path == pathPython && s.Reason != "" {
+			python = false
+			t.Logf("python path skipped (%s): %s", s.Mode, s.Reason)
+		}
+	}
+	if python {
+		paths = append(paths, pathPython)
+	}
+	type key struct {
+		mode, path, dir string
+		size            uint64
+		gpu             int
+	}
+	rows := map[key]storeResult{}
+	for _, r := range rep.Results {
+		rows[key{r.Mode, r.Path, r.Dir, r.Size, r.GPU}] = r
+	}
+	for _, mode := range []struct {
+		name string
+		gpus []int
+	}{{"1gpu", []int{0}}, {"2gpus", []int{0, 1, -1}}} {
+		for _, path := range paths {
+			for _, dir := range []string{"put", "get"} {
+				for _, size := range []uint64{4 << 10, 64 << 10} {
+					for _, gpu := range mode.gpus {
+						r, ok := rows[key{mode.name, path, dir, size, gpu}]
+						if !ok {
+							t.Errorf("no row %s %s %s %s gpu %d", mode.name, path, dir, sizeLabel(size), gpu)
+							continue
+						}
+						keys, batches := int(256<<10/size), int((256<<10/size+31)/32)
+						if gpu < 0 {
+							keys, batches = 2*keys, 2*batches
+						}
+						if !r.Verified || r.Error != "" || r.GBps <= 0 || r.CeilingGBps <= 0 || r.Ratio <= 0 || r.Rounds != 1 ||
+							r.Keys != keys || r.Batches != batches {
+							t.Errorf("row %+v: want verified, positive rates, %d keys in %d batches", r, keys, batches)
+						}
+					}
+				}
+			}
+		}
+	}
+	if n := len(rep.Ceilings); n < 2*3 { // 1 + 2 GPUs, two Go paths
+		t.Errorf("%d ceilings, want >= 6", n)
+	}
+	svg, err := os.ReadFile(plotFile)
+	if err != nil || !bytes.Contains(svg, []byte("<svg")) {
+		t.Errorf("plot %s: %v (%d bytes)", plotFile, err, len(svg))
+	}
+	s := out.String()
+	for _, want := range []string{"ceiling GB/s", "go-remote", "live driver objects after teardown: 0", "wrote " + plotFile} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if err := runStoreBench(context.Background(), &out, storeBenchFlags{driver: "sim", paths: "go-embedded,carrier-pigeon"}); err == nil {
+		t.Error("an unknown path was accepted")
+	}
+}
+
+// TestBenchStoreVerifiesEveryRound makes the gets of the timed round (the
+// second) silently copy nothing: bench --store must fail naming that round,
+// mark the row unverified in the JSON, and leak nothing. (Objects of
+// 256 KiB go to the copy engine, batched or one cuMemcpyAsync each, where
+// the lossy driver sees them.)
+func TestBenchStoreVerifiesEveryRound(t *testing.T) {
+	sd, err := sim.New(sim.Config{Granularity: 65536})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sd.Close()
+	gets := 0
+	drv := newLossy(sd, func(method, dir string, copies []cuda.Copy) bool {
+		// The objects' copies only (not the ceiling's one large copy).
+		if method != "MemcpyBatchAsync" && method != "MemcpyAsync" || dir != "get" || copies[0].Len != 256<<10 {
+			return false
+		}
+		gets++
+		return gets == 2
+	})
+	jsonFile := filepath.Join(t.TempDir(), "store.json")
+	var out bytes.Buffer
+	err = runStoreBenchOn(context.Background(), &out, drv, "test", storeBenchFlags{sizes: "256KiB", bytes: "512KiB", iters: 1,
+		paths: pathEmbedded, json: jsonFile})
+	if gets < 2 {
+		t.Fatalf("%d gets seen: the fault cannot fire\n%s", gets, out.String())
+	}
+	var ve *verifyError
+	if !errors.As(err, &ve) || ve.round != 2 || ve.rounds != 2 || ve.got != ve.poison {
+		t.Fatalf("err = %v, want a *verifyError of round 2 of 2 that found the poison\n%s", err, out.String())
+	}
+	raw, err := os.ReadFile(jsonFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep storeReport
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK || len(rep.Errors) == 0 || len(rep.Results) != 2 || rep.Results[0].Verified || !strings.Contains(rep.Results[0].Error, "round 2") {
+		t.Errorf("JSON after a failed round: ok %v errors %q results %+v", rep.OK, rep.Errors, rep.Results)
+	}
+	if !strings.Contains(out.String(), "NO: verify round 2") {
+		t.Errorf("table does not flag the round:\n%s", out.String())
+	}
+	if live := sd.LiveObjects(); live.Total() != 0 {
+		t.Errorf("leaked driver objects: %v", live)
+	}
+}
+
+// TestBenchStorePythonVerifies: a round whose bytes the Python side finds
+// wrong (its test hook damages one byte after the gets of round 2) fails
+// the command and is flagged in the table. Skipped without python3, numpy
+// or libkvfabric.so.
+func TestBenchStorePythonVerifies(t *testing.T) {
+	f := storeBenchFlags{driver: "sim", sizes: "64KiB", bytes: "256KiB", iters: 1, paths: pathPython, python: "python3"}
+	if _, _, _, skip := pythonSetup(f); skip != "" {
+		t.Skip(skip)
+	}
+	t.Setenv("KVFABRIC_BENCH_STORE_CORRUPT", "1")
+	var out bytes.Buffer
+	err := runStoreBench(context.Background(), &out, f)
+	if strings.Contains(out.String(), "skipped:") {
+		t.Skipf("python path skipped:\n%s", out.String())
+	}
+	if err == nil || !strings.Contains(err.Error(), "verify round 2 of 2") {
+		t.Fatalf("err = %v, want the python side's failed verification of round 2\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "NO: verify round 2") {
+		t.Errorf("table does not flag the round:\n%s", out.String())
+	}
+}
