@@ -3,7 +3,9 @@ package master
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -175,4 +177,74 @@ func TestRouterFence(t *testing.T) {
 	if err := put(); err != nil {
 		t.Fatalf("put after the fence: %v", err)
 	}
+}
+
+// BenchmarkTermGet is BenchmarkGet's grpc case (batch 1 and 128) through a
+// Router and DialTerm, against the plain server: the cost of the epoch
+// header on both sides and of the term checks.
+func BenchmarkTermGet(b *testing.B) {
+	const objects = 10_000
+	for _, kind := range []string{"grpc", "term"} {
+		for _, n := range []int{1, 128} {
+			b.Run(fmt.Sprintf("%s/batch=%d", kind, n), func(b *testing.B) {
+				svc, c := benchService(b, "embedded")
+				fill(b, svc, objects)
+				if kind == "grpc" {
+					_, c = benchServiceOver(b, svc, NewServer(svc, nil), func(addr string) (Client, error) { return Dial(context.Background(), addr) })
+				} else {
+					var r Router
+					r.Lead(svc, nil, Term{Epoch: 9, Valid: func() bool { return true }})
+					_, c = benchServiceOver(b, svc, NewRoutedServer(&r, nil), func(addr string) (Client, error) { return DialTerm(addr, &Epochs{}) })
+				}
+				var seq atomic.Int64
+				b.ReportAllocs()
+				b.SetParallelism(4)
+				b.ResetTimer()
+				start := time.Now()
+				b.RunParallel(func(pb *testing.PB) {
+					ctx := context.Background()
+					keys := make([]string, n)
+					for pb.Next() {
+						base := seq.Add(int64(n))
+						for i := range keys {
+							keys[i] = "key-" + strconv.Itoa(int((base+int64(i)*7919)%objects))
+						}
+						res, err := c.GetReplicas(ctx, keys)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if res[0].Err != nil {
+							b.Fatal(res[0].Err)
+						}
+						ids := make([]uint64, len(res))
+						for i := range res {
+							ids[i] = res[i].LeaseID
+						}
+						if err := c.ReleaseLeases(ctx, ids); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+				reportKeys(b, start, n)
+			})
+		}
+	}
+}
+
+func benchServiceOver(b *testing.B, svc *Service, srv *Server, dial func(string) (Client, error)) (*Service, Client) {
+	b.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Serve(lis, nil)
+	c, err := dial(lis.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = c.Close()
+		_ = srv.Shutdown(context.Background())
+	})
+	return svc, c
 }
