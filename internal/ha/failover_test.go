@@ -45,6 +45,12 @@ const (
 	envName      = "KVFABRIC_HA_NAME"
 	envRounds    = "KVFABRIC_HA_ROUNDS"
 	envDebug     = "KVFABRIC_HA_DEBUG"
+	// envLease sets the masters' read lease TTL (default 1s); envNoFence
+	// runs them without the put fence; envPool sets the providers' pool
+	// (default 24MiB in three segments).
+	envLease   = "KVFABRIC_HA_LEASE"
+	envNoFence = "KVFABRIC_HA_NOFENCE"
+	envPool    = "KVFABRIC_HA_POOL"
 	prefix       = "/kvfabric/test"
 )
 
@@ -130,8 +136,17 @@ func runMaster(t *testing.T) {
 	}
 	cfg := masterCfg
 	cfg.Logger = debugLogger()
+	if v := os.Getenv(envLease); v != "" {
+		if cfg.LeaseTTL, err = time.ParseDuration(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var fence time.Duration
+	if os.Getenv(envNoFence) != "" {
+		fence = -1
+	}
 	m, err := ha.NewMaster(ha.MasterConfig{Etcd: cli, Prefix: prefix, Advertise: lis.Addr().String(),
-		LeaseTTL: time.Second, Service: cfg, Logger: debugLogger()})
+		LeaseTTL: time.Second, Service: cfg, Fence: fence, Logger: debugLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +187,11 @@ func openStore(t *testing.T, extra map[string]any) *client.Store {
 // runProvider mounts 24 MiB of simulated EGM in three segments and waits
 // to be told to quit.
 func runProvider(t *testing.T) {
-	s := openStore(t, map[string]any{"global_segment_size": "24MiB", "enable_egm_store_pool": true, "max_mr_size": "8MiB"})
+	size := "24MiB"
+	if v := os.Getenv(envPool); v != "" {
+		size = v
+	}
+	s := openStore(t, map[string]any{"global_segment_size": size, "enable_egm_store_pool": true, "max_mr_size": "8MiB"})
 	drv, _ := s.Driver()
 	simtest.Send("ready")
 	_, _ = simtest.Recv()

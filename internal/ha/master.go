@@ -39,6 +39,11 @@ type MasterConfig struct {
 	// Service configures each term's Service (its Registerer is replaced:
 	// every term has its own registry, see Gatherer).
 	Service master.Config
+	// Fence overrides how long a new term places no puts: 0 means
+	// Fence(Service), which is what keeps the previous term's leases and
+	// puts safe; negative means none — unsafe, for the test that shows why
+	// the fence exists.
+	Fence time.Duration
 	// Auth authenticates callers (nil: none); ServerOptions are the gRPC
 	// server's (TLS credentials).
 	Auth          *master.Authenticator
@@ -94,6 +99,12 @@ func NewMaster(cfg MasterConfig) (*Master, error) {
 		return nil, err
 	}
 	m := &Master{cfg: cfg, log: cfg.Logger, fence: Fence(sc), met: prometheus.NewRegistry()}
+	switch {
+	case cfg.Fence > 0:
+		m.fence = cfg.Fence
+	case cfg.Fence < 0:
+		m.fence = 0
+	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
