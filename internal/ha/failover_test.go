@@ -51,7 +51,7 @@ const (
 	envLease   = "KVFABRIC_HA_LEASE"
 	envNoFence = "KVFABRIC_HA_NOFENCE"
 	envPool    = "KVFABRIC_HA_POOL"
-	prefix       = "/kvfabric/test"
+	prefix     = "/kvfabric/test"
 )
 
 // Timing of the test deployment: etcd ticks of 50 ms and elections of
