@@ -18,8 +18,8 @@ import (
 
 	"github.com/kvfabric/kvfabric/internal/client"
 	"github.com/kvfabric/kvfabric/internal/config"
-	"github.com/kvfabric/kvfabric/internal/ha"
 	"github.com/kvfabric/kvfabric/internal/cuda/choose"
+	"github.com/kvfabric/kvfabric/internal/ha"
 	"github.com/kvfabric/kvfabric/internal/segment"
 )
 
