@@ -171,9 +171,13 @@ loop:
 			break loop
 		default:
 		}
+		led := len(m.Terms())
 		err := m.term(ctx)
 		if ctx.Err() != nil {
 			break
+		}
+		if len(m.Terms()) > led {
+			backoff = 100 * time.Millisecond // it led: campaign again soon
 		}
 		m.log.Warn("kvfabric master: campaign or term ended; campaigning again", "err", err, "in", backoff)
 		select {
@@ -181,9 +185,6 @@ loop:
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 2*time.Second)
-		if err == nil {
-			backoff = 100 * time.Millisecond
-		}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
