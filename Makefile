@@ -58,7 +58,7 @@ fuzz:
 DEVICE_TESTS ?= internal/cuda internal/transfer internal/mapping
 device:
 	rm -rf $(DEVICE_DIR) && mkdir -p $(DEVICE_DIR)/cuda/testdata
-	$(GO) build -ldflags='-s -w' -o $(DEVICE_DIR)/kvfabric ./cmd/kvfabric
+	$(GO) build -tags kvfabric_noembed -ldflags='-s -w' -o $(DEVICE_DIR)/kvfabric ./cmd/kvfabric
 	CGO_ENABLED=1 $(GO) build -ldflags='-s -w' -buildmode=c-shared -o $(DEVICE_DIR)/libkvfabric.so ./capi
 	@: > $(DEVICE_DIR)/tests.txt; \
 	for rel in $(DEVICE_TESTS); do \

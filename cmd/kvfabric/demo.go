@@ -124,15 +124,11 @@ func runDemoOn(ctx context.Context, out io.Writer, drv cuda.Driver, why string, 
 	var mc master.Client
 	if remote {
 		// Consumer only: capacity comes from `kvfabric provider` processes.
-		dopts, err := o.sec.DialOptions()
-		if err != nil {
-			return err
-		}
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		mc, err = master.Dial(dctx, o.master, dopts...)
+		mc, err = dialWith(dctx, o.master, o.sec)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("--master-server-addr=%s: %w", o.master, err)
+			return err
 		}
 	} else {
 		// The embedded master both stores share. A short lease: the

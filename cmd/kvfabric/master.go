@@ -31,6 +31,8 @@ type masterOpts struct {
 	// plaintext or unauthenticated callers on a non-loopback address.
 	tlsCert, tlsKey, clientCA, tokensFile string
 	insecure                              bool
+	// High availability (master_ha.go).
+	ha haOpts
 }
 
 func init() {
@@ -72,6 +74,7 @@ lets calls in flight finish for up to --shutdown-timeout, then stops.`,
 	f.IntVar(&o.cfg.Quotas.Segments, "quota-segments", 0, "segments one client may mount (0: 65536; -1: no limit)")
 	f.IntVar(&o.cfg.Quotas.PendingPuts, "quota-pending-puts", 0, "puts one client may have in progress (0: 1Mi; -1: no limit)")
 	f.Int64Var(&o.cfg.Quotas.ReservedBytes, "quota-reserved-bytes", 0, "bytes one client's puts in progress may reserve (0: 16TiB; -1: no limit)")
+	addHAFlags(f, &o.ha)
 	f.BoolVar(&o.insecure, "insecure", false, "allow plaintext or unauthenticated callers on a non-loopback --listen (anyone who reaches the port can then read and wipe the cache)")
 	rootCmd.AddCommand(cmd)
 }
@@ -90,6 +93,9 @@ func runMaster(ctx context.Context, o masterOpts) (err error) {
 	sopts, auth, err := o.security(&cfg)
 	if err != nil {
 		return err
+	}
+	if o.ha.enabled() {
+		return runMasterHA(ctx, o, cfg, reg, sopts, auth, log)
 	}
 	svc, err := master.New(cfg)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/kvfabric/kvfabric/internal/client"
 	"github.com/kvfabric/kvfabric/internal/config"
 	"github.com/kvfabric/kvfabric/internal/cuda/choose"
+	"github.com/kvfabric/kvfabric/internal/ha"
 	"github.com/kvfabric/kvfabric/internal/segment"
 )
 
@@ -91,6 +92,10 @@ segments when the provider's registration expires) and removes its socket.`,
 			}
 			fmt.Fprintf(out, "master %s: %d segments, %d objects, %d puts in progress, %d clients, %d evictions\n",
 				addr, st.Segments, st.Objects, st.PendingPuts, st.Clients, st.Evictions)
+			if h, ok := mc.(*ha.Client); ok {
+				l := h.Leader()
+				fmt.Fprintf(out, "  leader %s, epoch %d\n", l.Addr, l.Epoch)
+			}
 			for _, l := range perLocation(segs) {
 				fmt.Fprintf(out, "  %s: %d segments, %s\n", l.name, l.n, config.FormatSize(l.bytes))
 			}

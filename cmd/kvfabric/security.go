@@ -6,6 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvfabric/kvfabric/internal/config"
+	"github.com/kvfabric/kvfabric/internal/ha"
 	"github.com/kvfabric/kvfabric/internal/master"
 )
 
@@ -39,7 +41,20 @@ func clientSecurity(cmd *cobra.Command) master.ClientSecurity {
 
 // dialMaster connects to the master at addr with cmd's security flags.
 func dialMaster(ctx context.Context, cmd *cobra.Command, addr string) (master.Client, error) {
-	opts, err := clientSecurity(cmd).DialOptions()
+	return dialWith(ctx, addr, clientSecurity(cmd))
+}
+
+// dialWith connects to the master at addr (host:port, or the leader found
+// in etcd for etcd://…) with sec.
+func dialWith(ctx context.Context, addr string, sec master.ClientSecurity) (master.Client, error) {
+	if config.IsEtcdAddr(addr) {
+		mc, err := ha.Dial(ctx, addr, ha.DialOptions{Security: sec})
+		if err != nil {
+			return nil, fmt.Errorf("--master-server-addr=%s: %w", addr, err)
+		}
+		return mc, nil
+	}
+	opts, err := sec.DialOptions()
 	if err != nil {
 		return nil, err
 	}

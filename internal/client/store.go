@@ -103,6 +103,13 @@ type Store struct {
 	hbErr   atomic.Pointer[error]
 	regInfo master.ClientInfo // as registered; fixed after Open
 
+	// hbKick makes the heartbeat beat now (a new leadership term: register
+	// with the new leader at once). Buffered, one pending kick.
+	hbKick chan struct{}
+	// termFenced: the master fences each leadership term (HA, ha.go), so
+	// remounting after re-registration needs no wait.
+	termFenced bool
+
 	// reg is this process's registration at the master. Its RWMutex also
 	// fences copies against re-registration: a put batch holds the read
 	// side from its last check (registration valid, put deadline not
@@ -214,7 +221,8 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Store{cfg: cfg, log: log, dev: cuda.Device(cfg.Device), numa: -1, closeTimeout: opts.CloseTimeout, exitOnClose: opts.ExitOnClose, chunk: opts.PipelineChunk}
+	s := &Store{cfg: cfg, log: log, dev: cuda.Device(cfg.Device), numa: -1, closeTimeout: opts.CloseTimeout, exitOnClose: opts.ExitOnClose, chunk: opts.PipelineChunk,
+		hbKick: make(chan struct{}, 1)}
 	if s.closeTimeout <= 0 {
 		s.closeTimeout = CloseTimeout
 	}
@@ -289,6 +297,11 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 			return nil, fmt.Errorf("embedded master: %w", err)
 		}
 		s.m, s.ownMaster = master.NewEmbedded(s.svc), true
+	case config.IsEtcdAddr(cfg.MasterServerAddr):
+		if s.m, err = s.dialHA(ctx); err != nil {
+			return nil, err
+		}
+		s.ownMaster = true
 	default:
 		sec := master.ClientSecurity{CAFile: cfg.TLSCAFile, CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile,
 			ServerName: cfg.TLSServerName, TokenFile: cfg.AuthTokenFile}
@@ -304,6 +317,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		}
 		s.ownMaster = true
 	}
+	_, s.termFenced = s.m.(interface{ TermFenced() bool })
 	rpcTimeout := cfg.RPCTimeout
 	if rpcTimeout <= 0 {
 		rpcTimeout = config.DefaultRPCTimeout
@@ -525,6 +539,7 @@ func (s *Store) heartbeat(ttl time.Duration) {
 		select {
 		case <-s.hbStop:
 			return
+		case <-s.hbKick:
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), every)
 			err := s.beat(ctx)
@@ -635,6 +650,12 @@ func (s *Store) reregister(ctx context.Context) error {
 	s.reg.ttl, s.reg.leaseTTL, s.reg.putTimeout = reg.TTL, reg.LeaseTTL, reg.PutTimeout
 	s.reg.validUntil = sent.Add(reg.TTL)
 	wait := max(reg.LeaseTTL, reg.TTL)
+	if s.termFenced {
+		// A new leader places nothing until every lease and put of the
+		// previous term has ended (its term fence); within one term the
+		// master knows its own leases and refuses an early remount.
+		wait = 0
+	}
 	if s.mounted.Load() != nil {
 		s.hb.remountAt = timeNow().Add(wait)
 	}
@@ -925,6 +946,7 @@ func retryableUnmount(err error) bool {
 		return len(errs) > 0
 	}
 	return errors.Is(err, master.ErrHasLease) || errors.Is(err, master.ErrClosed) ||
+		errors.Is(err, master.ErrNotLeader) || errors.Is(err, master.ErrStaleEpoch) ||
 		errors.Is(err, context.DeadlineExceeded) || isTransport(err)
 }
 
@@ -1006,7 +1028,8 @@ func mapErr(err error) error {
 	case errors.Is(err, master.ErrQuota):
 		// The caller's own share of the store is full.
 		sentinel = ErrNoSpace
-	case errors.Is(err, master.ErrClosed):
+	case errors.Is(err, master.ErrClosed), errors.Is(err, master.ErrNotLeader), errors.Is(err, master.ErrStaleEpoch):
+		// No master answered for the current term (a failover).
 		sentinel = ErrRPC
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return err

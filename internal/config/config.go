@@ -69,7 +69,10 @@ type Config struct {
 	EGMNUMANodes []int `json:"egm_numa_nodes"`
 	// MaxMRSize bounds one chunk (one allocation = one segment).
 	MaxMRSize uint64 `json:"max_mr_size"`
-	// MasterServerAddr is "embedded" or host:port.
+	// MasterServerAddr is "embedded", host:port, or
+	// etcd://host:port[,host:port…][/prefix]: the masters' etcd cluster,
+	// where the client finds the leader and follows leadership changes
+	// (HA; see ParseEtcdAddr).
 	MasterServerAddr string `json:"master_server_addr"`
 	// HandleType is auto|fabric|posix_fd.
 	HandleType string `json:"handle_type"`
@@ -205,8 +208,12 @@ func (c *Config) Validate() error {
 	case c.TLSCAFile != "" && c.MasterServerAddr == MasterEmbedded:
 		return invalid("tls_ca_file", c.TLSCAFile, "is for a remote master; master_server_addr is embedded")
 	}
-	if c.MasterServerAddr != MasterEmbedded && !strings.Contains(c.MasterServerAddr, ":") {
-		return invalid("master_server_addr", c.MasterServerAddr, "want embedded or host:port")
+	if IsEtcdAddr(c.MasterServerAddr) {
+		if _, _, err := ParseEtcdAddr(c.MasterServerAddr); err != nil {
+			return invalid("master_server_addr", c.MasterServerAddr, err.Error())
+		}
+	} else if c.MasterServerAddr != MasterEmbedded && !strings.Contains(c.MasterServerAddr, ":") {
+		return invalid("master_server_addr", c.MasterServerAddr, "want embedded, host:port or etcd://host:port[,host:port…][/prefix]")
 	}
 	if c.LocalHostname == "" {
 		return invalid("local_hostname", c.LocalHostname, "must not be empty")

@@ -35,6 +35,7 @@ var wireCodes = []struct {
 	{ErrPermission, codes.PermissionDenied, "PERMISSION_DENIED"},
 	{ErrUnauthenticated, codes.Unauthenticated, "UNAUTHENTICATED"},
 	{ErrQuota, codes.ResourceExhausted, "QUOTA"},
+	{ErrNotLeader, codes.Unavailable, "NOT_LEADER"},
 	{context.Canceled, codes.Canceled, "CANCELED"},
 	{context.DeadlineExceeded, codes.DeadlineExceeded, "DEADLINE_EXCEEDED"},
 }
@@ -57,7 +58,12 @@ func toStatus(err error) error {
 	code, reason := classify(err)
 	st := status.New(code, err.Error())
 	if reason != "" {
-		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}); derr == nil {
+		info := &errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}
+		var nl *NotLeaderError
+		if errors.As(err, &nl) {
+			info.Metadata = notLeaderMetadata(nl)
+		}
+		if d, derr := st.WithDetails(info); derr == nil {
 			st = d
 		}
 	}
@@ -115,6 +121,9 @@ func fromStatus(err error) error {
 	}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == errorDomain {
+			if info.Reason == "NOT_LEADER" {
+				return notLeaderFromMetadata(st.Message(), info.Metadata)
+			}
 			if s := sentinelFor(info.Reason); s != nil {
 				return &wireError{msg: st.Message(), sentinel: s}
 			}

@@ -130,6 +130,9 @@ type grpcService struct {
 	pb.UnimplementedMasterServer
 	svc  *Service
 	auth *Authenticator // nil: no authentication
+	// router, when set (NewRoutedServer), picks the grpcService of the
+	// current leadership term for every call (term.go); svc is then nil.
+	router *Router
 }
 
 func (g *grpcService) RegisterClient(ctx context.Context, r *pb.RegisterClientRequest) (*pb.RegisterClientResponse, error) {
@@ -355,7 +358,7 @@ func serviceDesc() *grpc.ServiceDesc {
 		if f, ok := fast[m.MethodName]; ok {
 			h = f
 		}
-		d.Methods[i].Handler = authenticated(m.MethodName, invalidOnDecodeError(m.MethodName, h))
+		d.Methods[i].Handler = authenticated(m.MethodName, routed(m.MethodName, invalidOnDecodeError(m.MethodName, h)))
 	}
 	return &d
 }
