@@ -88,6 +88,14 @@ extern "C" {
 /* KVFABRIC_ABI_VERSION of the loaded library. */
 int32_t kvfabric_abi_version(void);
 
+/* The release the library was built from, e.g. "0.1.0": the version of the
+ * kvfabric binary (`kvfabric --version`) and of the Python package and
+ * wheels built with it. A NUL-terminated string owned by the library, valid
+ * for the life of the process; do not free it.
+ * Added in 0.1.0 without a KVFABRIC_ABI_VERSION bump (adding a function
+ * breaks no caller): look it up with dlsym when the library may be older. */
+const char *kvfabric_version(void);
+
 /* Opens a Store. config_json is a JSON object with the keys of kvfabric's
  * one configuration schema (docs: protocol, global_segment_size,
  * local_buffer_size, enable_egm_store_pool, egm_numa_nodes, max_mr_size,

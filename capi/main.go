@@ -34,6 +34,13 @@ func bytesOf(p *C.char, n C.size_t) []byte {
 //export kvfabric_abi_version
 func kvfabric_abi_version() C.int32_t { return cabi.ABIVersion }
 
+// version is kvfabric_version's answer, allocated once and never freed: the
+// header promises a string that lives as long as the process.
+var version = C.CString(cabi.Version())
+
+//export kvfabric_version
+func kvfabric_version() *C.char { return version }
+
 //export kvfabric_open
 func kvfabric_open(cfg *C.char, cfgLen C.size_t, handle *C.int64_t, errbuf *C.char, errcap C.size_t) (st C.int32_t) {
 	defer recoverStatus(&st)

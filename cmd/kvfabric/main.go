@@ -9,6 +9,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/kvfabric/kvfabric"
 )
 
 var rootCmd = &cobra.Command{
@@ -16,6 +18,13 @@ var rootCmd = &cobra.Command{
 	Short:         "kvfabric: a KV-cache store over EGM DRAM and GPU HBM",
 	SilenceUsage:  true,
 	SilenceErrors: true,
+	Version:       kvfabric.Version,
+}
+
+func init() {
+	// `kvfabric --version`: the one version of the binary, libkvfabric.so
+	// and the wheels (VERSION at the repository root).
+	rootCmd.SetVersionTemplate("kvfabric {{.Version}}\n")
 }
 
 func main() {

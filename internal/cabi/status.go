@@ -18,13 +18,25 @@ import (
 	"context"
 	"errors"
 
+	"github.com/kvfabric/kvfabric"
 	"github.com/kvfabric/kvfabric/internal/client"
 	"github.com/kvfabric/kvfabric/internal/config"
 )
 
 // ABIVersion is returned by kvfabric_abi_version; bump it on any change to
 // kvfabric.h that is not backward compatible.
+//
+// Adding a function is backward compatible: a caller built against an older
+// header never calls it, so kvfabric_version (release 0.1.0) left it at 2. A
+// caller that wants a new function from a library that may predate it looks
+// the symbol up (dlsym, or hasattr on a ctypes CDLL) instead of relying on
+// the ABI version.
 const ABIVersion = 2
+
+// Version is the release the library was built from (kvfabric_version),
+// the same string as `kvfabric --version` and the Python package's
+// __version__.
+func Version() string { return kvfabric.Version }
 
 // Status codes. Mooncake's numbers where Mooncake has the condition (so a
 // Mooncake-compatible facade passes them through unchanged), ours in the

@@ -11,6 +11,7 @@ worker processes with multiprocessing's ``spawn`` (or ``forkserver``) start
 method, never ``fork``.
 """
 
+from ._version import __version__
 from .errors import (
     AlreadyExistsError,
     AlreadyRegisteredError,
@@ -36,6 +37,7 @@ from .errors import (
 from .store import Store, status_name
 
 __all__ = [
+    "__version__",
     "Store",
     "status_name",
     "KvfabricError",

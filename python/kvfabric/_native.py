@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import warnings
 from ctypes import (
     POINTER,
     c_char_p,
@@ -116,8 +117,43 @@ def lib() -> ctypes.CDLL:
             v = dll.kvfabric_abi_version()
             if v != ABI_VERSION:
                 raise ImportError(f"kvfabric: {path} has C ABI version {v}, this package needs {ABI_VERSION}")
+            _check_release(dll, path)
             _lib = dll
     return _lib
+
+
+def _release_of(dll: ctypes.CDLL) -> str | None:
+    # kvfabric_version came in 0.1.0 without an ABI bump (an added function
+    # breaks no caller), so a library of the same ABI may lack it.
+    fn = getattr(dll, "kvfabric_version", None)
+    if fn is None:
+        return None
+    fn.restype = c_char_p
+    fn.argtypes = []
+    return fn().decode()
+
+
+def _check_release(dll: ctypes.CDLL, path: str) -> None:
+    """Warns when the library is not the release of this package. The C ABI
+    version (checked before, an error when it differs) decides whether the
+    two work together; a different release of the same ABI works, but is
+    rarely what was meant — typically a stale KVFABRIC_LIB."""
+    from ._version import __version__
+
+    got = _release_of(dll)
+    if got != __version__:
+        warnings.warn(
+            f"kvfabric: {path} is kvfabric {got or 'older than 0.1.0'}, this Python package is {__version__}"
+            + (f" ({ENV_LIB} is set)" if os.environ.get(ENV_LIB) else ""),
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def library_version() -> str | None:
+    """The release of the loaded libkvfabric.so (kvfabric_version()), or None
+    for a library older than 0.1.0."""
+    return _release_of(lib())
 
 
 def last_error(handle: int) -> str:

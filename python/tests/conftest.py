@@ -1,7 +1,9 @@
 """pytest on CPU: driver "sim" (device pointers are process addresses).
 
 The library comes from KVFABRIC_LIB (the Makefile's python-test target builds
-it) or from an installed package.
+it) or from an installed package. scripts/wheel-test.sh runs a copy of these
+tests outside the checkout against an installed wheel: then the header is the
+packaged one and the binary is the `kvfabric` console command.
 """
 
 import os
@@ -85,9 +87,21 @@ def host(store):
 
 def kvfabric_binary():
     """The kvfabric CLI: KVFABRIC_BIN (the Makefile's python-test target
-    builds it) or build/kvfabric; None when neither exists."""
+    builds it), build/kvfabric of the checkout, or the `kvfabric` command on
+    PATH (an installed wheel's entry point); None when there is none."""
+    import shutil
+
     p = os.environ.get("KVFABRIC_BIN") or os.path.join(REPO, "build", "kvfabric")
-    return p if os.path.exists(p) else None
+    if os.path.exists(p):
+        return p
+    return shutil.which("kvfabric")
+
+
+def header_dir():
+    """The folder of the kvfabric.h that goes with the loaded library: the
+    installed package's (beside libkvfabric.so) or the checkout's capi/."""
+    d = os.path.dirname(os.path.abspath(_native.library_path()))
+    return d if os.path.exists(os.path.join(d, "kvfabric.h")) else os.path.join(REPO, "capi")
 
 
 def free_port():

@@ -11,7 +11,7 @@ import pytest
 import kvfabric
 from kvfabric import errors
 
-from conftest import MIB, PYDIR, REPO, sim_config
+from conftest import MIB, PYDIR, header_dir, sim_config
 
 
 def rand(n, seed=0):
@@ -392,7 +392,7 @@ def test_close_retry_with_injected_teardown_fault():
 
 
 def test_header_codes_match_python():
-    with open(os.path.join(REPO, "capi", "kvfabric.h")) as f:
+    with open(os.path.join(header_dir(), "kvfabric.h")) as f:
         hdr = f.read()
     codes = {n.removeprefix("ERR_"): v for n, v in re.findall(r"#define KVFABRIC_(OK|ERR_[A-Z_]+)\s+\(?(-?\d+)\)?", hdr)}
     assert len(codes) >= 18
@@ -408,6 +408,7 @@ C_CHECK = r"""
 int main(int argc, char **argv) {
     int64_t h = 0; char err[256];
     if (kvfabric_abi_version() != KVFABRIC_ABI_VERSION) return 10;
+    if (strcmp(kvfabric_version(), argv[2]) != 0) { puts(kvfabric_version()); return 28; }
     if (kvfabric_open("{\"bogus\":1}", 11, &h, err, sizeof err) != KVFABRIC_ERR_CONFIG) return 11;
     if (!strstr(err, "bogus")) return 12;
     if (kvfabric_open(argv[1], strlen(argv[1]), &h, err, sizeof err) != KVFABRIC_OK) { puts(err); return 13; }
@@ -456,10 +457,25 @@ def test_c_header_compiles_and_links(tmp_path):
     (tmp_path / "check.c").write_text(C_CHECK)
     exe = tmp_path / "check"
     subprocess.run(
-        [cc, "-std=c99", "-Wall", "-Werror", "-I", os.path.join(REPO, "capi"), str(tmp_path / "check.c"),
+        [cc, "-std=c99", "-Wall", "-Werror", "-I", header_dir(), str(tmp_path / "check.c"),
          lib, f"-Wl,-rpath,{os.path.dirname(lib)}", "-o", str(exe)],
         check=True,
     )
     cfg = json.dumps(sim_config(tmp_path))
-    r = subprocess.run([str(exe), cfg], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([str(exe), cfg, kvfabric.__version__], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "c-ok", (r.returncode, r.stdout, r.stderr)
+
+
+def test_versions_agree():
+    # One version (VERSION at the repository root) for the package, the C
+    # library and the binary.
+    from conftest import kvfabric_binary
+    from kvfabric import _native
+
+    assert re.fullmatch(r"\d+\.\d+\.\d+(rc\d+)?", kvfabric.__version__), kvfabric.__version__
+    assert _native.library_version() == kvfabric.__version__
+    exe = kvfabric_binary()
+    if exe is None:
+        pytest.skip("needs the kvfabric binary: `make python-test` builds it, or set KVFABRIC_BIN")
+    r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == f"kvfabric {kvfabric.__version__}", (r.stdout, r.stderr)
