@@ -86,7 +86,7 @@ proto:
 	  api/kvfabric/v1/kvfabric.proto
 
 clean:
-	rm -rf $(BUILD) $(DEVICE_DIR)
+	rm -rf $(BUILD) $(DEVICE_DIR) dist
 
 # Python package (issue 6) on CPU with the simulator: builds libkvfabric.so
 # (and the kvfabric binary, a master for the remote-master tests) and runs
@@ -109,3 +109,32 @@ mooncake-upstream-test:
 	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o $(BUILD)/libkvfabric.so ./capi
 	$(GO) build -o $(BUILD)/kvfabric ./cmd/kvfabric
 	PYTHON=$(PYTHON) ./scripts/mooncake-upstream-tests.sh
+
+# Wheels that install without Go (issue #17): dist/kvfabric-$(VERSION)-py3-none-
+# manylinux_2_28_{x86_64,aarch64}.whl (the package, libkvfabric.so and the
+# kvfabric binary behind a `kvfabric` console command; built with zig cc
+# from PyPI against glibc 2.28, aarch64 cross-built, checked by auditwheel)
+# and the mooncake shim's wheel. Tools go to build/wheel-tools (a venv,
+# PyPI once). See scripts/wheel.sh.
+VERSION      := $(shell cat VERSION)
+WHEEL_ARCHES ?= x86_64 aarch64
+.PHONY: wheel wheel-test device-wheel
+wheel:
+	PYTHON=$(PYTHON) GO=$(GO) WHEEL_ARCHES="$(WHEEL_ARCHES)" ./scripts/wheel.sh
+
+# Installs this machine's wheel into a fresh venv without Go on PATH and runs
+# python/tests against the installed package (scripts/wheel-test.sh). Not in
+# `make test` (it builds the wheel: minutes of zig-linked cgo builds on top
+# of ~6 min); .ci/run runs it after make test.
+wheel-test:
+	$(MAKE) wheel WHEEL_ARCHES=$$(uname -m)
+	PYTHON=$(PYTHON) ./scripts/wheel-test.sh
+
+# The x86-64 wheels for the GPU machine, in $(DEVICE_DIR)/wheels (after
+# `make device`, which empties $(DEVICE_DIR)); scripts/device-wheel.sh there.
+device-wheel:
+	$(MAKE) wheel WHEEL_ARCHES=x86_64
+	mkdir -p $(DEVICE_DIR)/wheels
+	rm -f $(DEVICE_DIR)/wheels/*.whl
+	cp dist/kvfabric-$(VERSION)-py3-none-manylinux_2_28_x86_64.whl dist/kvfabric_mooncake_shim-$(VERSION)-py3-none-any.whl $(DEVICE_DIR)/wheels/
+	@du -sh $(DEVICE_DIR) $(DEVICE_DIR)/wheels

@@ -6,6 +6,9 @@
 #   scripts/device-python.sh                                        # on the device
 #
 # Uses KVFABRIC_LIB (default .device/libkvfabric.so) and PYTHONPATH=python.
+# KVFABRIC_INSTALLED=1 tests the kvfabric package python3 imports as
+# installed (a wheel: scripts/device-wheel.sh) instead: KVFABRIC_LIB unset,
+# the checkout kept off sys.path.
 # Checks: torch CUDA tensors through kvfabric.Store into the EGM DRAM tier
 # and back, byte-equal (single, scatter/gather, batch); a put enqueued right
 # after a kernel that writes the tensor on the same stream, without a sync;
@@ -13,8 +16,13 @@
 # registered. Prints one line per check and a summary; exits 1 on a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export KVFABRIC_LIB="${KVFABRIC_LIB:-.device/libkvfabric.so}"
-export PYTHONPATH="python${PYTHONPATH:+:$PYTHONPATH}"
+if [ "${KVFABRIC_INSTALLED:-}" = 1 ]; then
+    unset KVFABRIC_LIB
+    cd "${TMPDIR:-/tmp}"   # not the checkout: python3 - puts the cwd on sys.path
+else
+    export KVFABRIC_LIB="${KVFABRIC_LIB:-.device/libkvfabric.so}"
+    export PYTHONPATH="python${PYTHONPATH:+:$PYTHONPATH}"
+fi
 exec python3 - "$@" <<'PY'
 import os, sys, time, tempfile, traceback
 import torch
@@ -48,7 +56,9 @@ def check(name):
 def rand_u8(n):
     return torch.randint(0, 256, (n,), dtype=torch.uint8, device=dev)
 
-print(f"device-python: torch {torch.__version__}, {torch.cuda.get_device_name(dev)}, lib {os.environ['KVFABRIC_LIB']}")
+from kvfabric import _native
+print(f"device-python: torch {torch.__version__}, {torch.cuda.get_device_name(dev)}, kvfabric {kvfabric.__version__} "
+      f"from {os.path.dirname(kvfabric.__file__)}, lib {_native.library_path()} ({_native.library_version()})")
 store = kvfabric.Store(CFG)
 
 @check("store: cuda tensors -> EGM DRAM tier -> back, byte-equal")

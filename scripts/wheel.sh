@@ -75,7 +75,8 @@ for arch in $ARCHES; do
     whl=$DIST/kvfabric-$V-py3-none-$plat.whl
     test -f "$whl" || { echo "wheel: $whl was not built"; cat "$d/build.log"; exit 1; }
     "$TOOLS/bin/auditwheel" show "$whl" | tee "$d/auditwheel.txt"
-    if ! grep -q "consistent with the following platform tag: \"manylinux_" "$d/auditwheel.txt"; then
+    # auditwheel wraps its lines; the policy it names must be a manylinux one.
+    if ! tr -s ' \n' ' ' <"$d/auditwheel.txt" | grep -q 'consistent with the following platform tag: "manylinux_'; then
         echo "wheel: auditwheel does not place $whl under a manylinux policy"; exit 1
     fi
     echo "wheel: $whl ($(du -h "$whl" | cut -f1))"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# On-device check of the wheel (issue #17), from the repository root on the
+# GPU machine (python3 with torch, no Go needed):
+#
+#   make device-wheel                  # on the dev machine: .device/wheels/*.whl
+#   scripts/device-wheel.sh            # on the device (.device carried)
+#
+# Creates a venv that sees the system's torch (--system-site-packages),
+# installs the kvfabric and mooncake-shim wheels from .device/wheels with
+# --no-deps --no-index, checks the console command (kvfabric --version,
+# kvfabric doctor on the real driver) and runs scripts/device-python.sh
+# against the installed package (KVFABRIC_LIB unset, no checkout on
+# PYTHONPATH). Exits non-zero on a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+V=$(cat VERSION)
+arch=$(uname -m)
+whl=.device/wheels/kvfabric-$V-py3-none-manylinux_2_28_$arch.whl
+shim=.device/wheels/kvfabric_mooncake_shim-$V-py3-none-any.whl
+for f in "$whl" "$shim"; do
+    test -f "$f" || { echo "device-wheel: $f missing: run make device-wheel and carry .device"; exit 1; }
+done
+unset KVFABRIC_LIB KVFABRIC_BIN PYTHONPATH
+work=$(mktemp -d "${TMPDIR:-/tmp}/kvf-device-wheel.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+python3 -m venv --system-site-packages "$work/venv"
+"$work/venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-index "$whl" "$shim"
+export PATH="$work/venv/bin:$PATH"
+echo "device-wheel: $(command -v kvfabric): $(kvfabric --version); glibc $(ldd --version | head -1 | grep -o '[0-9.]*$')"
+(cd "$work" && python3 -c 'import kvfabric, sys; from kvfabric import _native
+assert kvfabric.__file__.startswith(sys.prefix), kvfabric.__file__
+print("device-wheel: import kvfabric", kvfabric.__version__, kvfabric.__file__, "lib", _native.library_version())')
+kvfabric doctor || echo "device-wheel: kvfabric doctor exited $? (reported above)"
+KVFABRIC_INSTALLED=1 scripts/device-python.sh "$@"
