@@ -479,3 +479,37 @@ def test_versions_agree():
         pytest.skip("needs the kvfabric binary: `make python-test` builds it, or set KVFABRIC_BIN")
     r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == f"kvfabric {kvfabric.__version__}", (r.stdout, r.stderr)
+
+
+def test_other_release_of_library_warns(monkeypatch):
+    # The C ABI version decides compatibility (an ImportError when it
+    # differs); a library of another release of the same ABI loads with a
+    # RuntimeWarning naming both versions, and one that predates
+    # kvfabric_version is named as older.
+    from kvfabric import _native
+
+    class Fn:
+        def __init__(self, v):
+            self.v = v
+
+        def __call__(self):
+            return self.v
+
+    class Dll:
+        pass
+
+    old = Dll()
+    other = Dll()
+    other.kvfabric_version = Fn(b"9.9.9")
+    same = Dll()
+    same.kvfabric_version = Fn(kvfabric.__version__.encode())
+    monkeypatch.delenv(_native.ENV_LIB, raising=False)
+    with pytest.warns(RuntimeWarning, match=r"/x\.so is kvfabric 9\.9\.9, this Python package is " + re.escape(kvfabric.__version__)):
+        _native._check_release(other, "/x.so")
+    with pytest.warns(RuntimeWarning, match="older than 0.1.0"):
+        _native._check_release(old, "/x.so")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _native._check_release(same, "/x.so")
