@@ -23,8 +23,15 @@ done
 unset KVFABRIC_LIB KVFABRIC_BIN PYTHONPATH
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvf-device-wheel.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-python3 -m venv --system-site-packages "$work/venv"
-"$work/venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-index "$whl" "$shim"
+if python3 -m venv --system-site-packages "$work/venv" 2>"$work/venv.err"; then
+    "$work/venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-index "$whl" "$shim"
+else
+    # A python3 without ensurepip (Debian's without python3-venv): a venv
+    # without pip, filled by the system's pip (pip >= 22.3 has --python).
+    echo "device-wheel: venv with pip failed ($(tail -1 "$work/venv.err")); using the system pip"
+    python3 -m venv --system-site-packages --without-pip "$work/venv"
+    python3 -m pip --python "$work/venv/bin/python" install -q --disable-pip-version-check --no-deps --no-index "$whl" "$shim"
+fi
 export PATH="$work/venv/bin:$PATH"
 echo "device-wheel: $(command -v kvfabric): $(kvfabric --version); glibc $(ldd --version | head -1 | grep -o '[0-9.]*$')"
 (cd "$work" && python3 -c 'import kvfabric, sys; from kvfabric import _native
