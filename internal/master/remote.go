@@ -212,21 +212,8 @@ func (r *remote) PutStart(ctx context.Context, reqs []PutStartReq) ([]PutStartRe
 	if len(resp.results) != len(reqs)-len(local) {
 		return nil, fmt.Errorf("master: malformed response: %d results for %d items", len(resp.results), len(reqs)-len(local))
 	}
-	var backing []Replica
-	for j := range resp.results {
-		x := &resp.results[j]
-		i := at(send, j)
-		out[i].Err = x.err
-		out[i].Token = x.token
-		if x.hi > x.lo {
-			if backing == nil {
-				backing = make([]Replica, 0, len(resp.replicas))
-			}
-			var err error
-			if out[i].Replicas, backing, err = resp.resolve(x, backing); err != nil {
-				return nil, err
-			}
-		}
+	if err := resp.putStartResults(out, send); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -285,31 +272,8 @@ func (r *remote) GetReplicas(ctx context.Context, keys []string) ([]GetResult, e
 	for i, err := range local {
 		out[i].Err = err
 	}
-	var backing []Replica
-	for j := range resp.results {
-		x := &resp.results[j]
-		i := at(send, j)
-		if out[i].Err = x.err; out[i].Err != nil {
-			continue
-		}
-		if backing == nil {
-			backing = make([]Replica, 0, len(resp.replicas))
-		}
-		out[i].Size = x.size
-		out[i].LeaseID = x.leaseID
-		// The lease in this process's clock: the send time plus the lease's
-		// length (never later than the master's own deadline, whatever the
-		// clock skew). Older masters send only the absolute expiry.
-		if x.ttl > 0 {
-			out[i].LeaseTTL = time.Duration(x.ttl)
-			out[i].LeaseExpiry = sent.Add(out[i].LeaseTTL)
-		} else {
-			out[i].LeaseExpiry = unixNS(x.lease)
-		}
-		var err error
-		if out[i].Replicas, backing, err = resp.resolve(x, backing); err != nil {
-			return nil, err
-		}
+	if err := resp.getResults(out, send, sent); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

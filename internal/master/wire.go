@@ -944,6 +944,60 @@ func (m *resultsReply) resolve(x *wireResult, backing []Replica) ([]Replica, []R
 	return backing[start:len(backing):len(backing)], backing, nil
 }
 
+// putStartResults fills out (one entry per item of the call) from m: the
+// j-th result answers item at(send, j).
+func (m *resultsReply) putStartResults(out []PutStartResult, send []int) error {
+	var backing []Replica
+	for j := range m.results {
+		x := &m.results[j]
+		i := at(send, j)
+		out[i].Err = x.err
+		out[i].Token = x.token
+		if x.hi > x.lo {
+			if backing == nil {
+				backing = make([]Replica, 0, len(m.replicas))
+			}
+			var err error
+			if out[i].Replicas, backing, err = m.resolve(x, backing); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// getResults fills out (one entry per key of the call) from m: the j-th
+// result answers key at(send, j). sent is when the call was sent.
+func (m *resultsReply) getResults(out []GetResult, send []int, sent time.Time) error {
+	var backing []Replica
+	for j := range m.results {
+		x := &m.results[j]
+		i := at(send, j)
+		if out[i].Err = x.err; out[i].Err != nil {
+			continue
+		}
+		if backing == nil {
+			backing = make([]Replica, 0, len(m.replicas))
+		}
+		out[i].Size = x.size
+		out[i].LeaseID = x.leaseID
+		// The lease in this process's clock: the send time plus the lease's
+		// length (never later than the master's own deadline, whatever the
+		// clock skew). Older masters send only the absolute expiry.
+		if x.ttl > 0 {
+			out[i].LeaseTTL = time.Duration(x.ttl)
+			out[i].LeaseExpiry = sent.Add(out[i].LeaseTTL)
+		} else {
+			out[i].LeaseExpiry = unixNS(x.lease)
+		}
+		var err error
+		if out[i].Replicas, backing, err = m.resolve(x, backing); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // descCache interns the descriptors a remote Client receives: replicas of
 // the same segment share one *segment.Descriptor, as with the embedded
 // Client. A descriptor never changes for its (id, generation), and a

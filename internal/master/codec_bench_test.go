@@ -1,0 +1,622 @@
+package master
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+
+	pb "github.com/kvfabric/kvfabric/api/kvfabric/v1"
+	"github.com/kvfabric/kvfabric/internal/segment"
+)
+
+// Codec benchmarks (issue 13 item 3): the whole codec work of one
+// GetReplicas or PutStart call of 4096 keys, without the network and
+// without the Service — client encodes the request, server decodes it,
+// server encodes the Service's answer, client decodes it into the
+// Client's results — for three codecs:
+//
+//   - hand: wire.go, as the server and the remote Client use it;
+//   - vtproto: the generated MarshalVT/UnmarshalVT, with the conversions
+//     between the generated messages and the Service's types that server.go
+//     and remote.go would need; "vtproto" allocates fresh messages and
+//     decodes safely (a string per key), "vtproto-pool" reuses pooled
+//     messages and decodes with UnmarshalVTUnsafe (strings alias one copy
+//     of the message, like the hand decoder);
+//   - proto: grpc's standard codec (proto.Marshal/Unmarshal) with the same
+//     conversions (what the server's generated handlers do).
+//
+// Each encoded message reaches the decoder in 16 KiB pieces, as the
+// transport hands it over (one HTTP/2 DATA frame per piece), so decoders
+// pay for joining them as they do in a server.
+
+const codecKeys = 4096
+
+type codecFixture struct {
+	reader string
+	keys   []string
+	reqs   []PutStartReq
+	descs  []segment.Descriptor
+	gets   []GetResult      // what the Service answers for keys
+	puts   []PutStartResult // what the Service answers for reqs
+}
+
+// newCodecFixture returns 4096 keys of 46 and 51 bytes, each object with one
+// replica on one of 4 segments (the descriptor table is shared by the
+// items, as the protocol does), sizes of a KV block, one placement for all
+// puts (as client.Store sends).
+func newCodecFixture() *codecFixture {
+	f := &codecFixture{reader: "vllm-worker-3"}
+	for i := range 4 {
+		d := desc(fmt.Sprintf("gpu-node-%02d/egm-numa%d-chunk-%d", 16+i, i%2, i), "provider-"+fmt.Sprint(16+i),
+			fmt.Sprintf("gpu-node-%02d", 16+i), segment.TierDRAM, int32(i%2), 512<<30)
+		f.descs = append(f.descs, d)
+	}
+	pl := Placement{Client: f.reader, Node: "gpu-node-17", NUMANode: 1, Device: 3}
+	expiry := time.Now().Add(time.Second)
+	x := uint64(0x9e3779b97f4a7c15)
+	for i := range codecKeys {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		var k string
+		if i%2 == 0 {
+			k = fmt.Sprintf("ns-7/llama-3.1-70b/tp8-r3/blk-%016x", x)
+		} else {
+			k = fmt.Sprintf("tenant-42/mixtral-8x22b/tp4-r1/blk-%016x", x)
+		}
+		f.keys = append(f.keys, k)
+		size := uint64(512 << 10)
+		r := Replica{Segment: &f.descs[i%4], Offset: uint64(i) * size * 37 % (512 << 30), Length: size}
+		f.reqs = append(f.reqs, PutStartReq{Key: k, Size: size, Placement: pl})
+		f.gets = append(f.gets, GetResult{Size: size, Replicas: []Replica{r}, LeaseExpiry: expiry,
+			LeaseTTL: time.Second, LeaseID: x ^ 0x5555})
+		f.puts = append(f.puts, PutStartResult{Token: x ^ 0xaaaa, Replicas: []Replica{r}})
+	}
+	return f
+}
+
+// frames splits an encoded message into the 16 KiB pieces a receiver gets
+// from the transport (no copy).
+func frames(bs mem.BufferSlice) mem.BufferSlice {
+	var b []byte
+	if len(bs) == 1 {
+		b = bs[0].ReadOnlyData()
+	} else {
+		b = bs.Materialize()
+	}
+	var out mem.BufferSlice
+	for len(b) > 0 {
+		n := min(len(b), 16<<10)
+		out = append(out, mem.SliceBuffer(b[:n]))
+		b = b[n:]
+	}
+	return out
+}
+
+// codecPath is one codec's whole round trip of a call.
+type codecPath struct {
+	name string
+	get  func(*codecFixture, *codecClient) ([]GetResult, int, error)
+	put  func(*codecFixture, *codecClient) ([]PutStartResult, int, error)
+}
+
+// codecClient is the client's state kept between calls (descriptor
+// interning).
+type codecClient struct {
+	descs descCache                           // hand
+	byKey map[segment.Key]*segment.Descriptor // generated
+}
+
+func newCodecClient() *codecClient {
+	return &codecClient{byKey: map[segment.Key]*segment.Descriptor{}}
+}
+
+var codecPaths = []codecPath{
+	{"hand", handGet, handPut},
+	{"vtproto", func(f *codecFixture, c *codecClient) ([]GetResult, int, error) { return genGet(f, c, vtCodec{}, false) },
+		func(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) {
+			return genPut(f, c, vtCodec{}, false)
+		}},
+	{"vtproto-pool", func(f *codecFixture, c *codecClient) ([]GetResult, int, error) {
+		return genGet(f, c, vtCodec{unsafe: true}, true)
+	},
+		func(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) {
+			return genPut(f, c, vtCodec{unsafe: true}, true)
+		}},
+	{"proto", func(f *codecFixture, c *codecClient) ([]GetResult, int, error) { return genGet(f, c, stdCodec, false) },
+		func(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) {
+			return genPut(f, c, stdCodec, false)
+		}},
+}
+
+var stdCodec = encoding.GetCodecV2("proto")
+
+// ---- hand ----
+
+func handGet(f *codecFixture, c *codecClient) ([]GetResult, int, error) {
+	sent := time.Now()
+	req, err := codec.Marshal(&keysRequest{keys: f.keys, reader: f.reader})
+	if err != nil {
+		return nil, 0, err
+	}
+	wire := req.Len()
+	in := new(keysRequest)
+	err = codec.Unmarshal(frames(req), in)
+	req.Free()
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(in.keys) != len(f.gets) || in.reader != f.reader {
+		return nil, 0, fmt.Errorf("server decoded %d keys", len(in.keys))
+	}
+	resp, err := codec.Marshal(&getResponse{res: f.gets})
+	if err != nil {
+		return nil, 0, err
+	}
+	wire += resp.Len()
+	m := resultsReply{get: true, descs: &c.descs}
+	err = codec.Unmarshal(frames(resp), &m)
+	resp.Free()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]GetResult, len(f.keys))
+	return out, wire, m.getResults(out, nil, sent)
+}
+
+func handPut(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) {
+	req, err := codec.Marshal(&putStartRequest{reqs: f.reqs})
+	if err != nil {
+		return nil, 0, err
+	}
+	wire := req.Len()
+	in := new(putStartRequest)
+	err = codec.Unmarshal(frames(req), in)
+	req.Free()
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(in.reqs) != len(f.puts) {
+		return nil, 0, fmt.Errorf("server decoded %d items", len(in.reqs))
+	}
+	resp, err := codec.Marshal(&putStartResponse{res: f.puts})
+	if err != nil {
+		return nil, 0, err
+	}
+	wire += resp.Len()
+	m := resultsReply{descs: &c.descs}
+	err = codec.Unmarshal(frames(resp), &m)
+	resp.Free()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]PutStartResult, len(f.reqs))
+	return out, wire, m.putStartResults(out, nil)
+}
+
+// ---- generated code ----
+
+// vtCodec is a gRPC codec over the vtprotobuf methods, written as
+// grpc's proto codec is (pooled buffers). unsafe decodes with
+// UnmarshalVTUnsafe into one unpooled copy of the message, which the
+// decoded strings then share.
+type vtCodec struct{ unsafe bool }
+
+type vtMessage interface {
+	SizeVT() int
+	MarshalToSizedBufferVT([]byte) (int, error)
+	UnmarshalVT([]byte) error
+	UnmarshalVTUnsafe([]byte) error
+}
+
+func (vtCodec) Name() string { return "proto" }
+
+func (vtCodec) Marshal(v any) (mem.BufferSlice, error) {
+	m := v.(vtMessage)
+	n := m.SizeVT()
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(n)
+	if _, err := m.MarshalToSizedBufferVT((*buf)[:n]); err != nil {
+		pool.Put(buf)
+		return nil, err
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+func (c vtCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m := v.(vtMessage)
+	if c.unsafe {
+		return m.UnmarshalVTUnsafe(data.Materialize())
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return m.UnmarshalVT(buf.ReadOnlyData())
+}
+
+// genGet is GetReplicas through generated messages: the client's request
+// as remote.go built it before wire.go, the server's conversion of
+// grpcService.GetReplicas, the client's conversion back. pool reuses
+// pooled messages (vtprotobuf's pool feature) where the generated code
+// allows it.
+func genGet(f *codecFixture, c *codecClient, cd encoding.CodecV2, pool bool) ([]GetResult, int, error) {
+	sent := time.Now()
+	req, err := cd.Marshal(&pb.GetReplicasRequest{Keys: f.keys, ClientId: f.reader})
+	if err != nil {
+		return nil, 0, err
+	}
+	wire := req.Len()
+	in := &pb.GetReplicasRequest{}
+	if pool {
+		in = pb.GetReplicasRequestFromVTPool()
+	}
+	err = cd.Unmarshal(frames(req), in)
+	req.Free()
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(in.Keys) != len(f.gets) || in.ClientId != f.reader {
+		return nil, 0, fmt.Errorf("server decoded %d keys", len(in.Keys))
+	}
+	var out *pb.GetReplicasResponse
+	if pool {
+		in.ReturnToVTPool() // the Service is done with the keys
+		out = pb.GetReplicasResponseFromVTPool()
+		getToPBPooled(out, f.gets)
+	} else {
+		out = getToPB(f.gets)
+	}
+	resp, err := cd.Marshal(out)
+	if pool {
+		out.ReturnToVTPool()
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	wire += resp.Len()
+	got := &pb.GetReplicasResponse{}
+	if pool {
+		got = pb.GetReplicasResponseFromVTPool()
+	}
+	err = cd.Unmarshal(frames(resp), got)
+	resp.Free()
+	if err != nil {
+		return nil, 0, err
+	}
+	res, err := getFromPB(got, c, sent)
+	if pool {
+		got.ReturnToVTPool()
+	}
+	return res, wire, err
+}
+
+// getToPB is grpcService.GetReplicas's conversion.
+func getToPB(res []GetResult) *pb.GetReplicasResponse {
+	var tab segTable
+	backing := make([]pb.GetResult, len(res))
+	out := &pb.GetReplicasResponse{Results: make([]*pb.GetResult, len(res))}
+	for i, x := range res {
+		b := &backing[i]
+		b.Error = toItemError(x.Err)
+		if x.Err == nil {
+			b.Size, b.Replicas, b.LeaseExpiryUnixNs = x.Size, tab.replicas(x.Replicas), x.LeaseExpiry.UnixNano()
+			b.LeaseTtlNs = int64(max(0, x.LeaseTTL))
+			b.LeaseId = x.LeaseID
+		}
+		out.Results[i] = b
+	}
+	out.Segments = tab.list
+	return out
+}
+
+// getToPBPooled is getToPB into a pooled response, reusing its results
+// and replicas, and numbering descriptors as wire.go does.
+func getToPBPooled(out *pb.GetReplicasResponse, res []GetResult) {
+	var tab descTable
+	for i := range res {
+		x := &res[i]
+		r := growPooled(&out.Results, pb.GetResultFromVTPool)
+		if x.Err != nil {
+			r.Error = toItemError(x.Err)
+			continue
+		}
+		r.Size, r.LeaseExpiryUnixNs, r.LeaseTtlNs, r.LeaseId = x.Size, x.LeaseExpiry.UnixNano(), int64(max(0, x.LeaseTTL)), x.LeaseID
+		for _, rep := range x.Replicas {
+			p := growPooled(&r.Replicas, pb.ReplicaFromVTPool)
+			p.Segment, p.Offset, p.Length = tab.add(rep.Segment), rep.Offset, rep.Length
+		}
+	}
+	for _, d := range tab.list {
+		out.Segments = append(out.Segments, descToPB(d))
+	}
+}
+
+// growPooled appends an element to *s, reusing one a pooled message kept.
+func growPooled[T any](s *[]*T, get func() *T) *T {
+	if len(*s) < cap(*s) {
+		*s = (*s)[:len(*s)+1]
+		if p := (*s)[len(*s)-1]; p != nil {
+			return p
+		}
+	} else {
+		*s = append(*s, nil)
+	}
+	p := get()
+	(*s)[len(*s)-1] = p
+	return p
+}
+
+// intern returns the client's descriptors for a response's table.
+func (c *codecClient) intern(segs []*pb.SegmentDescriptor) []*segment.Descriptor {
+	out := make([]*segment.Descriptor, len(segs))
+	for i, s := range segs {
+		k := segment.Key{ID: s.Id, Generation: s.Generation}
+		d, ok := c.byKey[k]
+		if !ok {
+			nd := descFromPB(s)
+			d = &nd
+			c.byKey[segment.Key{ID: nd.ID, Generation: nd.Generation}] = d
+		}
+		out[i] = d
+	}
+	return out
+}
+
+// getFromPB is the remote Client's conversion of a generated response.
+func getFromPB(p *pb.GetReplicasResponse, c *codecClient, sent time.Time) ([]GetResult, error) {
+	segs := c.intern(p.Segments)
+	out := make([]GetResult, len(p.Results))
+	n := 0
+	for _, x := range p.Results {
+		n += len(x.Replicas)
+	}
+	backing := make([]Replica, 0, n)
+	for i, x := range p.Results {
+		if out[i].Err = fromItemError(x.Error); out[i].Err != nil {
+			continue
+		}
+		out[i].Size, out[i].LeaseID = x.Size, x.LeaseId
+		if x.LeaseTtlNs > 0 {
+			out[i].LeaseTTL = time.Duration(x.LeaseTtlNs)
+			out[i].LeaseExpiry = sent.Add(out[i].LeaseTTL)
+		} else {
+			out[i].LeaseExpiry = unixNS(x.LeaseExpiryUnixNs)
+		}
+		start := len(backing)
+		for _, r := range x.Replicas {
+			if int(r.Segment) >= len(segs) {
+				return nil, fmt.Errorf("master: malformed response: replica names segment %d of %d", r.Segment, len(segs))
+			}
+			backing = append(backing, Replica{Segment: segs[r.Segment], Offset: r.Offset, Length: r.Length})
+		}
+		out[i].Replicas = backing[start:len(backing):len(backing)]
+	}
+	return out, nil
+}
+
+// genPut is PutStart through generated messages (see genGet).
+func genPut(f *codecFixture, c *codecClient, cd encoding.CodecV2, pool bool) ([]PutStartResult, int, error) {
+	req, err := cd.Marshal(putStartToPB(f.reqs, pool))
+	if err != nil {
+		return nil, 0, err
+	}
+	wire := req.Len()
+	in := &pb.PutStartRequest{}
+	if pool {
+		in = pb.PutStartRequestFromVTPool()
+	}
+	err = cd.Unmarshal(frames(req), in)
+	req.Free()
+	if err != nil {
+		return nil, 0, err
+	}
+	reqs := putStartReqsFromPB(in)
+	if len(reqs) != len(f.puts) {
+		return nil, 0, fmt.Errorf("server decoded %d items", len(reqs))
+	}
+	var out *pb.PutStartResponse
+	if pool {
+		in.ReturnToVTPool() // the Service is done with the request
+		out = pb.PutStartResponseFromVTPool()
+		putToPBPooled(out, f.puts)
+	} else {
+		out = putToPB(f.puts)
+	}
+	resp, err := cd.Marshal(out)
+	if pool {
+		out.ReturnToVTPool()
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	wire += resp.Len()
+	got := &pb.PutStartResponse{}
+	if pool {
+		got = pb.PutStartResponseFromVTPool()
+	}
+	err = cd.Unmarshal(frames(resp), got)
+	resp.Free()
+	if err != nil {
+		return nil, 0, err
+	}
+	res, err := putFromPB(got, c)
+	if pool {
+		got.ReturnToVTPool()
+	}
+	return res, wire, err
+}
+
+// putStartToPB is the remote Client's request before wire.go; with share,
+// items with the same placement as the one before share its message.
+func putStartToPB(reqs []PutStartReq, share bool) *pb.PutStartRequest {
+	backing := make([]pb.PutStartItem, len(reqs))
+	out := &pb.PutStartRequest{Items: make([]*pb.PutStartItem, len(reqs))}
+	var last *pb.Placement
+	for i := range reqs {
+		q := &reqs[i]
+		it := &backing[i]
+		*it = pb.PutStartItem{Key: q.Key, Size: q.Size, Replicas: int32(q.Replicas), Pin: q.Pin, SoftPin: q.SoftPin,
+			SoftPinTtlNs: int64(q.SoftPinTTL), Upsert: q.Upsert, KeepSoftPin: q.KeepSoftPin}
+		if share && i > 0 && samePlacement(&reqs[i-1].Placement, &q.Placement) {
+			it.Placement = last
+		} else {
+			it.Placement = placementToPB(&q.Placement)
+			last = it.Placement
+		}
+		out.Items[i] = it
+	}
+	return out
+}
+
+func samePlacement(a, b *Placement) bool {
+	return a.Tier == b.Tier && a.TierOnly == b.TierOnly && a.Client == b.Client && a.Node == b.Node &&
+		a.NUMANode == b.NUMANode && a.Device == b.Device && reflect.DeepEqual(a.Segments, b.Segments)
+}
+
+// putToPB is grpcService.PutStart's conversion.
+func putToPB(res []PutStartResult) *pb.PutStartResponse {
+	var tab segTable
+	backing := make([]pb.PutStartResult, len(res))
+	out := &pb.PutStartResponse{Results: make([]*pb.PutStartResult, len(res))}
+	for i, x := range res {
+		backing[i] = pb.PutStartResult{Error: toItemError(x.Err), Token: x.Token, Replicas: tab.replicas(x.Replicas)}
+		out.Results[i] = &backing[i]
+	}
+	out.Segments = tab.list
+	return out
+}
+
+func putToPBPooled(out *pb.PutStartResponse, res []PutStartResult) {
+	var tab descTable
+	for i := range res {
+		x := &res[i]
+		r := growPooled(&out.Results, pb.PutStartResultFromVTPool)
+		if x.Err != nil {
+			r.Error = toItemError(x.Err)
+		}
+		r.Token = x.Token
+		for _, rep := range x.Replicas {
+			p := growPooled(&r.Replicas, pb.ReplicaFromVTPool)
+			p.Segment, p.Offset, p.Length = tab.add(rep.Segment), rep.Offset, rep.Length
+		}
+	}
+	for _, d := range tab.list {
+		out.Segments = append(out.Segments, descToPB(d))
+	}
+}
+
+func putFromPB(p *pb.PutStartResponse, c *codecClient) ([]PutStartResult, error) {
+	segs := c.intern(p.Segments)
+	out := make([]PutStartResult, len(p.Results))
+	n := 0
+	for _, x := range p.Results {
+		n += len(x.Replicas)
+	}
+	backing := make([]Replica, 0, n)
+	for i, x := range p.Results {
+		out[i].Err, out[i].Token = fromItemError(x.Error), x.Token
+		start := len(backing)
+		for _, r := range x.Replicas {
+			if int(r.Segment) >= len(segs) {
+				return nil, fmt.Errorf("master: malformed response: replica names segment %d of %d", r.Segment, len(segs))
+			}
+			backing = append(backing, Replica{Segment: segs[r.Segment], Offset: r.Offset, Length: r.Length})
+		}
+		if len(backing) > start {
+			out[i].Replicas = backing[start:len(backing):len(backing)]
+		}
+	}
+	return out, nil
+}
+
+// TestCodecPaths: every benchmarked codec path delivers the Service's
+// answers to the client intact (the benchmarks below only count them).
+func TestCodecPaths(t *testing.T) {
+	f := newCodecFixture()
+	for _, p := range codecPaths {
+		t.Run(p.name, func(t *testing.T) {
+			c := newCodecClient()
+			for range 2 { // the second time with warm pools and caches
+				gets, _, err := p.get(f, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkCodecGets(t, gets, f.gets)
+				puts, _, err := p.put(f, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkCodecPuts(t, puts, f.puts)
+			}
+		})
+	}
+}
+
+func checkCodecGets(t *testing.T, got, want []GetResult) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d results, want %d", len(got), len(want))
+	}
+	for i := range got {
+		g, w := &got[i], &want[i]
+		if g.Err != nil || g.Size != w.Size || g.LeaseID != w.LeaseID || g.LeaseTTL != w.LeaseTTL {
+			t.Fatalf("result %d: %+v, want %+v", i, *g, *w)
+		}
+		checkReplicas(t, i, g.Replicas, w.Replicas)
+	}
+}
+
+func checkCodecPuts(t *testing.T, got, want []PutStartResult) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d results, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i].Err != nil || got[i].Token != want[i].Token {
+			t.Fatalf("result %d: %+v, want %+v", i, got[i], want[i])
+		}
+		checkReplicas(t, i, got[i].Replicas, want[i].Replicas)
+	}
+}
+
+// BenchmarkCodec measures one call's codec work at 4096 keys (see the top
+// of this file). ns/key is ns/op over the keys; wireB/key the bytes of
+// request and response.
+func BenchmarkCodec(b *testing.B) {
+	f := newCodecFixture()
+	for _, rpc := range []string{"GetReplicas", "PutStart"} {
+		for _, p := range codecPaths {
+			b.Run(fmt.Sprintf("rpc=%s/codec=%s/keys=%d", rpc, p.name, codecKeys), func(b *testing.B) {
+				c := newCodecClient()
+				b.ReportAllocs()
+				wire := 0
+				for b.Loop() {
+					var n int
+					var err error
+					if rpc == "GetReplicas" {
+						var res []GetResult
+						res, n, err = p.get(f, c)
+						if err == nil && len(res) != codecKeys {
+							err = fmt.Errorf("%d results", len(res))
+						}
+					} else {
+						var res []PutStartResult
+						res, n, err = p.put(f, c)
+						if err == nil && len(res) != codecKeys {
+							err = fmt.Errorf("%d results", len(res))
+						}
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					wire = n
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/codecKeys, "ns/key")
+				b.ReportMetric(float64(wire)/codecKeys, "wireB/key")
+			})
+		}
+	}
+}
