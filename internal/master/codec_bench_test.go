@@ -22,9 +22,12 @@ import (
 //   - vtproto: the generated MarshalVT/UnmarshalVT, with the conversions
 //     between the generated messages and the Service's types that server.go
 //     and remote.go would need; "vtproto" allocates fresh messages and
-//     decodes safely (a string per key), "vtproto-pool" reuses pooled
-//     messages and decodes with UnmarshalVTUnsafe (strings alias one copy
-//     of the message, like the hand decoder);
+//     decodes safely (a string per key); "vtproto-pool" is the generated
+//     code used as well as we could: pooled messages (vtprotobuf's pool
+//     feature), UnmarshalVTUnsafe (strings alias one copy of the message,
+//     like the hand decoder), a PutStart batch's items sharing one
+//     placement message, and the server's []PutStartReq pooled as the hand
+//     decoder's is;
 //   - proto: grpc's standard codec (proto.Marshal/Unmarshal) with the same
 //     conversions (what the server's generated handlers do).
 //
@@ -398,7 +401,18 @@ func getFromPB(p *pb.GetReplicasResponse, c *codecClient, sent time.Time) ([]Get
 
 // genPut is PutStart through generated messages (see genGet).
 func genPut(f *codecFixture, c *codecClient, cd encoding.CodecV2, pool bool) ([]PutStartResult, int, error) {
-	req, err := cd.Marshal(putStartToPB(f.reqs, pool))
+	var req mem.BufferSlice
+	var err error
+	if pool {
+		p := putStartToPBPooled(f.reqs)
+		req, err = cd.Marshal(p)
+		for _, it := range p.Items {
+			it.Placement = nil // shared, not pooled
+		}
+		p.ReturnToVTPool()
+	} else {
+		req, err = cd.Marshal(putStartToPB(f.reqs))
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -412,13 +426,19 @@ func genPut(f *codecFixture, c *codecClient, cd encoding.CodecV2, pool bool) ([]
 	if err != nil {
 		return nil, 0, err
 	}
-	reqs := putStartReqsFromPB(in)
+	var reqs []PutStartReq
+	if pool {
+		reqs = putStartReqsFromPBPooled(in)
+	} else {
+		reqs = putStartReqsFromPB(in)
+	}
 	if len(reqs) != len(f.puts) {
 		return nil, 0, fmt.Errorf("server decoded %d items", len(reqs))
 	}
 	var out *pb.PutStartResponse
 	if pool {
-		in.ReturnToVTPool() // the Service is done with the request
+		unpool(&reqSlices, reqs) // the Service is done with the request
+		in.ReturnToVTPool()
 		out = pb.PutStartResponseFromVTPool()
 		putToPBPooled(out, f.puts)
 	} else {
@@ -448,26 +468,48 @@ func genPut(f *codecFixture, c *codecClient, cd encoding.CodecV2, pool bool) ([]
 	return res, wire, err
 }
 
-// putStartToPB is the remote Client's request before wire.go; with share,
-// items with the same placement as the one before share its message.
-func putStartToPB(reqs []PutStartReq, share bool) *pb.PutStartRequest {
+// putStartToPB is the remote Client's request before wire.go.
+func putStartToPB(reqs []PutStartReq) *pb.PutStartRequest {
 	backing := make([]pb.PutStartItem, len(reqs))
 	out := &pb.PutStartRequest{Items: make([]*pb.PutStartItem, len(reqs))}
-	var last *pb.Placement
 	for i := range reqs {
 		q := &reqs[i]
 		it := &backing[i]
 		*it = pb.PutStartItem{Key: q.Key, Size: q.Size, Replicas: int32(q.Replicas), Pin: q.Pin, SoftPin: q.SoftPin,
-			SoftPinTtlNs: int64(q.SoftPinTTL), Upsert: q.Upsert, KeepSoftPin: q.KeepSoftPin}
-		if share && i > 0 && samePlacement(&reqs[i-1].Placement, &q.Placement) {
-			it.Placement = last
-		} else {
-			it.Placement = placementToPB(&q.Placement)
-			last = it.Placement
-		}
+			SoftPinTtlNs: int64(q.SoftPinTTL), Upsert: q.Upsert, KeepSoftPin: q.KeepSoftPin, Placement: placementToPB(&q.Placement)}
 		out.Items[i] = it
 	}
 	return out
+}
+
+// putStartToPBPooled is putStartToPB into a pooled request whose items
+// share one placement message while they have the same placement (clear
+// their Placement before returning it to the pool).
+func putStartToPBPooled(reqs []PutStartReq) *pb.PutStartRequest {
+	out := pb.PutStartRequestFromVTPool()
+	var pl *pb.Placement
+	for i := range reqs {
+		q := &reqs[i]
+		it := growPooled(&out.Items, pb.PutStartItemFromVTPool)
+		it.Key, it.Size, it.Replicas, it.Pin, it.SoftPin = q.Key, q.Size, int32(q.Replicas), q.Pin, q.SoftPin
+		it.SoftPinTtlNs, it.Upsert, it.KeepSoftPin = int64(q.SoftPinTTL), q.Upsert, q.KeepSoftPin
+		if i == 0 || !samePlacement(&reqs[i-1].Placement, &q.Placement) {
+			pl = placementToPB(&q.Placement)
+		}
+		it.Placement = pl
+	}
+	return out
+}
+
+// putStartReqsFromPBPooled is putStartReqsFromPB into a pooled array, as
+// the hand decoder does.
+func putStartReqsFromPBPooled(r *pb.PutStartRequest) []PutStartReq {
+	reqs := pooled[PutStartReq](&reqSlices, len(r.Items))
+	for _, it := range r.Items {
+		reqs = append(reqs, PutStartReq{Key: it.Key, Size: it.Size, Replicas: int(it.Replicas), Pin: it.Pin, SoftPin: it.SoftPin,
+			SoftPinTTL: time.Duration(it.SoftPinTtlNs), Upsert: it.Upsert, KeepSoftPin: it.KeepSoftPin, Placement: placementFromPB(it.Placement)})
+	}
+	return reqs
 }
 
 // putToPB is grpcService.PutStart's conversion.
