@@ -566,3 +566,37 @@ func TestWireInterceptor(t *testing.T) {
 		t.Errorf("interceptor saw %q", seen)
 	}
 }
+
+// TestWireResultsLateTable: a peer may send the descriptor table after the
+// results (protobuf allows any field order); replicas read before their
+// descriptor are resolved at the end, and one naming a descriptor the
+// response lacks makes the response malformed, not the decoding fail.
+func TestWireResultsLateTable(t *testing.T) {
+	ds := wireDescs()
+	results := &pb.GetReplicasResponse{Results: []*pb.GetResult{
+		{Size: 1, Replicas: []*pb.Replica{{Segment: 1, Offset: 8, Length: 16}, {Segment: 0, Offset: 0, Length: 16}}, LeaseTtlNs: 5},
+		{Error: toItemError(ErrNotFound), Replicas: []*pb.Replica{{Segment: 7}}}, // dropped with the failed result
+	}}
+	table := &pb.GetReplicasResponse{Segments: []*pb.SegmentDescriptor{descToPB(&ds[0]), descToPB(&ds[1])}}
+	b := append(mustMarshal(t, results), mustMarshal(t, table)...)
+	m := resultsReply{get: true, descs: &descCache{}}
+	if err := m.unmarshalWire(b); err != nil || m.malformed != nil {
+		t.Fatal(err, m.malformed)
+	}
+	if len(m.gets) != 2 || !errors.Is(m.gets[1].Err, ErrNotFound) || m.gets[1].Replicas != nil {
+		t.Fatalf("results %+v", m.gets)
+	}
+	checkReplicas(t, 0, m.gets[0].Replicas, []Replica{{&ds[1], 8, 16}, {&ds[0], 0, 16}})
+
+	// The same for PutStart, whose failed results keep their replicas: a
+	// replica naming descriptor 7 of 2 is malformed.
+	puts := &pb.PutStartResponse{Results: []*pb.PutStartResult{{Token: 3, Replicas: []*pb.Replica{{Segment: 1}}}, {Error: toItemError(ErrNoSpace), Replicas: []*pb.Replica{{Segment: 7}}}}}
+	b = append(mustMarshal(t, puts), mustMarshal(t, table)...)
+	m = resultsReply{descs: &descCache{}}
+	if err := m.unmarshalWire(b); err != nil {
+		t.Fatal(err)
+	}
+	if m.malformed == nil || len(m.puts) != 2 || m.puts[0].Replicas[0].Segment.Key() != ds[1].Key() {
+		t.Fatalf("malformed %v, results %+v", m.malformed, m.puts)
+	}
+}
