@@ -301,46 +301,6 @@ func (f *field) nextSlow(b []byte) ([]byte, error) {
 	return b[n:], nil
 }
 
-// key is f's number and type as one value, for a switch.
-func (f *field) key() uint64 { return key(f.num, f.typ) }
-
-func key(num protowire.Number, typ protowire.Type) uint64 { return uint64(num)<<3 | uint64(typ) }
-
-// decodeReplica decodes a Replica: its descriptor's index, its offset and
-// its length.
-func decodeReplica(b []byte) (seg uint32, off, length uint64, err error) {
-	for len(b) > 0 {
-		// Fast path: the three fields are varints with one-byte tags.
-		if t := b[0]; t == 0x08 || t == 0x10 || t == 0x18 {
-			if v, n := protowire.ConsumeVarint(b[1:]); n > 0 {
-				switch t {
-				case 0x08:
-					seg = uint32(v)
-				case 0x10:
-					off = v
-				default:
-					length = v
-				}
-				b = b[1+n:]
-				continue
-			}
-		}
-		var f field
-		if b, err = f.next(b); err != nil {
-			return 0, 0, 0, err
-		}
-		switch f.key() {
-		case key(1, protowire.VarintType):
-			seg = uint32(f.v)
-		case key(2, protowire.VarintType):
-			off = f.v
-		case key(3, protowire.VarintType):
-			length = f.v
-		}
-	}
-	return seg, off, length, nil
-}
-
 // is reports whether f is field num of type typ (a known field of another
 // type is skipped, like an unknown one).
 func (f *field) is(num protowire.Number, typ protowire.Type) bool {
@@ -1124,50 +1084,54 @@ func (m *resultsReply) result(b []byte) error {
 		errMsg                []byte
 		token, size, leaseID  uint64
 		leaseExpiry, leaseTTL int64
-		f                     field
 	)
 	res, start, late := m.results(), len(m.backing), len(m.late)
 	for len(b) > 0 {
-		var err error
-		if b, err = f.next(b); err != nil {
+		var f field
+		rest, err := f.next(b)
+		if err != nil {
 			return err
 		}
-		switch f.key() {
-		case key(1, protowire.BytesType):
+		b = rest
+		switch {
+		case f.is(1, protowire.BytesType):
 			// A repeated message field merges: decode the concatenation.
 			errMsg = append(errMsg[:len(errMsg):len(errMsg)], f.p...)
-		case key(2, protowire.Fixed64Type):
-			if !m.get {
-				token = f.v
+		case !m.get && f.is(2, protowire.Fixed64Type):
+			token = f.v
+		case m.get && f.is(2, protowire.VarintType):
+			size = f.v
+		case f.is(3, protowire.BytesType):
+			var r Replica
+			var seg uint32
+			for p := f.p; len(p) > 0; {
+				var g field
+				rest, err := g.next(p)
+				if err != nil {
+					return err
+				}
+				p = rest
+				switch {
+				case g.is(1, protowire.VarintType):
+					seg = uint32(g.v)
+				case g.is(2, protowire.VarintType):
+					r.Offset = g.v
+				case g.is(3, protowire.VarintType):
+					r.Length = g.v
+				}
 			}
-		case key(2, protowire.VarintType):
-			if m.get {
-				size = f.v
-			}
-		case key(3, protowire.BytesType):
-			seg, off, length, err := decodeReplica(f.p)
-			if err != nil {
-				return err
-			}
-			r := Replica{Offset: off, Length: length}
 			if int(seg) < len(m.segs) {
 				r.Segment = m.segs[seg]
 			} else {
 				m.late = append(m.late, lateReplica{res: res, rep: len(m.backing) - start, seg: seg})
 			}
 			m.backing = append(m.backing, r)
-		case key(4, protowire.VarintType):
-			if m.get {
-				leaseExpiry = int64(f.v)
-			}
-		case key(5, protowire.VarintType):
-			if m.get {
-				leaseTTL = int64(f.v)
-			}
-		case key(6, protowire.Fixed64Type):
-			if m.get {
-				leaseID = f.v
-			}
+		case m.get && f.is(4, protowire.VarintType):
+			leaseExpiry = int64(f.v)
+		case m.get && f.is(5, protowire.VarintType):
+			leaseTTL = int64(f.v)
+		case m.get && f.is(6, protowire.Fixed64Type):
+			leaseID = f.v
 		}
 	}
 	var itemErr error
