@@ -16,20 +16,18 @@ import (
 // GetReplicas or PutStart call of 4096 keys, without the network and
 // without the Service — client encodes the request, server decodes it,
 // server encodes the Service's answer, client decodes it into the
-// Client's results — for three codecs:
+// Client's results — for two codecs:
 //
 //   - hand: wire.go, as the server and the remote Client use it;
-//   - vtproto: the generated MarshalVT/UnmarshalVT, with the conversions
-//     between the generated messages and the Service's types that server.go
-//     and remote.go would need; "vtproto" allocates fresh messages and
-//     decodes safely (a string per key); "vtproto-pool" is the generated
-//     code used as well as we could: pooled messages (vtprotobuf's pool
-//     feature), UnmarshalVTUnsafe (strings alias one copy of the message,
-//     like the hand decoder), a PutStart batch's items sharing one
-//     placement message, and the server's []PutStartReq pooled as the hand
-//     decoder's is;
-//   - proto: grpc's standard codec (proto.Marshal/Unmarshal) with the same
-//     conversions (what the server's generated handlers do).
+//   - proto: grpc's standard codec (proto.Marshal/Unmarshal) with the
+//     conversions between the generated messages and the Service's types
+//     (what the server's generated handlers do, and the remote Client did
+//     before wire.go).
+//
+// Generated fast-path code (vtprotobuf, with and without its pools and
+// unsafe decoding) was measured here against the hand codec and not kept:
+// see docs/decisions.md (20) and docs/perf/wire-codec.md, which name the
+// commit to check out to run those paths again.
 //
 // Each encoded message reaches the decoder in 16 KiB pieces, as the
 // transport hands it over (one HTTP/2 DATA frame per piece), so decoders
@@ -119,20 +117,8 @@ func newCodecClient() *codecClient {
 
 var codecPaths = []codecPath{
 	{"hand", handGet, handPut},
-	{"vtproto", func(f *codecFixture, c *codecClient) ([]GetResult, int, error) { return genGet(f, c, vtCodec{}, false) },
-		func(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) {
-			return genPut(f, c, vtCodec{}, false)
-		}},
-	{"vtproto-pool", func(f *codecFixture, c *codecClient) ([]GetResult, int, error) {
-		return genGet(f, c, vtCodec{unsafe: true}, true)
-	},
-		func(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) {
-			return genPut(f, c, vtCodec{unsafe: true}, true)
-		}},
-	{"proto", func(f *codecFixture, c *codecClient) ([]GetResult, int, error) { return genGet(f, c, stdCodec, false) },
-		func(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) {
-			return genPut(f, c, stdCodec, false)
-		}},
+	{"proto", func(f *codecFixture, c *codecClient) ([]GetResult, int, error) { return genGet(f, c, stdCodec) },
+		func(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) { return genPut(f, c, stdCodec) }},
 }
 
 var stdCodec = encoding.GetCodecV2("proto")
@@ -202,49 +188,10 @@ func handPut(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) {
 
 // ---- generated code ----
 
-// vtCodec is a gRPC codec over the vtprotobuf methods, written as
-// grpc's proto codec is (pooled buffers). unsafe decodes with
-// UnmarshalVTUnsafe into one unpooled copy of the message, which the
-// decoded strings then share.
-type vtCodec struct{ unsafe bool }
-
-type vtMessage interface {
-	SizeVT() int
-	MarshalToSizedBufferVT([]byte) (int, error)
-	UnmarshalVT([]byte) error
-	UnmarshalVTUnsafe([]byte) error
-}
-
-func (vtCodec) Name() string { return "proto" }
-
-func (vtCodec) Marshal(v any) (mem.BufferSlice, error) {
-	m := v.(vtMessage)
-	n := m.SizeVT()
-	pool := mem.DefaultBufferPool()
-	buf := pool.Get(n)
-	if _, err := m.MarshalToSizedBufferVT((*buf)[:n]); err != nil {
-		pool.Put(buf)
-		return nil, err
-	}
-	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
-}
-
-func (c vtCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	m := v.(vtMessage)
-	if c.unsafe {
-		return m.UnmarshalVTUnsafe(data.Materialize())
-	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	return m.UnmarshalVT(buf.ReadOnlyData())
-}
-
 // genGet is GetReplicas through generated messages: the client's request
 // as remote.go built it before wire.go, the server's conversion of
-// grpcService.GetReplicas, the client's conversion back. pool reuses
-// pooled messages (vtprotobuf's pool feature) where the generated code
-// allows it.
-func genGet(f *codecFixture, c *codecClient, cd encoding.CodecV2, pool bool) ([]GetResult, int, error) {
+// grpcService.GetReplicas, the client's conversion back.
+func genGet(f *codecFixture, c *codecClient, cd encoding.CodecV2) ([]GetResult, int, error) {
 	sent := time.Now()
 	req, err := cd.Marshal(&pb.GetReplicasRequest{Keys: f.keys, ClientId: f.reader})
 	if err != nil {
@@ -252,9 +199,6 @@ func genGet(f *codecFixture, c *codecClient, cd encoding.CodecV2, pool bool) ([]
 	}
 	wire := req.Len()
 	in := &pb.GetReplicasRequest{}
-	if pool {
-		in = pb.GetReplicasRequestFromVTPool()
-	}
 	err = cd.Unmarshal(frames(req), in)
 	req.Free()
 	if err != nil {
@@ -263,35 +207,18 @@ func genGet(f *codecFixture, c *codecClient, cd encoding.CodecV2, pool bool) ([]
 	if len(in.Keys) != len(f.gets) || in.ClientId != f.reader {
 		return nil, 0, fmt.Errorf("server decoded %d keys", len(in.Keys))
 	}
-	var out *pb.GetReplicasResponse
-	if pool {
-		in.ReturnToVTPool() // the Service is done with the keys
-		out = pb.GetReplicasResponseFromVTPool()
-		getToPBPooled(out, f.gets)
-	} else {
-		out = getToPB(f.gets)
-	}
-	resp, err := cd.Marshal(out)
-	if pool {
-		out.ReturnToVTPool()
-	}
+	resp, err := cd.Marshal(getToPB(f.gets))
 	if err != nil {
 		return nil, 0, err
 	}
 	wire += resp.Len()
 	got := &pb.GetReplicasResponse{}
-	if pool {
-		got = pb.GetReplicasResponseFromVTPool()
-	}
 	err = cd.Unmarshal(frames(resp), got)
 	resp.Free()
 	if err != nil {
 		return nil, 0, err
 	}
 	res, err := getFromPB(got, c, sent)
-	if pool {
-		got.ReturnToVTPool()
-	}
 	return res, wire, err
 }
 
@@ -312,43 +239,6 @@ func getToPB(res []GetResult) *pb.GetReplicasResponse {
 	}
 	out.Segments = tab.list
 	return out
-}
-
-// getToPBPooled is getToPB into a pooled response, reusing its results
-// and replicas, and numbering descriptors as wire.go does.
-func getToPBPooled(out *pb.GetReplicasResponse, res []GetResult) {
-	var tab descTable
-	for i := range res {
-		x := &res[i]
-		r := growPooled(&out.Results, pb.GetResultFromVTPool)
-		if x.Err != nil {
-			r.Error = toItemError(x.Err)
-			continue
-		}
-		r.Size, r.LeaseExpiryUnixNs, r.LeaseTtlNs, r.LeaseId = x.Size, x.LeaseExpiry.UnixNano(), int64(max(0, x.LeaseTTL)), x.LeaseID
-		for _, rep := range x.Replicas {
-			p := growPooled(&r.Replicas, pb.ReplicaFromVTPool)
-			p.Segment, p.Offset, p.Length = tab.add(rep.Segment), rep.Offset, rep.Length
-		}
-	}
-	for _, d := range tab.list {
-		out.Segments = append(out.Segments, descToPB(d))
-	}
-}
-
-// growPooled appends an element to *s, reusing one a pooled message kept.
-func growPooled[T any](s *[]*T, get func() *T) *T {
-	if len(*s) < cap(*s) {
-		*s = (*s)[:len(*s)+1]
-		if p := (*s)[len(*s)-1]; p != nil {
-			return p
-		}
-	} else {
-		*s = append(*s, nil)
-	}
-	p := get()
-	(*s)[len(*s)-1] = p
-	return p
 }
 
 // intern returns the client's descriptors for a response's table.
@@ -400,71 +290,33 @@ func getFromPB(p *pb.GetReplicasResponse, c *codecClient, sent time.Time) ([]Get
 }
 
 // genPut is PutStart through generated messages (see genGet).
-func genPut(f *codecFixture, c *codecClient, cd encoding.CodecV2, pool bool) ([]PutStartResult, int, error) {
-	var req mem.BufferSlice
-	var err error
-	if pool {
-		p := putStartToPBPooled(f.reqs)
-		req, err = cd.Marshal(p)
-		for _, it := range p.Items {
-			it.Placement = nil // shared, not pooled
-		}
-		p.ReturnToVTPool()
-	} else {
-		req, err = cd.Marshal(putStartToPB(f.reqs))
-	}
+func genPut(f *codecFixture, c *codecClient, cd encoding.CodecV2) ([]PutStartResult, int, error) {
+	req, err := cd.Marshal(putStartToPB(f.reqs))
 	if err != nil {
 		return nil, 0, err
 	}
 	wire := req.Len()
 	in := &pb.PutStartRequest{}
-	if pool {
-		in = pb.PutStartRequestFromVTPool()
-	}
 	err = cd.Unmarshal(frames(req), in)
 	req.Free()
 	if err != nil {
 		return nil, 0, err
 	}
-	var reqs []PutStartReq
-	if pool {
-		reqs = putStartReqsFromPBPooled(in)
-	} else {
-		reqs = putStartReqsFromPB(in)
-	}
-	if len(reqs) != len(f.puts) {
+	if reqs := putStartReqsFromPB(in); len(reqs) != len(f.puts) {
 		return nil, 0, fmt.Errorf("server decoded %d items", len(reqs))
 	}
-	var out *pb.PutStartResponse
-	if pool {
-		unpool(&reqSlices, reqs) // the Service is done with the request
-		in.ReturnToVTPool()
-		out = pb.PutStartResponseFromVTPool()
-		putToPBPooled(out, f.puts)
-	} else {
-		out = putToPB(f.puts)
-	}
-	resp, err := cd.Marshal(out)
-	if pool {
-		out.ReturnToVTPool()
-	}
+	resp, err := cd.Marshal(putToPB(f.puts))
 	if err != nil {
 		return nil, 0, err
 	}
 	wire += resp.Len()
 	got := &pb.PutStartResponse{}
-	if pool {
-		got = pb.PutStartResponseFromVTPool()
-	}
 	err = cd.Unmarshal(frames(resp), got)
 	resp.Free()
 	if err != nil {
 		return nil, 0, err
 	}
 	res, err := putFromPB(got, c)
-	if pool {
-		got.ReturnToVTPool()
-	}
 	return res, wire, err
 }
 
@@ -482,36 +334,6 @@ func putStartToPB(reqs []PutStartReq) *pb.PutStartRequest {
 	return out
 }
 
-// putStartToPBPooled is putStartToPB into a pooled request whose items
-// share one placement message while they have the same placement (clear
-// their Placement before returning it to the pool).
-func putStartToPBPooled(reqs []PutStartReq) *pb.PutStartRequest {
-	out := pb.PutStartRequestFromVTPool()
-	var pl *pb.Placement
-	for i := range reqs {
-		q := &reqs[i]
-		it := growPooled(&out.Items, pb.PutStartItemFromVTPool)
-		it.Key, it.Size, it.Replicas, it.Pin, it.SoftPin = q.Key, q.Size, int32(q.Replicas), q.Pin, q.SoftPin
-		it.SoftPinTtlNs, it.Upsert, it.KeepSoftPin = int64(q.SoftPinTTL), q.Upsert, q.KeepSoftPin
-		if i == 0 || !samePlacement(&reqs[i-1].Placement, &q.Placement) {
-			pl = placementToPB(&q.Placement)
-		}
-		it.Placement = pl
-	}
-	return out
-}
-
-// putStartReqsFromPBPooled is putStartReqsFromPB into a pooled array, as
-// the hand decoder does.
-func putStartReqsFromPBPooled(r *pb.PutStartRequest) []PutStartReq {
-	reqs := pooled[PutStartReq](&reqSlices, len(r.Items))
-	for _, it := range r.Items {
-		reqs = append(reqs, PutStartReq{Key: it.Key, Size: it.Size, Replicas: int(it.Replicas), Pin: it.Pin, SoftPin: it.SoftPin,
-			SoftPinTTL: time.Duration(it.SoftPinTtlNs), Upsert: it.Upsert, KeepSoftPin: it.KeepSoftPin, Placement: placementFromPB(it.Placement)})
-	}
-	return reqs
-}
-
 // putToPB is grpcService.PutStart's conversion.
 func putToPB(res []PutStartResult) *pb.PutStartResponse {
 	var tab segTable
@@ -523,25 +345,6 @@ func putToPB(res []PutStartResult) *pb.PutStartResponse {
 	}
 	out.Segments = tab.list
 	return out
-}
-
-func putToPBPooled(out *pb.PutStartResponse, res []PutStartResult) {
-	var tab descTable
-	for i := range res {
-		x := &res[i]
-		r := growPooled(&out.Results, pb.PutStartResultFromVTPool)
-		if x.Err != nil {
-			r.Error = toItemError(x.Err)
-		}
-		r.Token = x.Token
-		for _, rep := range x.Replicas {
-			p := growPooled(&r.Replicas, pb.ReplicaFromVTPool)
-			p.Segment, p.Offset, p.Length = tab.add(rep.Segment), rep.Offset, rep.Length
-		}
-	}
-	for _, d := range tab.list {
-		out.Segments = append(out.Segments, descToPB(d))
-	}
 }
 
 func putFromPB(p *pb.PutStartResponse, c *codecClient) ([]PutStartResult, error) {
