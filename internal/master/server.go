@@ -426,7 +426,11 @@ func fastHandler[In any, PIn interface {
 		if err := dec(in); err != nil {
 			return nil, err
 		}
-		return f(srv.(*grpcService), ctx, in)
+		out, err := f(srv.(*grpcService), ctx, in)
+		if p, ok := any(in).(interface{ free() }); ok {
+			p.free() // the Service is done with it (wire.go)
+		}
+		return out, err
 	}
 }
 
