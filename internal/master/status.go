@@ -406,6 +406,8 @@ func (s *Service) statusLocked() Status {
 		LeasesHeld:    len(s.mu.leases),
 		Segments:      len(s.mu.segIndex),
 		Clients:       len(s.mu.clients),
+		Tiers:         []TierStatus{},
+		Nodes:         []NodeStatus{},
 	}
 	var tiers [3]*TierStatus
 	type locKey struct {
