@@ -308,19 +308,25 @@ const (
 )
 
 // observe records c at t and returns the rates since the oldest kept
-// snapshot within rateWindow of t, or since start when there is none.
+// snapshot within rateWindow of t; when none is that recent, since the
+// newest one (a longer window: nobody looked meanwhile); with none at
+// all, since start.
 func (r *rateRing) observe(t, start time.Time, c Counters) Rates {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ref := rateSample{t: start}
-	for i := 1; i <= r.mu.n; i++ {
+	ref, found := rateSample{t: start}, false
+	for i := 1; i <= r.mu.n; i++ { // newest first
 		s := r.mu.s[(r.mu.next-i+len(r.mu.s))%len(r.mu.s)]
+		if !s.t.Before(t) {
+			continue
+		}
 		if t.Sub(s.t) > rateWindow {
+			if !found {
+				ref = s
+			}
 			break
 		}
-		if s.t.Before(t) {
-			ref = s
-		}
+		ref, found = s, true
 	}
 	if r.mu.n == 0 || t.Sub(r.mu.s[(r.mu.next-1+len(r.mu.s))%len(r.mu.s)].t) >= rateSpacing {
 		r.mu.s[r.mu.next] = rateSample{t: t, c: c}
