@@ -109,4 +109,3 @@ func percent(a, b uint64) float64 {
 	}
 	return 100 * float64(a) / float64(b)
 }
-
