@@ -25,6 +25,11 @@ import (
 	"github.com/kvfabric/kvfabric/internal/master"
 )
 
+// BrowserEnv turns the browser test on (`make browser-test`, part of
+// `make test`): it is off in plain `go test ./...` and the -race run, which
+// would start Chromium again for nothing.
+const BrowserEnv = "KVFABRIC_BROWSER_TEST"
+
 // ScreenshotEnv names a file the browser test writes its screenshot to
 // (the README's docs/img/dashboard.png is made with it); unset, the
 // screenshot goes to the test's temporary directory only.
@@ -49,6 +54,9 @@ func chromium() string {
 // headless Chromium: the page must show every segment the master has
 // mounted and put/get rates that change between two reads.
 func TestDashboardInBrowser(t *testing.T) {
+	if os.Getenv(BrowserEnv) != "1" {
+		t.Skip("SKIPPED: set " + BrowserEnv + "=1 (make browser-test does) to test the dashboard in headless Chromium")
+	}
 	exe := chromium()
 	if exe == "" {
 		t.Skip("SKIPPED: no Chromium found (apt-get install chromium, or set KVFABRIC_CHROMIUM): the dashboard was not tested in a browser")

@@ -6,6 +6,7 @@
 
 const POLL_MS = 1000;
 const HISTORY = 120;
+const ERRORS_SHOWN = 12;
 const history = {};
 
 function el(tag, attrs, ...kids) {
@@ -147,8 +148,13 @@ function render(st) {
     ["lease expiries", num(c.lease_expiries)], ["put timeouts", num(c.put_timeouts)],
     ["client expiries", num(c.client_expiries)], ["unreachable reports", num(c.unreachable_reports)],
   ].map(([k, v]) => row(k, v)));
-  fill("errors", (st.errors || []).map((e) =>
-    row(new Date(e.time).toLocaleTimeString(), e.op, e.result, el("td", { class: "msg" }, e.message))));
+  const errs = st.errors || [];
+  const shown = errs.slice(0, ERRORS_SHOWN).map((e) =>
+    row(new Date(e.time).toLocaleTimeString(), e.op, e.result, el("td", { class: "msg" }, e.message)));
+  if (errs.length > ERRORS_SHOWN) {
+    shown.push(row("", "", "", el("td", { class: "muted" }, `${errs.length - ERRORS_SHOWN} older in /api/v1/status`)));
+  }
+  fill("errors", shown);
 }
 
 async function poll() {
