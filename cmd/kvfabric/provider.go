@@ -84,7 +84,7 @@ segments when the provider's registration expires) and removes its socket.`,
 			if err != nil {
 				return err
 			}
-			status, err := fetchStatus(ctx, cmd, addr, httpAddr)
+			status, err := fetchStatus(ctx, cmd, httpAddr)
 			if err != nil {
 				return err
 			}
@@ -114,8 +114,8 @@ segments when the provider's registration expires) and removes its socket.`,
 		},
 	}
 	stat.Flags().StringVar(&addr, "master-server-addr", "127.0.0.1:50051", "host:port of `kvfabric master`")
-	stat.Flags().BoolVar(&asJSON, "json", false, `JSON output: {"segments", "stats"} and, when the master's HTTP listener answers, "status": its /api/v1/status document (the dashboard's)`)
-	stat.Flags().StringVar(&httpAddr, "http-addr", "", "host:port of the master's --metrics-listen, for the status document (default: the master's host, port 9090, skipped with a note when it does not answer)")
+	stat.Flags().BoolVar(&asJSON, "json", false, `JSON output: {"segments", "stats"} and, with --http-addr, "status": the master's /api/v1/status document (the dashboard's)`)
+	stat.Flags().StringVar(&httpAddr, "http-addr", "", "host:port of the master's --metrics-listen (e.g. 127.0.0.1:9090): adds traffic, hit ratio and errors to the text and the status document to --json")
 	addSecurityFlags(stat)
 	rootCmd.AddCommand(stat)
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 
@@ -16,31 +15,17 @@ import (
 	"github.com/kvfabric/kvfabric/internal/master"
 )
 
-// defaultHTTPPort is the port of `kvfabric master --metrics-listen`'s
-// default.
-const defaultHTTPPort = "9090"
-
 // fetchStatus GETs the master's status document (master.StatusPath) from
-// httpAddr with cmd's security flags (HTTPS when they are set). With
-// httpAddr empty it tries the host of addr on defaultHTTPPort and, when
-// that does not answer, notes so on stderr and returns nil: the document is
-// an addition to stat's output, not a condition for it.
-func fetchStatus(ctx context.Context, cmd *cobra.Command, addr, httpAddr string) (*master.Status, error) {
-	explicit := httpAddr != ""
-	if !explicit {
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil || config.IsEtcdAddr(addr) {
-			return nil, nil // etcd://: the leader's HTTP address is not published
-		}
-		httpAddr = net.JoinHostPort(host, defaultHTTPPort)
+// httpAddr, the master's --metrics-listen, with cmd's security flags
+// (HTTPS when they are set); nil when httpAddr is empty. It is not guessed
+// from the gRPC address: another master's listener could answer there.
+func fetchStatus(ctx context.Context, cmd *cobra.Command, httpAddr string) (*master.Status, error) {
+	if httpAddr == "" {
+		return nil, nil
 	}
 	st, err := getStatus(ctx, clientSecurity(cmd), httpAddr)
 	if err != nil {
-		if explicit {
-			return nil, fmt.Errorf("--http-addr=%s: %w", httpAddr, err)
-		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "kvfabric stat: no status document (%v); give --http-addr for the master's --metrics-listen\n", err)
-		return nil, nil
+		return nil, fmt.Errorf("--http-addr=%s: %w", httpAddr, err)
 	}
 	return st, nil
 }
