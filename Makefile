@@ -8,7 +8,7 @@ RACE_PKGS   ?= ./internal/...
 # 1.27) and fails with a bare "context deadline exceeded".
 FUZZTIME    ?= 2000x
 
-.PHONY: all build demo test test-nocgo vet race fuzz device proto ptx clean
+.PHONY: all build demo test test-nocgo browser-test vet race fuzz device proto ptx clean
 
 all: build
 
@@ -24,12 +24,22 @@ test: vet
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
 	$(MAKE) test-nocgo
+	$(MAKE) browser-test
 	$(MAKE) python-test
 	$(MAKE) fuzz
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || (gofmt -l . ; echo "gofmt: files above need formatting"; exit 1)
 	$(GO) vet ./...
+
+# The dashboard in headless Chromium (internal/master/dash): a master with a
+# simulated provider and consumers under load. Without Chromium (apt-get
+# install chromium, or KVFABRIC_CHROMIUM=/path) the test is skipped and
+# this says so in capitals.
+browser-test:
+	@KVFABRIC_BROWSER_TEST=1 $(GO) test -count=1 -v -run '^TestDashboardInBrowser$$' ./internal/master/dash/ > .browser.log 2>&1; rc=$$?; cat .browser.log; \
+	if grep -q -- '--- SKIP' .browser.log; then echo "browser-test: SKIPPED — no Chromium, the dashboard was not tested in a browser"; \
+	elif [ $$rc = 0 ]; then echo "browser-test: passed in headless Chromium"; fi; rm -f .browser.log; exit $$rc
 
 test-nocgo:
 	CGO_ENABLED=0 $(GO) vet ./...

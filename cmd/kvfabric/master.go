@@ -41,8 +41,10 @@ func init() {
 		Use:   "master",
 		Short: "Run the kvfabric master (metadata service) over gRPC until SIGINT/SIGTERM",
 		Long: `master serves kvfabric's metadata service (segments, objects, leases,
-eviction, client liveness) over gRPC on --listen, and Prometheus metrics on
---metrics-listen (/metrics). On SIGINT or SIGTERM it stops accepting calls,
+eviction, client liveness) over gRPC on --listen, and on --metrics-listen a
+read-only web dashboard (/), its JSON document (/api/v1/status, also printed
+by kvfabric stat --json) and Prometheus metrics (/metrics), behind the same
+TLS and credentials as gRPC when they are configured. On SIGINT or SIGTERM it stops accepting calls,
 lets calls in flight finish for up to --shutdown-timeout, then stops.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -53,7 +55,7 @@ lets calls in flight finish for up to --shutdown-timeout, then stops.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:50051", "gRPC listen address")
-	f.StringVar(&o.metricsListen, "metrics-listen", "127.0.0.1:9090", "HTTP address for /metrics (empty: none)")
+	f.StringVar(&o.metricsListen, "metrics-listen", "127.0.0.1:9090", "HTTP address for the dashboard (/), its JSON (/api/v1/status) and /metrics; HTTPS with the gRPC credentials when TLS is on (empty: none)")
 	f.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", 5*time.Second, "read lease granted by GetReplicas")
 	f.DurationVar(&o.cfg.PutTimeout, "put-timeout", 30*time.Second, "a put not ended within this can no longer become visible (its bytes stay reserved while its writer may still write them)")
 	f.DurationVar(&o.cfg.ClientTTL, "client-ttl", 10*time.Second, "default client registration TTL (heartbeat deadline)")
@@ -107,12 +109,10 @@ func runMaster(ctx context.Context, o masterOpts) (err error) {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	var mlis net.Listener
-	if o.metricsListen != "" {
-		if mlis, err = net.Listen("tcp", o.metricsListen); err != nil {
-			lis.Close()
-			return fmt.Errorf("--metrics-listen: %w", err)
-		}
+	mlis, err := o.httpListener()
+	if err != nil {
+		lis.Close()
+		return err
 	}
 	if o.addrFile != "" {
 		// Written whole (rename), so a reader never sees half an address.

@@ -117,14 +117,13 @@ func runMasterHA(ctx context.Context, o masterOpts, cfg master.Config, reg *prom
 		return err
 	}
 	if o.metricsListen != "" {
-		mlis, err := net.Listen("tcp", o.metricsListen)
+		mlis, err := o.httpListener()
 		if err != nil {
 			lis.Close()
-			return fmt.Errorf("--metrics-listen: %w", err)
+			return err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, m.Gatherer()}, promhttp.HandlerOpts{}))
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		metrics := promhttp.HandlerFor(prometheus.Gatherers{reg, m.Gatherer()}, promhttp.HandlerOpts{})
+		hs := &http.Server{Handler: master.HTTPHandler(m.Service, metrics, auth), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = hs.Serve(mlis) }()
 		defer hs.Close()
 	}

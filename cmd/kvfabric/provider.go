@@ -62,7 +62,7 @@ segments when the provider's registration expires) and removes its socket.`,
 	provider.Flags().String("master-server-addr", "", "host:port of `kvfabric master`")
 	rootCmd.AddCommand(provider)
 
-	var addr string
+	var addr, httpAddr string
 	var asJSON bool
 	stat := &cobra.Command{
 		Use:   "stat",
@@ -84,11 +84,19 @@ segments when the provider's registration expires) and removes its socket.`,
 			if err != nil {
 				return err
 			}
+			status, err := fetchStatus(ctx, cmd, httpAddr)
+			if err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"segments": segs, "stats": st})
+				doc := map[string]any{"segments": segs, "stats": st}
+				if status != nil {
+					doc["status"] = status
+				}
+				return enc.Encode(doc)
 			}
 			fmt.Fprintf(out, "master %s: %d segments, %d objects, %d puts in progress, %d clients, %d evictions\n",
 				addr, st.Segments, st.Objects, st.PendingPuts, st.Clients, st.Evictions)
@@ -96,12 +104,7 @@ segments when the provider's registration expires) and removes its socket.`,
 				l := h.Leader()
 				fmt.Fprintf(out, "  leader %s, epoch %d\n", l.Addr, l.Epoch)
 			}
-			for _, l := range perLocation(segs) {
-				fmt.Fprintf(out, "  %s: %d segments, %s\n", l.name, l.n, config.FormatSize(l.bytes))
-			}
-			for _, t := range st.Tiers {
-				fmt.Fprintf(out, "  tier %s: %s used of %s\n", t.Tier, config.FormatSize(t.Used), config.FormatSize(t.Capacity))
-			}
+			printUsage(out, st, status)
 			for _, c := range st.PerClient {
 				fmt.Fprintf(out, "  client %s (%s, driver %s%s): provides %d segments%s, has %d segments (%s) of others mapped\n",
 					c.ID, c.Node, orUnknown(c.Driver), domainNote(c.FabricDomain), c.Segments, handlesNote(c.Handles),
@@ -111,7 +114,8 @@ segments when the provider's registration expires) and removes its socket.`,
 		},
 	}
 	stat.Flags().StringVar(&addr, "master-server-addr", "127.0.0.1:50051", "host:port of `kvfabric master`")
-	stat.Flags().BoolVar(&asJSON, "json", false, "JSON output")
+	stat.Flags().BoolVar(&asJSON, "json", false, `JSON output: {"segments", "stats"} and, with --http-addr, "status": the master's /api/v1/status document (the dashboard's)`)
+	stat.Flags().StringVar(&httpAddr, "http-addr", "", "host:port of the master's --metrics-listen (e.g. 127.0.0.1:9090): adds traffic, hit ratio and errors to the text and the status document to --json")
 	addSecurityFlags(stat)
 	rootCmd.AddCommand(stat)
 }

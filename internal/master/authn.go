@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -108,17 +107,7 @@ func (a *Authenticator) principal(ctx context.Context) (Principal, error) {
 		if !ok {
 			continue
 		}
-		// Compare with every token, always, in constant time per token.
-		var found Principal
-		for _, e := range a.tokens {
-			if subtle.ConstantTimeCompare(e.token, []byte(tok)) == 1 {
-				found = e.p
-			}
-		}
-		if found.Name != "" {
-			return found, nil
-		}
-		return Principal{}, fmt.Errorf("%w: unknown bearer token", ErrUnauthenticated)
+		return a.tokenPrincipal(tok)
 	}
 	return Principal{}, nil
 }
@@ -194,37 +183,49 @@ func (c ClientSecurity) DialOptions() ([]grpc.DialOption, error) {
 	if !c.Enabled() {
 		return nil, nil
 	}
-	if c.CAFile == "" {
-		return nil, fmt.Errorf("%w: tls_ca_file is required with a client certificate or a token (they must not travel in plaintext)", ErrInvalid)
-	}
-	pool, err := loadPool(c.CAFile)
+	cfg, tok, err := c.tlsAndToken()
 	if err != nil {
 		return nil, err
 	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}
+	if tok != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer(tok)))
+	}
+	return opts, nil
+}
+
+// tlsAndToken returns c's TLS configuration and token ("" when none).
+func (c ClientSecurity) tlsAndToken() (*tls.Config, string, error) {
+	if c.CAFile == "" {
+		return nil, "", fmt.Errorf("%w: tls_ca_file is required with a client certificate or a token (they must not travel in plaintext)", ErrInvalid)
+	}
+	pool, err := loadPool(c.CAFile)
+	if err != nil {
+		return nil, "", err
+	}
 	cfg := &tls.Config{RootCAs: pool, ServerName: c.ServerName, MinVersion: tls.VersionTLS13}
 	if (c.CertFile == "") != (c.KeyFile == "") {
-		return nil, fmt.Errorf("%w: tls_cert_file %q and tls_key_file %q must be set together", ErrInvalid, c.CertFile, c.KeyFile)
+		return nil, "", fmt.Errorf("%w: tls_cert_file %q and tls_key_file %q must be set together", ErrInvalid, c.CertFile, c.KeyFile)
 	}
 	if c.CertFile != "" {
 		pair, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("master: client certificate %s / key %s: %w", c.CertFile, c.KeyFile, err)
+			return nil, "", fmt.Errorf("master: client certificate %s / key %s: %w", c.CertFile, c.KeyFile, err)
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}
+	var tok string
 	if c.TokenFile != "" {
 		data, err := os.ReadFile(c.TokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("master: token file: %w", err)
+			return nil, "", fmt.Errorf("master: token file: %w", err)
 		}
-		tok := strings.TrimSpace(string(data))
+		tok = strings.TrimSpace(string(data))
 		if len(tok) < MinTokenLen {
-			return nil, fmt.Errorf("%w: token in %s is %d bytes, want at least %d", ErrInvalid, c.TokenFile, len(tok), MinTokenLen)
+			return nil, "", fmt.Errorf("%w: token in %s is %d bytes, want at least %d", ErrInvalid, c.TokenFile, len(tok), MinTokenLen)
 		}
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer(tok)))
 	}
-	return opts, nil
+	return cfg, tok, nil
 }
 
 // bearer sends a token with every call; only over TLS.

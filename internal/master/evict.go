@@ -80,6 +80,7 @@ func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft, 
 		s.freeObjectLocked(victim, now)
 		s.mu.evictions++
 		s.met.evictions.WithLabelValues(t.String()).Inc()
+		s.mu.flow.evicted[t][evictReason(forPut, soft)]++
 		evicted++
 	}
 	return freed

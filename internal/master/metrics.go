@@ -87,6 +87,9 @@ type metrics struct {
 	leaseReleases      prometheus.Counter
 	unreachableReports prometheus.Counter
 	state              *stateCollector
+	flow               *flowCollector
+	// errs are the recent errors Status shows.
+	errs errRing
 }
 
 func newMetrics(s *Service) *metrics {
@@ -125,6 +128,7 @@ func newMetrics(s *Service) *metrics {
 			Help: "Clients whose registration expired without a heartbeat.",
 		}),
 		state: &stateCollector{s: s},
+		flow:  &flowCollector{s: s},
 	}
 	for op := range nOps {
 		m.lat[op] = m.latVec.WithLabelValues(opNames[op])
@@ -137,7 +141,7 @@ func newMetrics(s *Service) *metrics {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.opsVec, m.latVec, m.evictions, m.leaseExpiries, m.putTimeouts, m.clientExpiries, m.leaseReleases, m.unreachableReports, m.state} {
+	for _, c := range []prometheus.Collector{m.opsVec, m.latVec, m.evictions, m.leaseExpiries, m.putTimeouts, m.clientExpiries, m.leaseReleases, m.unreachableReports, m.state, m.flow} {
 		errs = append(errs, r.Register(c))
 	}
 	return errors.Join(errs...)
@@ -147,6 +151,7 @@ func (m *metrics) register(r prometheus.Registerer) error {
 // that got as far as its items.
 func (m *metrics) op(op opKind, start time.Time, errp *error) {
 	m.lat[op].Observe(time.Since(start).Seconds())
+	m.recordErr(op, *errp)
 	if !batchOp(op) || *errp != nil {
 		m.ops[op][errResult(*errp)].Inc()
 	}
@@ -154,6 +159,7 @@ func (m *metrics) op(op opKind, start time.Time, errp *error) {
 
 // items records the results of a batch's n items.
 func (m *metrics) items(op opKind, n int, errAt func(int) error) {
+	m.recordItemErr(op, n, errAt)
 	var counts [nResults]int
 	for i := range n {
 		counts[errResult(errAt(i))]++

@@ -200,33 +200,27 @@ func (r *remote) PutStart(ctx context.Context, reqs []PutStartReq) ([]PutStartRe
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	out := make([]PutStartResult, len(reqs))
 	send, local := splitItems(len(reqs), func(i int) error { return putStartUTF8(&reqs[i]) })
+	n := len(reqs) - len(local)
+	resp := resultsReply{descs: &r.descs, puts: make([]PutStartResult, 0, n)}
+	if err := r.cc.Invoke(ctx, pb.Master_PutStart_FullMethodName, &putStartRequest{reqs: pick(reqs, send), checked: true}, &resp, wireCall); err != nil {
+		return nil, r.fail(err)
+	}
+	if len(resp.puts) != n {
+		return nil, fmt.Errorf("master: malformed response: %d results for %d items", len(resp.puts), n)
+	}
+	if resp.malformed != nil {
+		return nil, resp.malformed
+	}
+	if local == nil {
+		return resp.puts, nil
+	}
+	out := make([]PutStartResult, len(reqs))
 	for i, err := range local {
 		out[i].Err = err
 	}
-	resp := resultsReply{descs: &r.descs}
-	if err := r.cc.Invoke(ctx, pb.Master_PutStart_FullMethodName, &putStartRequest{reqs: pick(reqs, send)}, &resp, wireCall); err != nil {
-		return nil, r.fail(err)
-	}
-	if len(resp.results) != len(reqs)-len(local) {
-		return nil, fmt.Errorf("master: malformed response: %d results for %d items", len(resp.results), len(reqs)-len(local))
-	}
-	var backing []Replica
-	for j := range resp.results {
-		x := &resp.results[j]
-		i := at(send, j)
-		out[i].Err = x.err
-		out[i].Token = x.token
-		if x.hi > x.lo {
-			if backing == nil {
-				backing = make([]Replica, 0, len(resp.replicas))
-			}
-			var err error
-			if out[i].Replicas, backing, err = resp.resolve(x, backing); err != nil {
-				return nil, err
-			}
-		}
+	for j, x := range resp.puts {
+		out[send[j]] = x
 	}
 	return out, nil
 }
@@ -264,7 +258,7 @@ func (r *remote) putFinish(ctx context.Context, method string, puts []PutRef) []
 	}
 	send, local := splitItems(len(puts), func(i int) error { return keyUTF8(puts[i].Key) })
 	var resp itemErrorList
-	err := r.cc.Invoke(ctx, method, &putRefsRequest{puts: pick(puts, send)}, &resp, wireCall)
+	err := r.cc.Invoke(ctx, method, &putRefsRequest{puts: pick(puts, send), checked: true}, &resp, wireCall)
 	return r.itemErrs(len(puts), send, local, resp.errs, err)
 }
 
@@ -273,43 +267,26 @@ func (r *remote) GetReplicas(ctx context.Context, keys []string) ([]GetResult, e
 		return nil, err
 	}
 	send, local := splitItems(len(keys), func(i int) error { return keyUTF8(keys[i]) })
-	resp := resultsReply{get: true, descs: &r.descs}
-	sent := time.Now()
-	if err := r.cc.Invoke(ctx, pb.Master_GetReplicas_FullMethodName, &keysRequest{keys: pick(keys, send), reader: readerOf(ctx)}, &resp, wireCall); err != nil {
+	n := len(keys) - len(local)
+	resp := resultsReply{get: true, descs: &r.descs, gets: make([]GetResult, 0, n), sent: time.Now()}
+	if err := r.cc.Invoke(ctx, pb.Master_GetReplicas_FullMethodName, &keysRequest{keys: pick(keys, send), reader: readerOf(ctx), checked: true}, &resp, wireCall); err != nil {
 		return nil, r.fail(err)
 	}
-	if len(resp.results) != len(keys)-len(local) {
-		return nil, fmt.Errorf("master: malformed response: %d results for %d keys", len(resp.results), len(keys)-len(local))
+	if len(resp.gets) != n {
+		return nil, fmt.Errorf("master: malformed response: %d results for %d keys", len(resp.gets), n)
+	}
+	if resp.malformed != nil {
+		return nil, resp.malformed
+	}
+	if local == nil {
+		return resp.gets, nil
 	}
 	out := make([]GetResult, len(keys))
 	for i, err := range local {
 		out[i].Err = err
 	}
-	var backing []Replica
-	for j := range resp.results {
-		x := &resp.results[j]
-		i := at(send, j)
-		if out[i].Err = x.err; out[i].Err != nil {
-			continue
-		}
-		if backing == nil {
-			backing = make([]Replica, 0, len(resp.replicas))
-		}
-		out[i].Size = x.size
-		out[i].LeaseID = x.leaseID
-		// The lease in this process's clock: the send time plus the lease's
-		// length (never later than the master's own deadline, whatever the
-		// clock skew). Older masters send only the absolute expiry.
-		if x.ttl > 0 {
-			out[i].LeaseTTL = time.Duration(x.ttl)
-			out[i].LeaseExpiry = sent.Add(out[i].LeaseTTL)
-		} else {
-			out[i].LeaseExpiry = unixNS(x.lease)
-		}
-		var err error
-		if out[i].Replicas, backing, err = resp.resolve(x, backing); err != nil {
-			return nil, err
-		}
+	for j, x := range resp.gets {
+		out[send[j]] = x
 	}
 	return out, nil
 }

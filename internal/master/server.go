@@ -19,7 +19,8 @@ import (
 )
 
 // Server serves a Service over gRPC and, optionally, Prometheus metrics
-// over HTTP (/metrics). It does not own the Service: close the Service
+// over HTTP (/metrics) with the status document and dashboard beside them
+// (HTTPHandler). It does not own the Service: close the Service
 // after Shutdown.
 type Server struct {
 	svc  *Service
@@ -55,14 +56,13 @@ func NewServerAuth(svc *Service, reg *prometheus.Registry, auth *Authenticator, 
 	s := &Server{svc: svc, grpc: grpc.NewServer(opts...)}
 	s.grpc.RegisterService(serviceDesc(), &grpcService{svc: svc, auth: auth})
 	if reg != nil {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		s.http = &http.Server{Handler: HTTPHandler(func() *Service { return svc }, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), auth), ReadHeaderTimeout: 10 * time.Second}
 	}
 	return s
 }
 
-// Serve serves gRPC on lis and metrics on metricsLis (may be nil) until
+// Serve serves gRPC on lis and HTTP on metricsLis (may be nil; wrap it in
+// tls.NewListener to serve HTTPS, as the master does with TLS on) until
 // Shutdown. It returns nil after Shutdown, or the first serving error.
 func (s *Server) Serve(lis, metricsLis net.Listener) error {
 	errc := make(chan error, 2)
@@ -426,7 +426,11 @@ func fastHandler[In any, PIn interface {
 		if err := dec(in); err != nil {
 			return nil, err
 		}
-		return f(srv.(*grpcService), ctx, in)
+		out, err := f(srv.(*grpcService), ctx, in)
+		if p, ok := any(in).(interface{ free() }); ok {
+			p.free() // the Service is done with it (wire.go)
+		}
+		return out, err
 	}
 }
 

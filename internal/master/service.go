@@ -162,6 +162,9 @@ type Service struct {
 	clock Clock
 	log   *slog.Logger
 	met   *metrics
+	// started and rates serve Status (status.go).
+	started time.Time
+	rates   rateRing
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -202,6 +205,7 @@ type Service struct {
 		nextClient uint64
 		evictions  uint64
 		rng        *rand.Rand
+		flow       flowCounters // for Status and its metrics (status.go)
 	}
 }
 
@@ -216,6 +220,7 @@ func New(cfg Config) (*Service, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.met = newMetrics(s)
+	s.started = s.clock.Now()
 	if cfg.Registerer != nil {
 		if err := s.met.register(cfg.Registerer); err != nil {
 			return nil, fmt.Errorf("master: register metrics: %w", err)
@@ -446,6 +451,7 @@ func (s *Service) expireClientLocked(id string, now int64) {
 	puts, segs := s.retireClientLocked(c, now, false)
 	delete(s.mu.clients, id)
 	s.met.clientExpiries.Inc()
+	s.met.errs.add("client_expiry", "expired", fmt.Sprintf("client %q expired without a heartbeat: %d segments dropped, %d puts revoked", id, segs, puts))
 	s.log.Warn("master: client expired", "client", id, "segments", segs, "puts revoked", puts)
 }
 
@@ -1017,6 +1023,7 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 			o.aux = 0 // from writer to reader count
 			delete(s.mu.pending, slot)
 			s.mu.visible++
+			s.mu.flow.putBytes += o.size
 		case o.state == stateVisible:
 			out[i] = fmt.Errorf("%w: put of key %q already ended; use Remove", ErrWrongState, p.Key)
 		default:
@@ -1089,6 +1096,7 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 		o := s.mu.objs.at(slot)
 		o.stamp = now
 		id := s.leaseLocked(slot, now, until)
+		s.mu.flow.getBytes += o.size
 		out[i] = GetResult{Size: o.size, Replicas: backing[start:len(backing):len(backing)], LeaseExpiry: expiry, LeaseTTL: s.cfg.LeaseTTL, LeaseID: id}
 	}
 	s.met.items(opGet, len(keys), func(i int) error { return out[i].Err })
@@ -1379,6 +1387,7 @@ func (s *Service) timeOutPutLocked(slot uint32) {
 	o := s.mu.objs.at(slot)
 	s.log.Info("master: put revoked; its bytes stay reserved until its writer can no longer write them",
 		"key", s.mu.objs.key(slot), "writer", s.writerLocked(o.aux))
+	s.met.errs.add("put_timeout", "revoked", fmt.Sprintf("put of key %q by %q revoked (put timeout %v, or its writer's registration ended)", s.mu.objs.key(slot), s.writerLocked(o.aux), s.cfg.PutTimeout))
 	s.mu.objs.unindex(slot)
 	delete(s.mu.pending, slot)
 	o.state = stateTimedOut
@@ -1467,6 +1476,7 @@ func (s *Service) ReportUnreachable(ctx context.Context, reporter string, k segm
 		return fmt.Errorf("%w: client %q reports its own segment %s unreachable", ErrInvalid, reporter, k)
 	}
 	s.met.unreachableReports.Inc()
+	s.met.errs.add("report_unreachable", "unreachable", fmt.Sprintf("client %q reports segment %s of %q unreachable: %s", reporter, k, sg.desc.Owner, reason))
 	if !sg.suspect {
 		s.log.Warn("master: segment reported unreachable; no new puts or leases on it until its provider heartbeats",
 			"segment", k.String(), "reporter", reporter, "reason", reason)

@@ -2,6 +2,7 @@ package master
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"google.golang.org/grpc/encoding"
 	_ "google.golang.org/grpc/encoding/proto" // registers the "proto" codec wireCodec falls back to
@@ -47,6 +49,42 @@ type wireMessage interface {
 }
 
 var errWireDir = errors.New("master: wire message used in the wrong direction")
+
+// wireOwner is a wireMessage whose decoded strings outlive the call: given
+// a copy of the input that it may keep, it saves copying it again.
+type wireOwner interface {
+	// unmarshalOwned decodes all, which it may keep.
+	unmarshalOwned(all string) error
+}
+
+// stringBytes returns the bytes of s, which must not be modified.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// The arrays of the requests the server decodes are pooled: the server
+// frees a request once the Service has answered it (the Service keeps
+// neither the arrays nor the strings in them). A pooled array holds the
+// strings of the last message it carried until it is reused or the pool
+// drops it at a GC.
+var (
+	keySlices sync.Pool // *[]string
+	reqSlices sync.Pool // *[]PutStartReq
+	refSlices sync.Pool // *[]PutRef
+)
+
+// pooled returns an empty slice from p, or one of capacity n.
+func pooled[T any](p *sync.Pool, n int) []T {
+	if v, ok := p.Get().(*[]T); ok {
+		return (*v)[:0]
+	}
+	return make([]T, 0, n)
+}
+
+func unpool[T any](p *sync.Pool, s []T) {
+	if cap(s) > 0 {
+		s = s[:0]
+		p.Put(&s)
+	}
+}
 
 // wireCodec is the gRPC codec of the master's client and server: the hand
 // encoding for wireMessages, the standard protobuf codec for everything
@@ -98,6 +136,16 @@ func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return c.std.Unmarshal(data, v)
 	}
+	if o, ok := m.(wireOwner); ok {
+		// One copy, which the decoded strings share (data is freed after
+		// this call). A Builder's memory is not zeroed before the copy.
+		var all strings.Builder
+		all.Grow(data.Len())
+		for _, d := range data {
+			all.Write(d.ReadOnlyData())
+		}
+		return o.unmarshalOwned(all.String())
+	}
 	if len(data) == 1 {
 		return m.unmarshalWire(data[0].ReadOnlyData())
 	}
@@ -114,7 +162,13 @@ func tag(num protowire.Number, typ protowire.Type) byte { return byte(num)<<3 | 
 var errInvalidUTF8 = errors.New("master: wire: string field contains invalid UTF-8")
 
 func appendString(b []byte, num protowire.Number, s string) ([]byte, error) {
-	if !utf8.ValidString(s) {
+	return appendStringChecked(b, num, s, false)
+}
+
+// appendStringChecked is appendString of a string the caller has checked
+// to be valid UTF-8 when checked is set.
+func appendStringChecked(b []byte, num protowire.Number, s string, checked bool) ([]byte, error) {
+	if !checked && !utf8.ValidString(s) {
 		return b, errInvalidUTF8
 	}
 	b = append(b, tag(num, protowire.BytesType))
@@ -130,8 +184,11 @@ func appendStringNZ(b []byte, num protowire.Number, s string) ([]byte, error) {
 }
 
 func appendVarintNZ(b []byte, num protowire.Number, v uint64) []byte {
-	if v == 0 {
+	switch {
+	case v == 0:
 		return b
+	case v < 0x80:
+		return append(b, tag(num, protowire.VarintType), byte(v))
 	}
 	return protowire.AppendVarint(append(b, tag(num, protowire.VarintType)), v)
 }
@@ -184,20 +241,50 @@ type field struct {
 	p   []byte
 }
 
-// next decodes the field at the start of b and returns the rest.
-func next(b []byte) (field, []byte, error) {
+// next decodes the field at the start of b into f and returns the rest.
+func (f *field) next(b []byte) ([]byte, error) {
+	// Fast path: a one-byte tag (field numbers 1 to 15) with a one-byte
+	// varint or length, or a fixed64: nearly every field of the hot calls.
+	if len(b) >= 2 && b[0] < 0x80 && b[0] >= 8 {
+		num := protowire.Number(b[0] >> 3)
+		switch typ := protowire.Type(b[0] & 7); typ {
+		case protowire.VarintType:
+			if b[1] < 0x80 {
+				f.num, f.typ, f.v = num, typ, uint64(b[1])
+				return b[2:], nil
+			}
+			if v, n := protowire.ConsumeVarint(b[1:]); n > 0 {
+				f.num, f.typ, f.v = num, typ, v
+				return b[1+n:], nil
+			}
+		case protowire.BytesType:
+			if n := int(b[1]); n < 0x80 && 2+n <= len(b) {
+				f.num, f.typ, f.p = num, typ, b[2:2+n]
+				return b[2+n:], nil
+			}
+		case protowire.Fixed64Type:
+			if len(b) >= 9 {
+				f.num, f.typ, f.v = num, typ, binary.LittleEndian.Uint64(b[1:9])
+				return b[9:], nil
+			}
+		}
+	}
+	return f.nextSlow(b)
+}
+
+func (f *field) nextSlow(b []byte) ([]byte, error) {
 	num, typ, n := protowire.ConsumeTag(b)
 	if n < 0 {
-		return field{}, nil, protowire.ParseError(n)
+		return nil, protowire.ParseError(n)
 	}
 	// ConsumeTag accepts any field number >= 1; proto.Unmarshal rejects
 	// numbers past the protobuf maximum as invalid wire data, and so do we
 	// (found by FuzzWireDecode; the input is kept in testdata).
 	if !num.IsValid() {
-		return field{}, nil, fmt.Errorf("proto: invalid field number %d", num)
+		return nil, fmt.Errorf("proto: invalid field number %d", num)
 	}
 	b = b[n:]
-	f := field{num: num, typ: typ}
+	*f = field{num: num, typ: typ}
 	switch typ {
 	case protowire.VarintType:
 		f.v, n = protowire.ConsumeVarint(b)
@@ -209,9 +296,9 @@ func next(b []byte) (field, []byte, error) {
 		n = protowire.ConsumeFieldValue(num, typ, b)
 	}
 	if n < 0 {
-		return field{}, nil, protowire.ParseError(n)
+		return nil, protowire.ParseError(n)
 	}
-	return f, b[n:], nil
+	return b[n:], nil
 }
 
 // is reports whether f is field num of type typ (a known field of another
@@ -246,7 +333,12 @@ func (f *field) sub(all string, base []byte) (string, error) {
 
 // putStartRequest is pb.PutStartRequest as []PutStartReq: the client
 // encodes it, the server decodes it.
-type putStartRequest struct{ reqs []PutStartReq }
+type putStartRequest struct {
+	reqs []PutStartReq
+	// checked: the strings are known to be valid UTF-8 (the remote Client
+	// checked them), so encoding does not check them again.
+	checked bool
+}
 
 func (m *putStartRequest) wireSize() int {
 	n := 0
@@ -260,68 +352,114 @@ func (m *putStartRequest) wireSize() int {
 	return n
 }
 
+// samePlacement reports whether a and b encode the same (segment lists
+// are compared by identity first: a batch's items usually share one).
+func samePlacement(a, b *Placement) bool {
+	if a.Tier != b.Tier || a.TierOnly != b.TierOnly || a.Client != b.Client || a.Node != b.Node ||
+		a.NUMANode != b.NUMANode || a.Device != b.Device || len(a.Segments) != len(b.Segments) {
+		return false
+	}
+	if len(a.Segments) == 0 || unsafe.SliceData(a.Segments) == unsafe.SliceData(b.Segments) {
+		return true
+	}
+	for i := range a.Segments {
+		if a.Segments[i] != b.Segments[i] {
+			return false
+		}
+	}
+	return true
+}
+
 func (m *putStartRequest) appendWire(b []byte) ([]byte, error) {
 	var err error
+	// b[pl0:pl1] is the encoded placement of the item before, which the
+	// items of a batch usually share: it is copied rather than encoded
+	// again.
+	pl0, pl1 := 0, 0
 	for i := range m.reqs {
 		q := &m.reqs[i]
 		item := beginMsg(&b, 1)
-		if b, err = appendStringNZ(b, 1, q.Key); err != nil {
-			return b, err
+		if q.Key != "" {
+			if b, err = appendStringChecked(b, 1, q.Key, m.checked); err != nil {
+				return b, err
+			}
 		}
 		b = appendVarintNZ(b, 2, q.Size)
 		b = appendVarintNZ(b, 3, int32Wire(int32(max(math.MinInt32, min(q.Replicas, math.MaxInt32)))))
 		b = appendBool(b, 4, q.Pin)
 		// Always sent: an absent placement means NoPlacement, an empty one
 		// NUMA node 0 and device 0.
-		pl := beginMsg(&b, 5)
-		p := &q.Placement
-		b = appendVarintNZ(b, 1, uint64(p.Tier))
-		b = appendBool(b, 2, p.TierOnly)
-		if b, err = appendStringNZ(b, 3, p.Client); err != nil {
-			return b, err
-		}
-		if b, err = appendStringNZ(b, 4, p.Node); err != nil {
-			return b, err
-		}
-		b = appendVarintNZ(b, 5, int32Wire(p.NUMANode))
-		b = appendVarintNZ(b, 6, int32Wire(p.Device))
-		for _, s := range p.Segments {
-			if b, err = appendString(b, 7, s); err != nil {
+		if i > 0 && samePlacement(&m.reqs[i-1].Placement, &q.Placement) {
+			n := len(b)
+			b = append(b, b[pl0:pl1]...)
+			pl0, pl1 = n, len(b)
+		} else {
+			pl0 = len(b)
+			if b, err = appendPlacement(b, &q.Placement, m.checked); err != nil {
 				return b, err
 			}
+			pl1 = len(b)
 		}
-		b = endMsg(b, pl)
 		b = appendBool(b, 6, q.SoftPin)
 		b = appendVarintNZ(b, 7, uint64(int64(q.SoftPinTTL)))
 		b = appendBool(b, 8, q.Upsert)
 		b = appendBool(b, 9, q.KeepSoftPin)
+		n := len(b)
 		b = endMsg(b, item)
+		// A long item moves right to make room for its length.
+		pl0 += len(b) - n
+		pl1 += len(b) - n
 	}
 	return b, nil
 }
 
-func (m *putStartRequest) unmarshalWire(b []byte) error {
-	// The Service copies keys into its arena, so the keys can share one
-	// copy of the message.
-	all := string(b)
-	base := b
-	n := 0
-	for r := b; len(r) > 0; {
-		f, rest, err := next(r)
-		if err != nil {
-			return err
+// appendPlacement appends p as field 5 of a PutStartItem.
+func appendPlacement(b []byte, p *Placement, checked bool) ([]byte, error) {
+	var err error
+	pl := beginMsg(&b, 5)
+	b = appendVarintNZ(b, 1, uint64(p.Tier))
+	b = appendBool(b, 2, p.TierOnly)
+	if p.Client != "" {
+		if b, err = appendStringChecked(b, 3, p.Client, checked); err != nil {
+			return b, err
 		}
-		if f.is(1, protowire.BytesType) {
-			n++
-		}
-		r = rest
 	}
-	m.reqs = make([]PutStartReq, 0, n)
+	if p.Node != "" {
+		if b, err = appendStringChecked(b, 4, p.Node, checked); err != nil {
+			return b, err
+		}
+	}
+	b = appendVarintNZ(b, 5, int32Wire(p.NUMANode))
+	b = appendVarintNZ(b, 6, int32Wire(p.Device))
+	for _, s := range p.Segments {
+		if b, err = appendStringChecked(b, 7, s, checked); err != nil {
+			return b, err
+		}
+	}
+	return endMsg(b, pl), nil
+}
+
+func (m *putStartRequest) unmarshalWire(b []byte) error { return m.decode(b, string(b)) }
+
+// unmarshalOwned: the Service copies keys into its arena, so the keys can
+// share the one copy of the message.
+func (m *putStartRequest) unmarshalOwned(all string) error { return m.decode(stringBytes(all), all) }
+
+func (m *putStartRequest) free() {
+	unpool(&reqSlices, m.reqs)
+	m.reqs = nil
+}
+
+// decode decodes b, whose bytes all holds: keys are substrings of all.
+func (m *putStartRequest) decode(b []byte, all string) error {
+	base := b
+	m.reqs = pooled[PutStartReq](&reqSlices, len(b)/64)
 	// Items of a batch usually carry the same placement: decode it once.
 	var lastPl []byte
 	var last Placement
 	for len(b) > 0 {
-		f, rest, err := next(b)
+		var f field
+		rest, err := f.next(b)
 		if err != nil {
 			return err
 		}
@@ -332,7 +470,8 @@ func (m *putStartRequest) unmarshalWire(b []byte) error {
 		q := PutStartReq{Placement: NoPlacement}
 		seenPl := false
 		for it := f.p; len(it) > 0; {
-			g, rest, err := next(it)
+			var g field
+			rest, err := g.next(it)
 			if err != nil {
 				return err
 			}
@@ -384,7 +523,8 @@ func (m *putStartRequest) unmarshalWire(b []byte) error {
 // decodePlacement merges the encoded placement b into p.
 func decodePlacement(p *Placement, b []byte) error {
 	for len(b) > 0 {
-		f, rest, err := next(b)
+		var f field
+		rest, err := f.next(b)
 		if err != nil {
 			return err
 		}
@@ -636,7 +776,11 @@ func (*getResponse) unmarshalWire([]byte) error { return errWireDir }
 
 // putRefsRequest is pb.PutEndRequest and pb.PutRevokeRequest. Decoded keys
 // share one string per message: the Service does not keep them.
-type putRefsRequest struct{ puts []PutRef }
+type putRefsRequest struct {
+	puts []PutRef
+	// checked: the keys are known to be valid UTF-8.
+	checked bool
+}
 
 func (m *putRefsRequest) wireSize() int {
 	n := 0
@@ -650,8 +794,10 @@ func (m *putRefsRequest) appendWire(b []byte) ([]byte, error) {
 	var err error
 	for _, p := range m.puts {
 		r := beginMsg(&b, 1)
-		if b, err = appendStringNZ(b, 1, p.Key); err != nil {
-			return b, err
+		if p.Key != "" {
+			if b, err = appendStringChecked(b, 1, p.Key, m.checked); err != nil {
+				return b, err
+			}
 		}
 		b = appendFixed64NZ(b, 2, p.Token)
 		b = endMsg(b, r)
@@ -659,11 +805,21 @@ func (m *putRefsRequest) appendWire(b []byte) ([]byte, error) {
 	return b, nil
 }
 
-func (m *putRefsRequest) unmarshalWire(b []byte) error {
-	all := string(b)
+func (m *putRefsRequest) unmarshalWire(b []byte) error    { return m.decode(b, string(b)) }
+func (m *putRefsRequest) unmarshalOwned(all string) error { return m.decode(stringBytes(all), all) }
+
+func (m *putRefsRequest) free() {
+	unpool(&refSlices, m.puts)
+	m.puts = nil
+}
+
+// decode decodes b, whose bytes all holds: keys are substrings of all.
+func (m *putRefsRequest) decode(b []byte, all string) error {
 	base := b
+	m.puts = pooled[PutRef](&refSlices, len(b)/32)
 	for len(b) > 0 {
-		f, rest, err := next(b)
+		var f field
+		rest, err := f.next(b)
 		if err != nil {
 			return err
 		}
@@ -673,7 +829,8 @@ func (m *putRefsRequest) unmarshalWire(b []byte) error {
 		}
 		var p PutRef
 		for it := f.p; len(it) > 0; {
-			g, rest, err := next(it)
+			var g field
+			rest, err := g.next(it)
 			if err != nil {
 				return err
 			}
@@ -720,7 +877,8 @@ func (m *itemErrorList) appendWire(b []byte) ([]byte, error) {
 
 func (m *itemErrorList) unmarshalWire(b []byte) error {
 	for len(b) > 0 {
-		f, rest, err := next(b)
+		var f field
+		rest, err := f.next(b)
 		if err != nil {
 			return err
 		}
@@ -742,7 +900,8 @@ func decodeItemError(b []byte) (error, error) {
 	var code uint64
 	var reason, msg []byte
 	for len(b) > 0 {
-		f, rest, err := next(b)
+		var f field
+		rest, err := f.next(b)
 		if err != nil {
 			return nil, err
 		}
@@ -776,6 +935,9 @@ func decodeItemError(b []byte) (error, error) {
 type keysRequest struct {
 	keys   []string
 	reader string // client_id
+	// checked: the keys are known to be valid UTF-8 (the remote Client
+	// checked them), so encoding does not check them again.
+	checked bool
 }
 
 func (m *keysRequest) wireSize() int {
@@ -789,18 +951,28 @@ func (m *keysRequest) wireSize() int {
 func (m *keysRequest) appendWire(b []byte) ([]byte, error) {
 	var err error
 	for _, k := range m.keys {
-		if b, err = appendString(b, 1, k); err != nil {
+		if b, err = appendStringChecked(b, 1, k, m.checked); err != nil {
 			return b, err
 		}
 	}
 	return appendStringNZ(b, 2, m.reader)
 }
 
-func (m *keysRequest) unmarshalWire(b []byte) error {
-	all := string(b)
+func (m *keysRequest) unmarshalWire(b []byte) error    { return m.decode(b, string(b)) }
+func (m *keysRequest) unmarshalOwned(all string) error { return m.decode(stringBytes(all), all) }
+
+func (m *keysRequest) free() {
+	unpool(&keySlices, m.keys)
+	m.keys = nil
+}
+
+// decode decodes b, whose bytes all holds: keys are substrings of all.
+func (m *keysRequest) decode(b []byte, all string) error {
 	base := b
+	m.keys = pooled[string](&keySlices, len(b)/32)
 	for len(b) > 0 {
-		f, rest, err := next(b)
+		var f field
+		rest, err := f.next(b)
 		if err != nil {
 			return err
 		}
@@ -825,39 +997,54 @@ func (m *keysRequest) unmarshalWire(b []byte) error {
 
 // ---- client side of PutStart and GetReplicas responses ----
 
-// wireReplica is a Replica as sent: an index into the descriptor table.
-type wireReplica struct {
-	seg          uint32
-	offset, size uint64
-}
-
-// wireResult is one PutStartResult or GetResult as sent.
-type wireResult struct {
-	err     error
-	token   uint64 // PutStart
-	size    uint64 // GetReplicas
-	lease   int64  // GetReplicas: expiry, master clock (unix ns)
-	ttl     int64  // GetReplicas: lease left when sent (ns)
-	leaseID uint64 // GetReplicas
-	lo, hi  int    // replicas[lo:hi]
-}
-
 // resultsReply is pb.PutStartResponse (get false) or pb.GetReplicasResponse
-// (get true) as the client reads it: descriptors interned in descs.
+// (get true) as the client reads it: straight into the Client's results,
+// appended to puts or gets (give them the capacity of the items sent),
+// with descriptors interned in descs.
 type resultsReply struct {
-	get      bool
-	descs    *descCache
-	segs     []*segment.Descriptor
-	results  []wireResult
-	replicas []wireReplica
+	get   bool
+	descs *descCache
+	// sent is when the call was sent: a lease ends at sent plus its TTL
+	// in this process's clock.
+	sent time.Time
+	puts []PutStartResult
+	gets []GetResult
+	// malformed is set when a replica names a descriptor the response
+	// does not hold (decoding itself succeeds, as proto.Unmarshal would).
+	malformed error
+
+	segs    []*segment.Descriptor
+	backing []Replica     // the results' replicas, in order
+	late    []lateReplica // replicas read before the descriptor they name
+	ttl     int64         // the last lease TTL read, and sent plus it
+	expiry  time.Time
+}
+
+// lateReplica is replica rep of result res, whose descriptor seg had not
+// been read yet (a peer may send the table after the results).
+type lateReplica struct {
+	res, rep int
+	seg      uint32
 }
 
 func (*resultsReply) wireSize() int                       { return 0 }
 func (*resultsReply) appendWire(b []byte) ([]byte, error) { return b, errWireDir }
 
+// results reports how many results were read.
+func (m *resultsReply) results() int {
+	if m.get {
+		return len(m.gets)
+	}
+	return len(m.puts)
+}
+
 func (m *resultsReply) unmarshalWire(b []byte) error {
+	if n := max(cap(m.gets), cap(m.puts)); cap(m.backing) == 0 && n > 0 {
+		m.backing = make([]Replica, 0, n) // one replica per item is usual
+	}
 	for len(b) > 0 {
-		f, rest, err := next(b)
+		var f field
+		rest, err := f.next(b)
 		if err != nil {
 			return err
 		}
@@ -875,14 +1062,33 @@ func (m *resultsReply) unmarshalWire(b []byte) error {
 			}
 		}
 	}
+	for _, l := range m.late {
+		if int(l.seg) >= len(m.segs) {
+			if m.malformed == nil {
+				m.malformed = fmt.Errorf("master: malformed response: replica names segment %d of %d", l.seg, len(m.segs))
+			}
+			continue
+		}
+		if m.get {
+			m.gets[l.res].Replicas[l.rep].Segment = m.segs[l.seg]
+		} else {
+			m.puts[l.res].Replicas[l.rep].Segment = m.segs[l.seg]
+		}
+	}
 	return nil
 }
 
+// result decodes one PutStartResult or GetResult and appends it.
 func (m *resultsReply) result(b []byte) error {
-	x := wireResult{lo: len(m.replicas)}
-	var errMsg []byte
+	var (
+		errMsg                []byte
+		token, size, leaseID  uint64
+		leaseExpiry, leaseTTL int64
+	)
+	res, start, late := m.results(), len(m.backing), len(m.late)
 	for len(b) > 0 {
-		f, rest, err := next(b)
+		var f field
+		rest, err := f.next(b)
 		if err != nil {
 			return err
 		}
@@ -892,56 +1098,77 @@ func (m *resultsReply) result(b []byte) error {
 			// A repeated message field merges: decode the concatenation.
 			errMsg = append(errMsg[:len(errMsg):len(errMsg)], f.p...)
 		case !m.get && f.is(2, protowire.Fixed64Type):
-			x.token = f.v
+			token = f.v
 		case m.get && f.is(2, protowire.VarintType):
-			x.size = f.v
+			size = f.v
 		case f.is(3, protowire.BytesType):
-			var r wireReplica
+			var r Replica
+			var seg uint32
 			for p := f.p; len(p) > 0; {
-				g, rest, err := next(p)
+				var g field
+				rest, err := g.next(p)
 				if err != nil {
 					return err
 				}
 				p = rest
 				switch {
 				case g.is(1, protowire.VarintType):
-					r.seg = uint32(g.v)
+					seg = uint32(g.v)
 				case g.is(2, protowire.VarintType):
-					r.offset = g.v
+					r.Offset = g.v
 				case g.is(3, protowire.VarintType):
-					r.size = g.v
+					r.Length = g.v
 				}
 			}
-			m.replicas = append(m.replicas, r)
+			if int(seg) < len(m.segs) {
+				r.Segment = m.segs[seg]
+			} else {
+				m.late = append(m.late, lateReplica{res: res, rep: len(m.backing) - start, seg: seg})
+			}
+			m.backing = append(m.backing, r)
 		case m.get && f.is(4, protowire.VarintType):
-			x.lease = int64(f.v)
+			leaseExpiry = int64(f.v)
 		case m.get && f.is(5, protowire.VarintType):
-			x.ttl = int64(f.v)
+			leaseTTL = int64(f.v)
 		case m.get && f.is(6, protowire.Fixed64Type):
-			x.leaseID = f.v
+			leaseID = f.v
 		}
 	}
+	var itemErr error
 	if errMsg != nil {
 		var err error
-		if x.err, err = decodeItemError(errMsg); err != nil {
+		if itemErr, err = decodeItemError(errMsg); err != nil {
 			return err
 		}
 	}
-	x.hi = len(m.replicas)
-	m.results = append(m.results, x)
-	return nil
-}
-
-// replicas resolves x's replicas into backing.
-func (m *resultsReply) resolve(x *wireResult, backing []Replica) ([]Replica, []Replica, error) {
-	start := len(backing)
-	for _, r := range m.replicas[x.lo:x.hi] {
-		if int(r.seg) >= len(m.segs) {
-			return nil, backing, fmt.Errorf("master: malformed response: replica names segment %d of %d", r.seg, len(m.segs))
-		}
-		backing = append(backing, Replica{Segment: m.segs[r.seg], Offset: r.offset, Length: r.size})
+	var reps []Replica
+	if len(m.backing) > start {
+		reps = m.backing[start:len(m.backing):len(m.backing)]
 	}
-	return backing[start:len(backing):len(backing)], backing, nil
+	if !m.get {
+		m.puts = append(m.puts, PutStartResult{Err: itemErr, Token: token, Replicas: reps})
+		return nil
+	}
+	if itemErr != nil {
+		m.backing, m.late = m.backing[:start], m.late[:late]
+		m.gets = append(m.gets, GetResult{Err: itemErr})
+		return nil
+	}
+	m.gets = append(m.gets, GetResult{})
+	g := &m.gets[len(m.gets)-1]
+	g.Size, g.Replicas, g.LeaseID = size, reps, leaseID
+	// The lease in this process's clock: the send time plus the lease's
+	// length (never later than the master's own deadline, whatever the
+	// clock skew). Older masters send only the absolute expiry.
+	if leaseTTL > 0 {
+		if leaseTTL != m.ttl {
+			m.ttl, m.expiry = leaseTTL, m.sent.Add(time.Duration(leaseTTL))
+		}
+		g.LeaseTTL, g.LeaseExpiry = time.Duration(leaseTTL), m.expiry
+	} else {
+		g.LeaseExpiry = unixNS(leaseExpiry)
+	}
+	return nil
 }
 
 // descCache interns the descriptors a remote Client receives: replicas of

@@ -247,22 +247,18 @@ func TestWireResults(t *testing.T) {
 		}
 		p.Segments = tab.list
 		m := resultsReply{descs: &descCache{}}
-		if err := m.unmarshalWire(mustMarshal(t, &p)); err != nil {
-			t.Fatal(err)
+		if err := m.unmarshalWire(mustMarshal(t, &p)); err != nil || m.malformed != nil {
+			t.Fatal(err, m.malformed)
 		}
-		if len(m.results) != len(puts) {
-			t.Fatalf("%d results, want %d", len(m.results), len(puts))
+		if len(m.puts) != len(puts) {
+			t.Fatalf("%d results, want %d", len(m.puts), len(puts))
 		}
 		for i := range puts {
-			x := &m.results[i]
-			got, _, err := m.resolve(x, nil)
-			if err != nil {
-				t.Fatal(err)
+			x := &m.puts[i]
+			if !sameSentinel(x.Err, puts[i].Err) || x.Token != puts[i].Token {
+				t.Errorf("result %d: %v, token %d; sent %+v", i, x.Err, x.Token, puts[i])
 			}
-			if !sameSentinel(x.err, puts[i].Err) || x.token != puts[i].Token {
-				t.Errorf("result %d: %v, token %d; sent %+v", i, x.err, x.token, puts[i])
-			}
-			checkReplicas(t, i, got, puts[i].Replicas)
+			checkReplicas(t, i, x.Replicas, puts[i].Replicas)
 		}
 	})
 
@@ -293,20 +289,19 @@ func TestWireResults(t *testing.T) {
 		cache := &descCache{}
 		for range 2 { // the second time from the cache
 			m := resultsReply{get: true, descs: cache}
-			if err := m.unmarshalWire(mustMarshal(t, &p)); err != nil {
-				t.Fatal(err)
+			if err := m.unmarshalWire(mustMarshal(t, &p)); err != nil || m.malformed != nil {
+				t.Fatal(err, m.malformed)
+			}
+			if len(m.gets) != len(gets) {
+				t.Fatalf("%d results, want %d", len(m.gets), len(gets))
 			}
 			for i, g := range gets {
-				x := &m.results[i]
-				got, _, err := m.resolve(x, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !sameSentinel(x.err, g.Err) || g.Err == nil && (x.size != g.Size || !unixNS(x.lease).Equal(g.LeaseExpiry)) {
+				x := &m.gets[i]
+				if !sameSentinel(x.Err, g.Err) || g.Err == nil && (x.Size != g.Size || !x.LeaseExpiry.Equal(g.LeaseExpiry)) {
 					t.Errorf("result %d: %+v; sent %+v", i, x, g)
 				}
 				if g.Err == nil {
-					checkReplicas(t, i, got, g.Replicas)
+					checkReplicas(t, i, x.Replicas, g.Replicas)
 				}
 			}
 			for i := 1; i < len(m.segs); i++ {
@@ -413,18 +408,23 @@ func FuzzWireDecode(f *testing.F) {
 			if get {
 				p = &pb.GetReplicasResponse{}
 			}
-			m := resultsReply{get: get, descs: &descCache{}}
+			sent := time.Unix(1_700_000_000, 0)
+			m := resultsReply{get: get, descs: &descCache{}, sent: sent}
 			if !agree(t, proto.Unmarshal(b, p), m.unmarshalWire(b)) {
 				return
 			}
+			// What the Client returned when it decoded with the generated
+			// code: per result its error, and its other fields unless a
+			// GetReplicas result failed; a replica naming a descriptor
+			// the response lacks makes the response malformed.
 			type res struct {
-				err        error
-				token      uint64
-				size       uint64
-				lease      int64
-				replicas   []*pb.Replica
-				segs       []*pb.SegmentDescriptor
-				numResults int
+				err      error
+				token    uint64
+				size     uint64
+				expiry   time.Time
+				ttl      time.Duration
+				leaseID  uint64
+				replicas []*pb.Replica
 			}
 			var want []res
 			var segs []*pb.SegmentDescriptor
@@ -432,7 +432,17 @@ func FuzzWireDecode(f *testing.F) {
 				g := p.(*pb.GetReplicasResponse)
 				segs = g.Segments
 				for _, x := range g.Results {
-					want = append(want, res{err: fromItemError(x.Error), size: x.Size, lease: x.LeaseExpiryUnixNs, replicas: x.Replicas})
+					r := res{err: fromItemError(x.Error)}
+					if r.err == nil {
+						r.size, r.leaseID, r.replicas = x.Size, x.LeaseId, x.Replicas
+						if x.LeaseTtlNs > 0 {
+							r.ttl = time.Duration(x.LeaseTtlNs)
+							r.expiry = sent.Add(r.ttl)
+						} else {
+							r.expiry = unixNS(x.LeaseExpiryUnixNs)
+						}
+					}
+					want = append(want, r)
 				}
 			} else {
 				g := p.(*pb.PutStartResponse)
@@ -441,8 +451,8 @@ func FuzzWireDecode(f *testing.F) {
 					want = append(want, res{err: fromItemError(x.Error), token: x.Token, replicas: x.Replicas})
 				}
 			}
-			if len(segs) != len(m.segs) || len(want) != len(m.results) {
-				t.Fatalf("hand %d segments %d results, generated %d and %d", len(m.segs), len(m.results), len(segs), len(want))
+			if len(segs) != len(m.segs) || len(want) != m.results() {
+				t.Fatalf("hand %d segments %d results, generated %d and %d", len(m.segs), m.results(), len(segs), len(want))
 			}
 			// Descriptors are interned by (id, generation), as before
 			// the hand decoding: a later one with the same key is the first.
@@ -451,17 +461,42 @@ func FuzzWireDecode(f *testing.F) {
 					t.Fatalf("segment %d: hand %+v, generated %+v", i, *m.segs[i], d)
 				}
 			}
+			malformed := false
 			for i, w := range want {
-				x := &m.results[i]
-				if !sameErr(x.err, w.err) || x.token != w.token || x.size != w.size || x.lease != w.lease || x.hi-x.lo != len(w.replicas) {
-					t.Errorf("result %d: hand %+v, generated %+v", i, *x, w)
+				var reps []Replica
+				if get {
+					x := &m.gets[i]
+					if !sameErr(x.Err, w.err) || x.Size != w.size || !x.LeaseExpiry.Equal(w.expiry) || x.LeaseTTL != w.ttl || x.LeaseID != w.leaseID {
+						t.Errorf("result %d: hand %+v, generated %+v", i, *x, w)
+						continue
+					}
+					reps = x.Replicas
+				} else {
+					x := &m.puts[i]
+					if !sameErr(x.Err, w.err) || x.Token != w.token {
+						t.Errorf("result %d: hand %+v, generated %+v", i, *x, w)
+						continue
+					}
+					reps = x.Replicas
+				}
+				if len(reps) != len(w.replicas) {
+					t.Errorf("result %d: hand %d replicas, generated %d", i, len(reps), len(w.replicas))
 					continue
 				}
 				for j, r := range w.replicas {
-					if h := m.replicas[x.lo+j]; h.seg != r.Segment || h.offset != r.Offset || h.size != r.Length {
+					h := reps[j]
+					if h.Offset != r.Offset || h.Length != r.Length {
 						t.Errorf("result %d replica %d: hand %+v, generated %v", i, j, h, r)
 					}
+					if int(r.Segment) >= len(segs) {
+						malformed = true
+					} else if h.Segment != m.segs[r.Segment] {
+						t.Errorf("result %d replica %d: hand segment %p, want entry %d", i, j, h.Segment, r.Segment)
+					}
 				}
+			}
+			if malformed != (m.malformed != nil) {
+				t.Errorf("malformed: hand %v, generated %v", m.malformed, malformed)
 			}
 		}
 	})
@@ -529,5 +564,39 @@ func TestWireInterceptor(t *testing.T) {
 	}
 	if len(seen) != 3 {
 		t.Errorf("interceptor saw %q", seen)
+	}
+}
+
+// TestWireResultsLateTable: a peer may send the descriptor table after the
+// results (protobuf allows any field order); replicas read before their
+// descriptor are resolved at the end, and one naming a descriptor the
+// response lacks makes the response malformed, not the decoding fail.
+func TestWireResultsLateTable(t *testing.T) {
+	ds := wireDescs()
+	results := &pb.GetReplicasResponse{Results: []*pb.GetResult{
+		{Size: 1, Replicas: []*pb.Replica{{Segment: 1, Offset: 8, Length: 16}, {Segment: 0, Offset: 0, Length: 16}}, LeaseTtlNs: 5},
+		{Error: toItemError(ErrNotFound), Replicas: []*pb.Replica{{Segment: 7}}}, // dropped with the failed result
+	}}
+	table := &pb.GetReplicasResponse{Segments: []*pb.SegmentDescriptor{descToPB(&ds[0]), descToPB(&ds[1])}}
+	b := append(mustMarshal(t, results), mustMarshal(t, table)...)
+	m := resultsReply{get: true, descs: &descCache{}}
+	if err := m.unmarshalWire(b); err != nil || m.malformed != nil {
+		t.Fatal(err, m.malformed)
+	}
+	if len(m.gets) != 2 || !errors.Is(m.gets[1].Err, ErrNotFound) || m.gets[1].Replicas != nil {
+		t.Fatalf("results %+v", m.gets)
+	}
+	checkReplicas(t, 0, m.gets[0].Replicas, []Replica{{&ds[1], 8, 16}, {&ds[0], 0, 16}})
+
+	// The same for PutStart, whose failed results keep their replicas: a
+	// replica naming descriptor 7 of 2 is malformed.
+	puts := &pb.PutStartResponse{Results: []*pb.PutStartResult{{Token: 3, Replicas: []*pb.Replica{{Segment: 1}}}, {Error: toItemError(ErrNoSpace), Replicas: []*pb.Replica{{Segment: 7}}}}}
+	b = append(mustMarshal(t, puts), mustMarshal(t, table)...)
+	m = resultsReply{descs: &descCache{}}
+	if err := m.unmarshalWire(b); err != nil {
+		t.Fatal(err)
+	}
+	if m.malformed == nil || len(m.puts) != 2 || m.puts[0].Replicas[0].Segment.Key() != ds[1].Key() {
+		t.Fatalf("malformed %v, results %+v", m.malformed, m.puts)
 	}
 }
