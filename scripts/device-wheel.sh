@@ -20,6 +20,13 @@ shim=.device/wheels/kvfabric_mooncake_shim-$V-py3-none-any.whl
 for f in "$whl" "$shim"; do
     test -f "$f" || { echo "device-wheel: $f missing: run make device-wheel and carry .device"; exit 1; }
 done
+# Where the system python3 finds torch (a user or extra site directory is
+# not seen by a venv, even with --system-site-packages): added to the
+# venv's path below, after checking that no kvfabric lives there.
+torch_dir=$(cd / && python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null || true)
+if [ -n "$torch_dir" ] && [ -e "$torch_dir/kvfabric" ]; then
+    echo "device-wheel: $torch_dir (torch's) holds a kvfabric package too; refusing to mix it in"; exit 1
+fi
 unset KVFABRIC_LIB KVFABRIC_BIN PYTHONPATH
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvf-device-wheel.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -33,6 +40,12 @@ else
     python3 -m pip --python "$work/venv/bin/python" install -q --disable-pip-version-check --no-deps --no-index "$whl" "$shim"
 fi
 export PATH="$work/venv/bin:$PATH"
+if [ -n "$torch_dir" ]; then
+    # A .pth file appends torch's directory after the venv's site-packages,
+    # so kvfabric still comes from the installed wheel.
+    site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    echo "$torch_dir" > "$site/zz-system-torch.pth"
+fi
 echo "device-wheel: $(command -v kvfabric): $(kvfabric --version); glibc $(ldd --version | head -1 | grep -o '[0-9.]*$')"
 (cd "$work" && python3 -c 'import kvfabric, sys; from kvfabric import _native
 assert kvfabric.__file__.startswith(sys.prefix), kvfabric.__file__
