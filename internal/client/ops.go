@@ -473,7 +473,8 @@ func (s *Store) revoke(ctx context.Context, refs []master.PutRef) {
 	}
 }
 
-// releaseLeases ends the read leases res granted. A failure only delays
+// releaseLeases ends the read leases res granted (their copies are
+// complete), in the background (releaser). A failure only delays
 // reclaiming: the leases then end at their TTL.
 func (s *Store) releaseLeases(ctx context.Context, res []master.GetResult) {
 	var ids []uint64
@@ -485,6 +486,13 @@ func (s *Store) releaseLeases(ctx context.Context, res []master.GetResult) {
 	if len(ids) == 0 {
 		return
 	}
+	if !s.rel.queue(ids) {
+		s.releaseNow(ctx, ids)
+	}
+}
+
+// releaseNow sends lease releases to the master.
+func (s *Store) releaseNow(ctx context.Context, ids []uint64) {
 	if err := s.m.ReleaseLeases(context.WithoutCancel(ctx), ids); err != nil {
 		s.log.Debug("kvfabric lease release failed; the leases end at their TTL", "leases", len(ids), "err", err)
 	}
@@ -823,6 +831,7 @@ func (s *Store) BatchRemove(ctx context.Context, keys []string, force bool) []er
 	if len(sks) == 0 {
 		return errs
 	}
+	s.rel.flush(ctx) // this Store's own finished reads do not hold the keys
 	for j, e := range s.m.Remove(ctx, sks, force) {
 		if i := idx[j]; e != nil {
 			errs[i] = mapErr(fmt.Errorf("remove %q: %w", keys[i], e))
@@ -846,6 +855,7 @@ func (s *Store) RemoveMatching(ctx context.Context, pattern string, force bool) 
 		return 0, err
 	}
 	defer s.exit()
+	s.rel.flush(ctx)
 	n, err := s.m.RemoveAll(ctx, master.Filter{Tenant: s.cfg.Tenant, Pattern: pattern}, force)
 	return n, mapErr(err)
 }

@@ -138,6 +138,7 @@ type Store struct {
 
 	closeTimeout time.Duration
 	chunk        int // Options.PipelineChunk
+	rel          releaser
 	exitOnClose  bool
 	mnt          *mounter // the pool's Mounter
 
@@ -322,6 +323,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	if rpcTimeout <= 0 {
 		rpcTimeout = config.DefaultRPCTimeout
 	}
+	remote := !master.IsEmbedded(s.m)
 	s.m = deadlineMaster{m: s.m, timeout: rpcTimeout}
 	s.clientID = opts.ClientID
 	if s.clientID == "" {
@@ -348,6 +350,11 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	s.setRegistration(reg, sent)
 	s.hbStop, s.hbDone = make(chan struct{}), make(chan struct{})
 	go s.heartbeat(reg.TTL)
+	if remote {
+		// A release costs a round trip: sent in the background. (With an
+		// embedded master it costs a lock and stays synchronous.)
+		s.rel.start(s.releaseNow)
+	}
 
 	// Provider capacity.
 	if cfg.GlobalSegmentSize > 0 {
@@ -764,6 +771,10 @@ func (s *Store) teardown() error {
 		releaseCtx  = "release context"
 	)
 	err := s.mu.done.Run(
+		teardown.Step{Name: "stop lease releases", Do: func() error {
+			s.rel.stop() // sends what is queued while the master is there
+			return nil
+		}},
 		teardown.Step{Name: "stop heartbeats", Do: func() error {
 			if s.hbStop != nil {
 				close(s.hbStop)

@@ -21,6 +21,13 @@ var _ Client = (*embedded)(nil)
 // does not close svc.
 func NewEmbedded(svc *Service) Client { return &embedded{svc: svc} }
 
+// IsEmbedded reports whether c calls a Service in this process (a call
+// costs a lock, not a round trip).
+func IsEmbedded(c Client) bool {
+	_, ok := c.(*embedded)
+	return ok
+}
+
 func (e *embedded) check() error {
 	if e.closed.Load() {
 		return ErrClosed
