@@ -94,6 +94,9 @@ func Dial(ctx context.Context, addr string, o DialOptions) (_ *Client, err error
 	if c.cli, err = NewEtcdClient(eps, tc); err != nil {
 		return nil, err
 	}
+	// The callback runs on the Watcher's goroutine and takes c.mu: holding
+	// it here makes the first call wait until c.w is set.
+	c.mu.Lock()
 	c.w = Watch(c.cli, ElectionPrefix(prefix), func(l Leader) {
 		if l.Addr != "" {
 			_ = c.epochs.Observe(l.Epoch) // an older one than an answer's: etcd lags
@@ -103,6 +106,7 @@ func Dial(ctx context.Context, addr string, o DialOptions) (_ *Client, err error
 		c.checkTermLocked(l)
 		c.mu.Unlock()
 	})
+	c.mu.Unlock()
 	defer func() {
 		if err != nil {
 			_ = c.Close()
