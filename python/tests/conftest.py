@@ -167,3 +167,21 @@ def master_segments(addr):
     if r.returncode != 0:
         raise RuntimeError(f"kvfabric stat: {r.stderr}")
     return json.loads(r.stdout)["segments"] or []
+
+
+def stop_process(pid, timeout=5.0):
+    """SIGSTOPs pid and returns once it is stopped: kill() returns before
+    the signal takes effect, and a call made in between could still be
+    answered by the process."""
+    import signal
+    import time
+
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as f:
+            # The state follows the parenthesised command name.
+            if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                return
+        time.sleep(0.001)
+    raise AssertionError(f"process {pid} did not stop within {timeout} s")

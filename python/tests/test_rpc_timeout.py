@@ -14,7 +14,7 @@ import pytest
 
 import kvfabric
 
-from conftest import sim_config, start_master, stop_master
+from conftest import sim_config, start_master, stop_master, stop_process
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def test_stalled_master_fails_calls_within_rpc_timeout(tmp_path, remote_master):
     proc, addr = remote_master
     with kvfabric.Store(sim_config(tmp_path, master_server_addr=addr, rpc_timeout="1s", client_ttl="30s")) as s:
         s.put("k", b"v")
-        os.kill(proc.pid, signal.SIGSTOP)
+        stop_process(proc.pid)
         try:
             for name, call in [
                 ("exists", lambda: s.exists("k")),
