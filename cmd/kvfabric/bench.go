@@ -285,18 +285,9 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 		return nil, err
 	}
 	undo = append(undo, func() error { return drv.PrimaryCtxRelease(dev) })
-	s, err := drv.StreamCreate(ctx, cuda.StreamNonBlocking)
+	s, evs, err := timingStream(drv, ctx, &undo)
 	if err != nil {
 		return nil, err
-	}
-	undo = append(undo, func() error { return drv.StreamDestroy(ctx, s) })
-	var evs [2]cuda.Event
-	for i := range evs {
-		if evs[i], err = drv.EventCreate(ctx, cuda.EventDefault); err != nil {
-			return nil, err
-		}
-		ev := evs[i]
-		undo = append(undo, func() error { return drv.EventDestroy(ctx, ev) })
 	}
 
 	// The DRAM tier: one HOST_NUMA VMM allocation near the GPU.
@@ -472,4 +463,23 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 		}
 	}
 	return rows, nil
+}
+
+// timingStream creates a non-blocking stream and two events to time copies
+// on it, appending their destruction to undo (run in reverse on return).
+func timingStream(drv cuda.Driver, ctx cuda.Context, undo *[]func() error) (cuda.Stream, [2]cuda.Event, error) {
+	var evs [2]cuda.Event
+	s, err := drv.StreamCreate(ctx, cuda.StreamNonBlocking)
+	if err != nil {
+		return 0, evs, err
+	}
+	*undo = append(*undo, func() error { return drv.StreamDestroy(ctx, s) })
+	for i := range evs {
+		if evs[i], err = drv.EventCreate(ctx, cuda.EventDefault); err != nil {
+			return 0, evs, err
+		}
+		ev := evs[i]
+		*undo = append(*undo, func() error { return drv.EventDestroy(ctx, ev) })
+	}
+	return s, evs, nil
 }

@@ -592,18 +592,9 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 		undo = append(undo, func() error { return drv.MemFree(cctx, ptr) })
 		return ptr, nil
 	}
-	s, err := drv.StreamCreate(cctx, cuda.StreamNonBlocking)
+	s, evs, err := timingStream(drv, cctx, &undo)
 	if err != nil {
 		return res, err
-	}
-	undo = append(undo, func() error { return drv.StreamDestroy(cctx, s) })
-	var evs [2]cuda.Event
-	for i := range evs {
-		if evs[i], err = drv.EventCreate(cctx, cuda.EventDefault); err != nil {
-			return res, err
-		}
-		ev := evs[i]
-		undo = append(undo, func() error { return drv.EventDestroy(cctx, ev) })
 	}
 	R := p.roundBytes
 	src, err := alloc(R)

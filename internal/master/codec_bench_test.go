@@ -222,25 +222,6 @@ func genGet(f *codecFixture, c *codecClient, cd encoding.CodecV2) ([]GetResult, 
 	return res, wire, err
 }
 
-// getToPB is grpcService.GetReplicas's conversion.
-func getToPB(res []GetResult) *pb.GetReplicasResponse {
-	var tab segTable
-	backing := make([]pb.GetResult, len(res))
-	out := &pb.GetReplicasResponse{Results: make([]*pb.GetResult, len(res))}
-	for i, x := range res {
-		b := &backing[i]
-		b.Error = toItemError(x.Err)
-		if x.Err == nil {
-			b.Size, b.Replicas, b.LeaseExpiryUnixNs = x.Size, tab.replicas(x.Replicas), x.LeaseExpiry.UnixNano()
-			b.LeaseTtlNs = int64(max(0, x.LeaseTTL))
-			b.LeaseId = x.LeaseID
-		}
-		out.Results[i] = b
-	}
-	out.Segments = tab.list
-	return out
-}
-
 // intern returns the client's descriptors for a response's table.
 func (c *codecClient) intern(segs []*pb.SegmentDescriptor) []*segment.Descriptor {
 	out := make([]*segment.Descriptor, len(segs))
@@ -331,19 +312,6 @@ func putStartToPB(reqs []PutStartReq) *pb.PutStartRequest {
 			SoftPinTtlNs: int64(q.SoftPinTTL), Upsert: q.Upsert, KeepSoftPin: q.KeepSoftPin, Placement: placementToPB(&q.Placement)}
 		out.Items[i] = it
 	}
-	return out
-}
-
-// putToPB is grpcService.PutStart's conversion.
-func putToPB(res []PutStartResult) *pb.PutStartResponse {
-	var tab segTable
-	backing := make([]pb.PutStartResult, len(res))
-	out := &pb.PutStartResponse{Results: make([]*pb.PutStartResult, len(res))}
-	for i, x := range res {
-		backing[i] = pb.PutStartResult{Error: toItemError(x.Err), Token: x.Token, Replicas: tab.replicas(x.Replicas)}
-		out.Results[i] = &backing[i]
-	}
-	out.Segments = tab.list
 	return out
 }
 

@@ -205,6 +205,12 @@ func (g *grpcService) PutStart(ctx context.Context, r *pb.PutStartRequest) (*pb.
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	return putToPB(res), nil
+}
+
+// putToPB converts PutStart results to the generated response (each
+// segment descriptor sent once, in the response's table).
+func putToPB(res []PutStartResult) *pb.PutStartResponse {
 	var tab segTable
 	backing := make([]pb.PutStartResult, len(res))
 	out := &pb.PutStartResponse{Results: make([]*pb.PutStartResult, len(res))}
@@ -213,7 +219,7 @@ func (g *grpcService) PutStart(ctx context.Context, r *pb.PutStartRequest) (*pb.
 		out.Results[i] = &backing[i]
 	}
 	out.Segments = tab.list
-	return out, nil
+	return out
 }
 
 func refsFromPB(ps []*pb.PutRef) []PutRef {
@@ -273,6 +279,12 @@ func (g *grpcService) GetReplicas(ctx context.Context, r *pb.GetReplicasRequest)
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	return getToPB(res), nil
+}
+
+// getToPB converts GetReplicas results to the generated response (each
+// segment descriptor sent once, in the response's table).
+func getToPB(res []GetResult) *pb.GetReplicasResponse {
 	var tab segTable
 	backing := make([]pb.GetResult, len(res))
 	out := &pb.GetReplicasResponse{Results: make([]*pb.GetResult, len(res))}
@@ -287,7 +299,7 @@ func (g *grpcService) GetReplicas(ctx context.Context, r *pb.GetReplicasRequest)
 		out.Results[i] = b
 	}
 	out.Segments = tab.list
-	return out, nil
+	return out
 }
 
 func (g *grpcService) Exists(ctx context.Context, r *pb.ExistsRequest) (*pb.ExistsResponse, error) {
