@@ -121,6 +121,13 @@ func (d deadlineMaster) ReleaseLeases(parent context.Context, ids []uint64) erro
 	return d.timedOut(parent, ctx, "ReleaseLeases", d.m.ReleaseLeases(ctx, ids))
 }
 
+func (d deadlineMaster) HoldLeases(parent context.Context, req master.HoldReq) (master.HoldResult, error) {
+	ctx, cancel := d.withDeadline(parent)
+	defer cancel()
+	res, err := d.m.HoldLeases(ctx, req)
+	return res, d.timedOut(parent, ctx, "HoldLeases", err)
+}
+
 func (d deadlineMaster) ReportUnreachable(parent context.Context, reporter string, k segment.Key, reason string) error {
 	ctx, cancel := d.withDeadline(parent)
 	defer cancel()

@@ -374,6 +374,12 @@ func (c *Client) ReleaseLeases(ctx context.Context, ids []uint64) error {
 	return err
 }
 
+func (c *Client) HoldLeases(ctx context.Context, req master.HoldReq) (master.HoldResult, error) {
+	return do(c, ctx, func(ctx context.Context, m master.Client) (master.HoldResult, error) {
+		return m.HoldLeases(ctx, req)
+	})
+}
+
 func (c *Client) ReportUnreachable(ctx context.Context, reporter string, k segment.Key, reason string) error {
 	_, err := do(c, ctx, func(ctx context.Context, m master.Client) (struct{}, error) {
 		return struct{}{}, m.ReportUnreachable(ctx, reporter, k, reason)

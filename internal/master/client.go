@@ -75,6 +75,18 @@ type Client interface {
 	// evictable again, and freed at once if it was removed meanwhile.
 	// Unknown and ended leases are ignored.
 	ReleaseLeases(ctx context.Context, leaseIDs []uint64) error
+	// HoldLeases manages the read leases client req.Client holds as views
+	// (device addresses it keeps and reads at will, Store.Acquire). Hold
+	// registers leases GetReplicas just granted it as views and renews
+	// them; Renew extends views' leases; both by the lease TTL from now.
+	// Release ends views and their leases (as ReleaseLeases). Errs answers
+	// Hold then Renew positionally: ErrNotFound when the lease ended
+	// (expired, released, or its object freed) — the holder must stop
+	// reading; ErrWrongState when a replica's segment is draining or was
+	// reported unreachable — the lease is not renewed and ends at its
+	// expiry, so that the segment can drain. Renewed leases block eviction,
+	// plain removal and the reuse of the range like any read lease.
+	HoldLeases(ctx context.Context, req HoldReq) (HoldResult, error)
 	// ReportUnreachable tells the master that reporter could not reach the
 	// provider of segment k (its fd-exchange server refused the
 	// connection). The master places nothing more on the segment and grants
@@ -264,6 +276,8 @@ type GetResult struct {
 
 // Stats is a snapshot of the master's state.
 type Stats struct {
+	// Views is the number of views held, all clients (HoldLeases).
+	Views       int
 	Objects     int
 	PendingPuts int
 	Segments    int
@@ -282,6 +296,8 @@ type ClientStats struct {
 	Segments int
 	// Mapped is what it reported at its last heartbeat.
 	Mapped Mapped
+	// Views is how many views it holds (HoldLeases).
+	Views int
 	// Driver and FabricDomain are as it registered them.
 	Driver, FabricDomain string
 	// Handles are the handle kinds of the segments it provides, distinct
@@ -297,4 +313,18 @@ type UsageStats struct {
 	Segments int
 	Capacity uint64
 	Used     uint64
+}
+
+// HoldReq is a HoldLeases request: lease ids (GetResult.LeaseID) of Client.
+type HoldReq struct {
+	Client               string
+	Hold, Renew, Release []uint64
+}
+
+// HoldResult answers a HoldLeases request.
+type HoldResult struct {
+	// TTL is how long the renewed leases last from the request.
+	TTL time.Duration
+	// Errs answers HoldReq.Hold then HoldReq.Renew, positionally.
+	Errs []error
 }

@@ -124,7 +124,7 @@ func statsToPB(st *Stats) *pb.StatsResponse {
 	return &pb.StatsResponse{
 		Objects: uint64(st.Objects), PendingPuts: uint64(st.PendingPuts), Segments: uint64(st.Segments),
 		Clients: uint64(st.Clients), Tiers: usageToPB(st.Tiers), Locations: usageToPB(st.Locations),
-		Evictions: st.Evictions, ClientStats: clientStatsToPB(st.PerClient),
+		Evictions: st.Evictions, ClientStats: clientStatsToPB(st.PerClient), Views: uint64(st.Views),
 	}
 }
 
@@ -133,7 +133,7 @@ func clientStatsToPB(cs []ClientStats) []*pb.ClientStats {
 	for i, c := range cs {
 		out[i] = &pb.ClientStats{Id: c.ID, Node: c.Node, Segments: uint32(c.Segments),
 			MappedSegments: uint32(c.Mapped.Segments), MappedBytes: c.Mapped.Bytes,
-			Driver: c.Driver, FabricDomain: c.FabricDomain}
+			Driver: c.Driver, FabricDomain: c.FabricDomain, Views: uint32(c.Views)}
 		for _, k := range c.Handles {
 			out[i].HandleKinds = append(out[i].HandleKinds, pb.HandleKind(k))
 		}
@@ -145,7 +145,7 @@ func statsFromPB(p *pb.StatsResponse) Stats {
 	return Stats{
 		Objects: int(p.Objects), PendingPuts: int(p.PendingPuts), Segments: int(p.Segments),
 		Clients: int(p.Clients), Tiers: usageFromPB(p.Tiers), Locations: usageFromPB(p.Locations),
-		Evictions: p.Evictions, PerClient: clientStatsFromPB(p.ClientStats),
+		Evictions: p.Evictions, PerClient: clientStatsFromPB(p.ClientStats), Views: int(p.Views),
 	}
 }
 
@@ -157,7 +157,7 @@ func clientStatsFromPB(cs []*pb.ClientStats) []ClientStats {
 	for i, c := range cs {
 		out[i] = ClientStats{ID: c.Id, Node: c.Node, Segments: int(c.Segments),
 			Mapped: Mapped{Segments: int(c.MappedSegments), Bytes: c.MappedBytes},
-			Driver: c.Driver, FabricDomain: c.FabricDomain}
+			Driver: c.Driver, FabricDomain: c.FabricDomain, Views: int(c.Views)}
 		for _, k := range c.HandleKinds {
 			out[i].Handles = append(out[i].Handles, segment.HandleKind(min(max(int32(k), 0), 255)))
 		}

@@ -63,6 +63,13 @@ func (e *embedded) ReleaseLeases(ctx context.Context, ids []uint64) error {
 	return e.svc.ReleaseLeases(ctx, ids)
 }
 
+func (e *embedded) HoldLeases(ctx context.Context, req HoldReq) (HoldResult, error) {
+	if err := e.check(); err != nil {
+		return HoldResult{}, err
+	}
+	return e.svc.HoldLeases(ctx, req)
+}
+
 func (e *embedded) ReportUnreachable(ctx context.Context, reporter string, k segment.Key, reason string) error {
 	if err := e.check(); err != nil {
 		return err

@@ -31,12 +31,13 @@ const (
 	opReleaseLeases
 	opReportUnreachable
 	opUnregister
+	opHoldLeases
 	nOps
 )
 
 var opNames = [nOps]string{"register_client", "heartbeat", "mount_segment", "unmount_segment",
 	"put_start", "put_end", "put_revoke", "get_replicas", "exists", "remove", "remove_all",
-	"list_segments", "stats", "release_leases", "report_unreachable", "unregister_client"}
+	"list_segments", "stats", "release_leases", "report_unreachable", "unregister_client", "hold_leases"}
 
 // batchOp reports whether op counts its items rather than its calls.
 func batchOp(op opKind) bool {

@@ -156,6 +156,28 @@ func (r *remote) ReleaseLeases(ctx context.Context, ids []uint64) error {
 	return nil
 }
 
+func (r *remote) HoldLeases(ctx context.Context, req HoldReq) (HoldResult, error) {
+	if err := r.check(); err != nil {
+		return HoldResult{}, err
+	}
+	if !utf8.ValidString(req.Client) {
+		return HoldResult{}, validateID("client id", req.Client)
+	}
+	resp, err := r.rpc.HoldLeases(ctx, &pb.HoldLeasesRequest{ClientId: req.Client, Hold: req.Hold, Renew: req.Renew, Release: req.Release})
+	if err != nil {
+		return HoldResult{}, r.fail(err)
+	}
+	n := len(req.Hold) + len(req.Renew)
+	if len(resp.Errors) != n {
+		return HoldResult{}, fmt.Errorf("master: malformed response: %d results for %d leases", len(resp.Errors), n)
+	}
+	res := HoldResult{TTL: time.Duration(resp.LeaseTtlNs), Errs: make([]error, n)}
+	for i, e := range resp.Errors {
+		res.Errs[i] = fromItemError(e)
+	}
+	return res, nil
+}
+
 func (r *remote) ReportUnreachable(ctx context.Context, reporter string, k segment.Key, reason string) error {
 	if err := r.check(); err != nil {
 		return err

@@ -167,6 +167,18 @@ func (g *grpcService) ReleaseLeases(ctx context.Context, r *pb.ReleaseLeasesRequ
 	return &pb.ReleaseLeasesResponse{}, nil
 }
 
+func (g *grpcService) HoldLeases(ctx context.Context, r *pb.HoldLeasesRequest) (*pb.HoldLeasesResponse, error) {
+	res, err := g.svc.HoldLeases(ctx, HoldReq{Client: r.ClientId, Hold: r.Hold, Renew: r.Renew, Release: r.Release})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	errs, err := itemErrors(res.Errs)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.HoldLeasesResponse{Errors: errs, LeaseTtlNs: int64(res.TTL)}, nil
+}
+
 func (g *grpcService) ReportUnreachable(ctx context.Context, r *pb.ReportUnreachableRequest) (*pb.ReportUnreachableResponse, error) {
 	k := segment.Key{ID: r.SegmentId, Generation: r.Generation}
 	if err := g.svc.ReportUnreachable(ctx, r.ClientId, k, r.Reason); err != nil {

@@ -192,6 +192,11 @@ type Service struct {
 		timedOut map[uint64]uint32    // put token → slot of puts past their timeout (stateTimedOut)
 		leaseQ   map[int64][]uint32   // lease wheel: bucket → slots to look at
 		leases   map[uint64]uint32    // lease period id → slot, while it has unreleased leases
+		// views are the read leases clients hold as views (HoldLeases):
+		// how many views each holds on a lease period, and until when
+		// it last renewed them. Entries whose lease ended are pruned by
+		// Reap.
+		views map[viewKey]viewHold
 		// softUntil is when the soft pin of a flagSoftPinTTL object ends
 		// (unix ns); while the put is pending, the TTL itself (ns).
 		softUntil map[uint32]int64
@@ -237,6 +242,7 @@ func New(cfg Config) (*Service, error) {
 	m.timedOut = map[uint64]uint32{}
 	m.leaseQ = map[int64][]uint32{}
 	m.leases = map[uint64]uint32{}
+	m.views = map[viewKey]viewHold{}
 	m.softUntil = map[uint32]int64{}
 	m.bySeq = map[uint32]*clientState{}
 	m.retired = map[uint32]retiredReg{}
@@ -1304,6 +1310,7 @@ func (s *Service) Reap() {
 		}
 	}
 	s.expireLeasesLocked(now)
+	s.pruneViewsLocked(now)
 	s.evictToWatermarksLocked(now)
 }
 
@@ -1424,30 +1431,148 @@ func (s *Service) ReleaseLeases(ctx context.Context, ids []uint64) (err error) {
 	defer s.mu.Unlock()
 	now := s.now()
 	for _, id := range ids {
-		slot, ok := s.mu.leases[id]
-		if !ok {
-			continue // ended (expired, or its object freed) or unknown
-		}
-		o := s.mu.objs.at(slot)
-		if o.aux == ^uint32(0) {
-			continue // saturated count: the period ends by expiry
-		}
-		if o.aux--; o.aux > 0 {
-			continue
-		}
-		// The last reader's copy is done: the object is unleased now,
-		// but for an exist check's lease.
-		delete(s.mu.leases, id)
-		o.leaseUntil = 0
-		if o.flags&flagExistLease != 0 && o.stamp+int64(s.cfg.LeaseTTL) > now {
-			o.leaseUntil = o.stamp + int64(s.cfg.LeaseTTL) // still queued: flagLeaseQueued stays
-		}
-		s.met.leaseReleases.Inc()
-		if o.state == stateZombie {
-			s.freeObjectLocked(slot, now)
-		}
+		s.releaseLeaseLocked(id, now)
 	}
 	return nil
+}
+
+// releaseLeaseLocked ends one read lease of period id. Unknown and ended
+// periods are ignored.
+func (s *Service) releaseLeaseLocked(id uint64, now int64) {
+	slot, ok := s.mu.leases[id]
+	if !ok {
+		return // ended (expired, or its object freed) or unknown
+	}
+	o := s.mu.objs.at(slot)
+	if o.aux == ^uint32(0) {
+		return // saturated count: the period ends by expiry
+	}
+	if o.aux--; o.aux > 0 {
+		return
+	}
+	// The last reader's copy is done: the object is unleased now,
+	// but for an exist check's lease.
+	delete(s.mu.leases, id)
+	o.leaseUntil = 0
+	if o.flags&flagExistLease != 0 && o.stamp+int64(s.cfg.LeaseTTL) > now {
+		o.leaseUntil = o.stamp + int64(s.cfg.LeaseTTL) // still queued: flagLeaseQueued stays
+	}
+	s.met.leaseReleases.Inc()
+	if o.state == stateZombie {
+		s.freeObjectLocked(slot, now)
+	}
+}
+
+// viewKey names the views one client holds on one lease period.
+type viewKey struct {
+	client string
+	lease  uint64
+}
+
+// viewHold is how many views a client holds on a lease period (one per
+// HoldLeases hold, until released) and until when it renewed them.
+type viewHold struct {
+	n     uint32
+	until int64
+}
+
+// HoldLeases implements Client.
+func (s *Service) HoldLeases(ctx context.Context, req HoldReq) (_ HoldResult, err error) {
+	defer s.met.op(opHoldLeases, time.Now(), &err)
+	if req.Client == "" {
+		return HoldResult{}, fmt.Errorf("%w: hold leases: client id is empty", ErrInvalid)
+	}
+	if err := validateID("client id", req.Client); err != nil {
+		return HoldResult{}, err
+	}
+	if err := s.checkBatch(len(req.Hold) + len(req.Renew) + len(req.Release)); err != nil {
+		return HoldResult{}, err
+	}
+	_, now, err := s.lockAs(ctx, req.Client, "hold leases: client")
+	if err != nil {
+		return HoldResult{}, err
+	}
+	defer s.mu.Unlock()
+	until := now + int64(s.cfg.LeaseTTL)
+	res := HoldResult{TTL: s.cfg.LeaseTTL, Errs: make([]error, len(req.Hold)+len(req.Renew))}
+	for i, id := range req.Hold {
+		if res.Errs[i] = s.renewLeaseLocked(id, now, until); res.Errs[i] == nil {
+			k := viewKey{req.Client, id}
+			v := s.mu.views[k]
+			v.n++
+			v.until = until
+			s.mu.views[k] = v
+		}
+	}
+	for j, id := range req.Renew {
+		i := len(req.Hold) + j
+		if res.Errs[i] = s.renewLeaseLocked(id, now, until); res.Errs[i] == nil {
+			k := viewKey{req.Client, id}
+			if v, ok := s.mu.views[k]; ok {
+				v.until = until
+				s.mu.views[k] = v
+			}
+		}
+	}
+	for _, id := range req.Release {
+		k := viewKey{req.Client, id}
+		if v, ok := s.mu.views[k]; ok {
+			if v.n--; v.n == 0 {
+				delete(s.mu.views, k)
+			} else {
+				s.mu.views[k] = v
+			}
+		}
+		s.releaseLeaseLocked(id, now)
+	}
+	return res, nil
+}
+
+// renewLeaseLocked extends lease period id until until. It fails when the
+// period ended — expired (even if Reap has not seen it yet), released, or
+// its object freed: the holder's bytes may be gone — and when a replica of
+// the object is on a segment that is draining or was reported unreachable:
+// the lease then ends at its expiry, so that the segment can drain.
+func (s *Service) renewLeaseLocked(id uint64, now, until int64) error {
+	slot, ok := s.mu.leases[id]
+	if !ok {
+		return fmt.Errorf("%w: lease %d ended", ErrNotFound, id)
+	}
+	o := s.mu.objs.at(slot)
+	if o.leaseUntil <= now {
+		return fmt.Errorf("%w: lease %d of key %q expired %v ago", ErrNotFound, id, s.mu.objs.key(slot), time.Duration(now-o.leaseUntil))
+	}
+	for _, r := range s.repsLocked(slot) {
+		if sg := s.mu.segs[r.seg]; !sg.usable() {
+			return fmt.Errorf("%w: lease %d of key %q: segment %s is draining or unreachable; the lease ends at its expiry",
+				ErrWrongState, id, s.mu.objs.key(slot), sg.desc.Key())
+		}
+	}
+	// Still queued on the lease wheel (it has not expired): the wheel
+	// requeues it at the later expiry when it gets there.
+	o.leaseUntil = max(o.leaseUntil, until)
+	return nil
+}
+
+// viewsLocked returns how many views are held, in all and per client.
+func (s *Service) viewsLocked(now int64) (total int, per map[string]int) {
+	s.pruneViewsLocked(now)
+	per = map[string]int{}
+	for k, v := range s.mu.views {
+		per[k.client] += int(v.n)
+		total += int(v.n)
+	}
+	return total, per
+}
+
+// pruneViewsLocked forgets views whose lease period ended or that their
+// holder stopped renewing.
+func (s *Service) pruneViewsLocked(now int64) {
+	for k, v := range s.mu.views {
+		if _, ok := s.mu.leases[k.lease]; !ok || v.until <= now {
+			delete(s.mu.views, k)
+		}
+	}
 }
 
 // ReportUnreachable implements Client.
@@ -1538,7 +1663,9 @@ func (s *Service) Stats(ctx context.Context) (_ Stats, err error) {
 }
 
 func (s *Service) statsLocked() Stats {
+	nviews, views := s.viewsLocked(s.now())
 	st := Stats{
+		Views:       nviews,
 		Objects:     s.mu.visible,
 		PendingPuts: len(s.mu.pending) + len(s.mu.timedOut),
 		Segments:    len(s.mu.segIndex),
@@ -1588,7 +1715,7 @@ func (s *Service) statsLocked() Stats {
 	st.PerClient = make([]ClientStats, 0, len(s.mu.clients))
 	for id, c := range s.mu.clients {
 		cs := ClientStats{ID: id, Node: c.info.Node, Segments: provided[id], Mapped: c.mapped,
-			Driver: c.info.Driver, FabricDomain: c.info.FabricDomain}
+			Driver: c.info.Driver, FabricDomain: c.info.FabricDomain, Views: views[id]}
 		for k := segment.HandleKind(0); k < 8; k++ {
 			if handles[id]&(1<<k) != 0 {
 				cs.Handles = append(cs.Handles, k)

@@ -35,6 +35,9 @@ type Status struct {
 	// LeasesHeld: lease periods with readers that have not released them
 	// (views of objects consumers hold while they copy).
 	LeasesHeld int `json:"leases_held"`
+	// ViewsHeld: views clients hold (Store.Acquire): read leases they
+	// renew for as long as they read the objects in place.
+	ViewsHeld int `json:"views_held"`
 	Segments   int `json:"segments"`
 	Clients    int `json:"clients"`
 	// Tiers: capacity and usage per tier; Blocks counts allocated ranges
@@ -114,6 +117,8 @@ type ClientStatus struct {
 	MappedBytes    uint64 `json:"mapped_bytes"`
 	PendingPuts    int    `json:"pending_puts"`
 	ReservedBytes  int64  `json:"reserved_bytes"`
+	// Views it holds (Store.Acquire).
+	Views int `json:"views"`
 	// HeartbeatAgo is the time since its last heartbeat (or registration),
 	// ExpiresIn the time left before its registration expires.
 	HeartbeatAgo float64 `json:"heartbeat_ago_seconds"`
@@ -486,13 +491,15 @@ func (s *Service) statusLocked() Status {
 	}
 	slices.SortFunc(st.Nodes, func(a, b NodeStatus) int { return strings.Compare(a.Node, b.Node) })
 
+	var views map[string]int
+	st.ViewsHeld, views = s.viewsLocked(nowNs)
 	st.PerClient = make([]ClientStatus, 0, len(s.mu.clients))
 	for id, c := range s.mu.clients {
 		segs := len(s.mu.byOwner[id])
 		cs := ClientStatus{ID: id, Node: c.info.Node, Principal: c.principal, Driver: c.info.Driver,
 			FabricDomain: c.info.FabricDomain, Segments: segs, Capacity: capOf[id],
 			MappedSegments: c.mapped.Segments, MappedBytes: c.mapped.Bytes,
-			PendingPuts: c.pending, ReservedBytes: c.reserved,
+			PendingPuts: c.pending, ReservedBytes: c.reserved, Views: views[id],
 			HeartbeatAgo: time.Duration(nowNs - (c.expires - int64(c.ttl))).Seconds(),
 			ExpiresIn:    time.Duration(c.expires - nowNs).Seconds(),
 			TTL:          c.ttl.Seconds(), Liveness: "live"}
@@ -538,10 +545,12 @@ var (
 		[]string{"tier", "reason"}, nil)
 	descLeasesHeld = prometheus.NewDesc("kvfabric_master_leases_held",
 		"Lease periods whose readers have not all released them.", nil, nil)
+	descViewsHeld = prometheus.NewDesc("kvfabric_master_views_held",
+		"Views clients hold (read leases they renew while reading objects in place).", nil, nil)
 )
 
 func (c *flowCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPutBytes, descGetBytes, descEvictReason, descLeasesHeld} {
+	for _, d := range []*prometheus.Desc{descPutBytes, descGetBytes, descEvictReason, descLeasesHeld, descViewsHeld} {
 		ch <- d
 	}
 }
@@ -550,10 +559,12 @@ func (c *flowCollector) Collect(ch chan<- prometheus.Metric) {
 	c.s.mu.Lock()
 	f := c.s.mu.flow
 	leases := len(c.s.mu.leases)
+	views, _ := c.s.viewsLocked(c.s.now())
 	c.s.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descPutBytes, prometheus.CounterValue, float64(f.putBytes))
 	ch <- prometheus.MustNewConstMetric(descGetBytes, prometheus.CounterValue, float64(f.getBytes))
 	ch <- prometheus.MustNewConstMetric(descLeasesHeld, prometheus.GaugeValue, float64(leases))
+	ch <- prometheus.MustNewConstMetric(descViewsHeld, prometheus.GaugeValue, float64(views))
 	for t := segment.TierDRAM; t <= segment.TierHBM; t++ {
 		for r, n := range f.evicted[t] {
 			ch <- prometheus.MustNewConstMetric(descEvictReason, prometheus.CounterValue, float64(n), t.String(), evictReasonNames[r])

@@ -2118,6 +2118,134 @@ func (*ReleaseLeasesResponse) Descriptor() ([]byte, []int) {
 	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{34}
 }
 
+// HoldLeasesRequest manages the read leases a client holds as views
+// (direct device addresses into segments, held for as long as the client
+// wants): hold registers leases just granted by GetReplicas as views and
+// renews them; renew extends views' leases by the lease TTL; release ends
+// views (and their leases, as ReleaseLeases does).
+type HoldLeasesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Hold          []uint64               `protobuf:"fixed64,2,rep,packed,name=hold,proto3" json:"hold,omitempty"`
+	Renew         []uint64               `protobuf:"fixed64,3,rep,packed,name=renew,proto3" json:"renew,omitempty"`
+	Release       []uint64               `protobuf:"fixed64,4,rep,packed,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldLeasesRequest) Reset() {
+	*x = HoldLeasesRequest{}
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldLeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldLeasesRequest) ProtoMessage() {}
+
+func (x *HoldLeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldLeasesRequest.ProtoReflect.Descriptor instead.
+func (*HoldLeasesRequest) Descriptor() ([]byte, []int) {
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *HoldLeasesRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *HoldLeasesRequest) GetHold() []uint64 {
+	if x != nil {
+		return x.Hold
+	}
+	return nil
+}
+
+func (x *HoldLeasesRequest) GetRenew() []uint64 {
+	if x != nil {
+		return x.Renew
+	}
+	return nil
+}
+
+func (x *HoldLeasesRequest) GetRelease() []uint64 {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
+// HoldLeasesResponse answers hold then renew, positionally: one ItemError
+// per id (code 0 for success). lease_ttl_ns is how long a renewed lease
+// lasts from the request.
+type HoldLeasesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Errors        []*ItemError           `protobuf:"bytes,1,rep,name=errors,proto3" json:"errors,omitempty"`
+	LeaseTtlNs    int64                  `protobuf:"varint,2,opt,name=lease_ttl_ns,json=leaseTtlNs,proto3" json:"lease_ttl_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldLeasesResponse) Reset() {
+	*x = HoldLeasesResponse{}
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldLeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldLeasesResponse) ProtoMessage() {}
+
+func (x *HoldLeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldLeasesResponse.ProtoReflect.Descriptor instead.
+func (*HoldLeasesResponse) Descriptor() ([]byte, []int) {
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *HoldLeasesResponse) GetErrors() []*ItemError {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+func (x *HoldLeasesResponse) GetLeaseTtlNs() int64 {
+	if x != nil {
+		return x.LeaseTtlNs
+	}
+	return 0
+}
+
 // ReportUnreachableRequest tells the master that a client could not reach a
 // segment's provider (its fd-exchange server refused the connection): the
 // master stops placing on the segment at once and confirms the provider's
@@ -2134,7 +2262,7 @@ type ReportUnreachableRequest struct {
 
 func (x *ReportUnreachableRequest) Reset() {
 	*x = ReportUnreachableRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2274,7 @@ func (x *ReportUnreachableRequest) String() string {
 func (*ReportUnreachableRequest) ProtoMessage() {}
 
 func (x *ReportUnreachableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2287,7 @@ func (x *ReportUnreachableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnreachableRequest.ProtoReflect.Descriptor instead.
 func (*ReportUnreachableRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{35}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReportUnreachableRequest) GetClientId() string {
@@ -2198,7 +2326,7 @@ type ReportUnreachableResponse struct {
 
 func (x *ReportUnreachableResponse) Reset() {
 	*x = ReportUnreachableResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2338,7 @@ func (x *ReportUnreachableResponse) String() string {
 func (*ReportUnreachableResponse) ProtoMessage() {}
 
 func (x *ReportUnreachableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2351,7 @@ func (x *ReportUnreachableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnreachableResponse.ProtoReflect.Descriptor instead.
 func (*ReportUnreachableResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{36}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{38}
 }
 
 // UnregisterClientRequest ends a registration at once (a client closing
@@ -2238,7 +2366,7 @@ type UnregisterClientRequest struct {
 
 func (x *UnregisterClientRequest) Reset() {
 	*x = UnregisterClientRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2378,7 @@ func (x *UnregisterClientRequest) String() string {
 func (*UnregisterClientRequest) ProtoMessage() {}
 
 func (x *UnregisterClientRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2391,7 @@ func (x *UnregisterClientRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterClientRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterClientRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{37}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *UnregisterClientRequest) GetClientId() string {
@@ -2281,7 +2409,7 @@ type UnregisterClientResponse struct {
 
 func (x *UnregisterClientResponse) Reset() {
 	*x = UnregisterClientResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2421,7 @@ func (x *UnregisterClientResponse) String() string {
 func (*UnregisterClientResponse) ProtoMessage() {}
 
 func (x *UnregisterClientResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2434,7 @@ func (x *UnregisterClientResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterClientResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterClientResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{38}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{40}
 }
 
 type UsageStats struct {
@@ -2323,7 +2451,7 @@ type UsageStats struct {
 
 func (x *UsageStats) Reset() {
 	*x = UsageStats{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2463,7 @@ func (x *UsageStats) String() string {
 func (*UsageStats) ProtoMessage() {}
 
 func (x *UsageStats) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2476,7 @@ func (x *UsageStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageStats.ProtoReflect.Descriptor instead.
 func (*UsageStats) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{39}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UsageStats) GetNode() string {
@@ -2401,7 +2529,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2541,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2554,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{40}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{42}
 }
 
 type StatsResponse struct {
@@ -2439,13 +2567,14 @@ type StatsResponse struct {
 	Locations     []*UsageStats          `protobuf:"bytes,6,rep,name=locations,proto3" json:"locations,omitempty"`
 	Evictions     uint64                 `protobuf:"varint,7,opt,name=evictions,proto3" json:"evictions,omitempty"`
 	ClientStats   []*ClientStats         `protobuf:"bytes,8,rep,name=client_stats,json=clientStats,proto3" json:"client_stats,omitempty"`
+	Views         uint64                 `protobuf:"varint,9,opt,name=views,proto3" json:"views,omitempty"` // read leases held as views, all clients
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2586,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2599,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{41}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StatsResponse) GetObjects() uint64 {
@@ -2529,6 +2658,13 @@ func (x *StatsResponse) GetClientStats() []*ClientStats {
 	return nil
 }
 
+func (x *StatsResponse) GetViews() uint64 {
+	if x != nil {
+		return x.Views
+	}
+	return 0
+}
+
 // ClientStats is one registered client as the master sees it.
 type ClientStats struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -2540,13 +2676,14 @@ type ClientStats struct {
 	Driver         string                 `protobuf:"bytes,6,opt,name=driver,proto3" json:"driver,omitempty"`                                                                  // as registered: "cuda", "sim" or "" (unknown)
 	HandleKinds    []HandleKind           `protobuf:"varint,7,rep,packed,name=handle_kinds,json=handleKinds,proto3,enum=kvfabric.v1.HandleKind" json:"handle_kinds,omitempty"` // of the segments it provides, distinct, sorted
 	FabricDomain   string                 `protobuf:"bytes,8,opt,name=fabric_domain,json=fabricDomain,proto3" json:"fabric_domain,omitempty"`
+	Views          uint32                 `protobuf:"varint,9,opt,name=views,proto3" json:"views,omitempty"` // read leases it holds as views
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ClientStats) Reset() {
 	*x = ClientStats{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2695,7 @@ func (x *ClientStats) String() string {
 func (*ClientStats) ProtoMessage() {}
 
 func (x *ClientStats) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2708,7 @@ func (x *ClientStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientStats.ProtoReflect.Descriptor instead.
 func (*ClientStats) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{42}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ClientStats) GetId() string {
@@ -2628,6 +2765,13 @@ func (x *ClientStats) GetFabricDomain() string {
 		return x.FabricDomain
 	}
 	return ""
+}
+
+func (x *ClientStats) GetViews() uint32 {
+	if x != nil {
+		return x.Views
+	}
+	return 0
 }
 
 var File_kvfabric_v1_kvfabric_proto protoreflect.FileDescriptor
@@ -2762,7 +2906,16 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\bsegments\x18\x01 \x03(\v2\x1e.kvfabric.v1.SegmentDescriptorR\bsegments\"3\n" +
 	"\x14ReleaseLeasesRequest\x12\x1b\n" +
 	"\tlease_ids\x18\x01 \x03(\x06R\bleaseIds\"\x17\n" +
-	"\x15ReleaseLeasesResponse\"\x8e\x01\n" +
+	"\x15ReleaseLeasesResponse\"t\n" +
+	"\x11HoldLeasesRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x12\n" +
+	"\x04hold\x18\x02 \x03(\x06R\x04hold\x12\x14\n" +
+	"\x05renew\x18\x03 \x03(\x06R\x05renew\x12\x18\n" +
+	"\arelease\x18\x04 \x03(\x06R\arelease\"f\n" +
+	"\x12HoldLeasesResponse\x12.\n" +
+	"\x06errors\x18\x01 \x03(\v2\x16.kvfabric.v1.ItemErrorR\x06errors\x12 \n" +
+	"\flease_ttl_ns\x18\x02 \x01(\x03R\n" +
+	"leaseTtlNs\"\x8e\x01\n" +
 	"\x18ReportUnreachableRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
 	"\n" +
@@ -2783,7 +2936,7 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\bsegments\x18\x04 \x01(\rR\bsegments\x12\x1a\n" +
 	"\bcapacity\x18\x05 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04used\x18\x06 \x01(\x04R\x04used\"\x0e\n" +
-	"\fStatsRequest\"\xc3\x02\n" +
+	"\fStatsRequest\"\xd9\x02\n" +
 	"\rStatsResponse\x12\x18\n" +
 	"\aobjects\x18\x01 \x01(\x04R\aobjects\x12!\n" +
 	"\fpending_puts\x18\x02 \x01(\x04R\vpendingPuts\x12\x1a\n" +
@@ -2792,7 +2945,8 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x05tiers\x18\x05 \x03(\v2\x17.kvfabric.v1.UsageStatsR\x05tiers\x125\n" +
 	"\tlocations\x18\x06 \x03(\v2\x17.kvfabric.v1.UsageStatsR\tlocations\x12\x1c\n" +
 	"\tevictions\x18\a \x01(\x04R\tevictions\x12;\n" +
-	"\fclient_stats\x18\b \x03(\v2\x18.kvfabric.v1.ClientStatsR\vclientStats\"\x92\x02\n" +
+	"\fclient_stats\x18\b \x03(\v2\x18.kvfabric.v1.ClientStatsR\vclientStats\x12\x14\n" +
+	"\x05views\x18\t \x01(\x04R\x05views\"\xa8\x02\n" +
 	"\vClientStats\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x1a\n" +
@@ -2801,7 +2955,8 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\fmapped_bytes\x18\x05 \x01(\x04R\vmappedBytes\x12\x16\n" +
 	"\x06driver\x18\x06 \x01(\tR\x06driver\x12:\n" +
 	"\fhandle_kinds\x18\a \x03(\x0e2\x17.kvfabric.v1.HandleKindR\vhandleKinds\x12#\n" +
-	"\rfabric_domain\x18\b \x01(\tR\ffabricDomain*9\n" +
+	"\rfabric_domain\x18\b \x01(\tR\ffabricDomain\x12\x14\n" +
+	"\x05views\x18\t \x01(\rR\x05views*9\n" +
 	"\x04Tier\x12\x14\n" +
 	"\x10TIER_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tTIER_DRAM\x10\x01\x12\f\n" +
@@ -2810,7 +2965,7 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"HandleKind\x12\x1b\n" +
 	"\x17HANDLE_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12HANDLE_KIND_FABRIC\x10\x01\x12\x18\n" +
-	"\x14HANDLE_KIND_POSIX_FD\x10\x022\x8d\n" +
+	"\x14HANDLE_KIND_POSIX_FD\x10\x022\xdc\n" +
 	"\n" +
 	"\x06Master\x12Y\n" +
 	"\x0eRegisterClient\x12\".kvfabric.v1.RegisterClientRequest\x1a#.kvfabric.v1.RegisterClientResponse\x12J\n" +
@@ -2826,7 +2981,9 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\tRemoveAll\x12\x1d.kvfabric.v1.RemoveAllRequest\x1a\x1e.kvfabric.v1.RemoveAllResponse\x12S\n" +
 	"\fListSegments\x12 .kvfabric.v1.ListSegmentsRequest\x1a!.kvfabric.v1.ListSegmentsResponse\x12>\n" +
 	"\x05Stats\x12\x19.kvfabric.v1.StatsRequest\x1a\x1a.kvfabric.v1.StatsResponse\x12V\n" +
-	"\rReleaseLeases\x12!.kvfabric.v1.ReleaseLeasesRequest\x1a\".kvfabric.v1.ReleaseLeasesResponse\x12b\n" +
+	"\rReleaseLeases\x12!.kvfabric.v1.ReleaseLeasesRequest\x1a\".kvfabric.v1.ReleaseLeasesResponse\x12M\n" +
+	"\n" +
+	"HoldLeases\x12\x1e.kvfabric.v1.HoldLeasesRequest\x1a\x1f.kvfabric.v1.HoldLeasesResponse\x12b\n" +
 	"\x11ReportUnreachable\x12%.kvfabric.v1.ReportUnreachableRequest\x1a&.kvfabric.v1.ReportUnreachableResponse\x12_\n" +
 	"\x10UnregisterClient\x12$.kvfabric.v1.UnregisterClientRequest\x1a%.kvfabric.v1.UnregisterClientResponseB9Z7github.com/kvfabric/kvfabric/api/kvfabric/v1;kvfabricv1b\x06proto3"
 
@@ -2843,7 +3000,7 @@ func file_kvfabric_v1_kvfabric_proto_rawDescGZIP() []byte {
 }
 
 var file_kvfabric_v1_kvfabric_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kvfabric_v1_kvfabric_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_kvfabric_v1_kvfabric_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_kvfabric_v1_kvfabric_proto_goTypes = []any{
 	(Tier)(0),                         // 0: kvfabric.v1.Tier
 	(HandleKind)(0),                   // 1: kvfabric.v1.HandleKind
@@ -2882,14 +3039,16 @@ var file_kvfabric_v1_kvfabric_proto_goTypes = []any{
 	(*ListSegmentsResponse)(nil),      // 34: kvfabric.v1.ListSegmentsResponse
 	(*ReleaseLeasesRequest)(nil),      // 35: kvfabric.v1.ReleaseLeasesRequest
 	(*ReleaseLeasesResponse)(nil),     // 36: kvfabric.v1.ReleaseLeasesResponse
-	(*ReportUnreachableRequest)(nil),  // 37: kvfabric.v1.ReportUnreachableRequest
-	(*ReportUnreachableResponse)(nil), // 38: kvfabric.v1.ReportUnreachableResponse
-	(*UnregisterClientRequest)(nil),   // 39: kvfabric.v1.UnregisterClientRequest
-	(*UnregisterClientResponse)(nil),  // 40: kvfabric.v1.UnregisterClientResponse
-	(*UsageStats)(nil),                // 41: kvfabric.v1.UsageStats
-	(*StatsRequest)(nil),              // 42: kvfabric.v1.StatsRequest
-	(*StatsResponse)(nil),             // 43: kvfabric.v1.StatsResponse
-	(*ClientStats)(nil),               // 44: kvfabric.v1.ClientStats
+	(*HoldLeasesRequest)(nil),         // 37: kvfabric.v1.HoldLeasesRequest
+	(*HoldLeasesResponse)(nil),        // 38: kvfabric.v1.HoldLeasesResponse
+	(*ReportUnreachableRequest)(nil),  // 39: kvfabric.v1.ReportUnreachableRequest
+	(*ReportUnreachableResponse)(nil), // 40: kvfabric.v1.ReportUnreachableResponse
+	(*UnregisterClientRequest)(nil),   // 41: kvfabric.v1.UnregisterClientRequest
+	(*UnregisterClientResponse)(nil),  // 42: kvfabric.v1.UnregisterClientResponse
+	(*UsageStats)(nil),                // 43: kvfabric.v1.UsageStats
+	(*StatsRequest)(nil),              // 44: kvfabric.v1.StatsRequest
+	(*StatsResponse)(nil),             // 45: kvfabric.v1.StatsResponse
+	(*ClientStats)(nil),               // 46: kvfabric.v1.ClientStats
 }
 var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	1,  // 0: kvfabric.v1.Handle.kind:type_name -> kvfabric.v1.HandleKind
@@ -2913,48 +3072,51 @@ var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	25, // 18: kvfabric.v1.GetReplicasResponse.results:type_name -> kvfabric.v1.GetResult
 	4,  // 19: kvfabric.v1.RemoveResponse.errors:type_name -> kvfabric.v1.ItemError
 	3,  // 20: kvfabric.v1.ListSegmentsResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
-	0,  // 21: kvfabric.v1.UsageStats.tier:type_name -> kvfabric.v1.Tier
-	41, // 22: kvfabric.v1.StatsResponse.tiers:type_name -> kvfabric.v1.UsageStats
-	41, // 23: kvfabric.v1.StatsResponse.locations:type_name -> kvfabric.v1.UsageStats
-	44, // 24: kvfabric.v1.StatsResponse.client_stats:type_name -> kvfabric.v1.ClientStats
-	1,  // 25: kvfabric.v1.ClientStats.handle_kinds:type_name -> kvfabric.v1.HandleKind
-	5,  // 26: kvfabric.v1.Master.RegisterClient:input_type -> kvfabric.v1.RegisterClientRequest
-	7,  // 27: kvfabric.v1.Master.Heartbeat:input_type -> kvfabric.v1.HeartbeatRequest
-	9,  // 28: kvfabric.v1.Master.MountSegment:input_type -> kvfabric.v1.MountSegmentRequest
-	11, // 29: kvfabric.v1.Master.UnmountSegment:input_type -> kvfabric.v1.UnmountSegmentRequest
-	15, // 30: kvfabric.v1.Master.PutStart:input_type -> kvfabric.v1.PutStartRequest
-	20, // 31: kvfabric.v1.Master.PutEnd:input_type -> kvfabric.v1.PutEndRequest
-	22, // 32: kvfabric.v1.Master.PutRevoke:input_type -> kvfabric.v1.PutRevokeRequest
-	24, // 33: kvfabric.v1.Master.GetReplicas:input_type -> kvfabric.v1.GetReplicasRequest
-	27, // 34: kvfabric.v1.Master.Exists:input_type -> kvfabric.v1.ExistsRequest
-	29, // 35: kvfabric.v1.Master.Remove:input_type -> kvfabric.v1.RemoveRequest
-	31, // 36: kvfabric.v1.Master.RemoveAll:input_type -> kvfabric.v1.RemoveAllRequest
-	33, // 37: kvfabric.v1.Master.ListSegments:input_type -> kvfabric.v1.ListSegmentsRequest
-	42, // 38: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
-	35, // 39: kvfabric.v1.Master.ReleaseLeases:input_type -> kvfabric.v1.ReleaseLeasesRequest
-	37, // 40: kvfabric.v1.Master.ReportUnreachable:input_type -> kvfabric.v1.ReportUnreachableRequest
-	39, // 41: kvfabric.v1.Master.UnregisterClient:input_type -> kvfabric.v1.UnregisterClientRequest
-	6,  // 42: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
-	8,  // 43: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
-	10, // 44: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
-	12, // 45: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
-	18, // 46: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
-	21, // 47: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
-	23, // 48: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
-	26, // 49: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
-	28, // 50: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
-	30, // 51: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
-	32, // 52: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
-	34, // 53: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
-	43, // 54: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
-	36, // 55: kvfabric.v1.Master.ReleaseLeases:output_type -> kvfabric.v1.ReleaseLeasesResponse
-	38, // 56: kvfabric.v1.Master.ReportUnreachable:output_type -> kvfabric.v1.ReportUnreachableResponse
-	40, // 57: kvfabric.v1.Master.UnregisterClient:output_type -> kvfabric.v1.UnregisterClientResponse
-	42, // [42:58] is the sub-list for method output_type
-	26, // [26:42] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	4,  // 21: kvfabric.v1.HoldLeasesResponse.errors:type_name -> kvfabric.v1.ItemError
+	0,  // 22: kvfabric.v1.UsageStats.tier:type_name -> kvfabric.v1.Tier
+	43, // 23: kvfabric.v1.StatsResponse.tiers:type_name -> kvfabric.v1.UsageStats
+	43, // 24: kvfabric.v1.StatsResponse.locations:type_name -> kvfabric.v1.UsageStats
+	46, // 25: kvfabric.v1.StatsResponse.client_stats:type_name -> kvfabric.v1.ClientStats
+	1,  // 26: kvfabric.v1.ClientStats.handle_kinds:type_name -> kvfabric.v1.HandleKind
+	5,  // 27: kvfabric.v1.Master.RegisterClient:input_type -> kvfabric.v1.RegisterClientRequest
+	7,  // 28: kvfabric.v1.Master.Heartbeat:input_type -> kvfabric.v1.HeartbeatRequest
+	9,  // 29: kvfabric.v1.Master.MountSegment:input_type -> kvfabric.v1.MountSegmentRequest
+	11, // 30: kvfabric.v1.Master.UnmountSegment:input_type -> kvfabric.v1.UnmountSegmentRequest
+	15, // 31: kvfabric.v1.Master.PutStart:input_type -> kvfabric.v1.PutStartRequest
+	20, // 32: kvfabric.v1.Master.PutEnd:input_type -> kvfabric.v1.PutEndRequest
+	22, // 33: kvfabric.v1.Master.PutRevoke:input_type -> kvfabric.v1.PutRevokeRequest
+	24, // 34: kvfabric.v1.Master.GetReplicas:input_type -> kvfabric.v1.GetReplicasRequest
+	27, // 35: kvfabric.v1.Master.Exists:input_type -> kvfabric.v1.ExistsRequest
+	29, // 36: kvfabric.v1.Master.Remove:input_type -> kvfabric.v1.RemoveRequest
+	31, // 37: kvfabric.v1.Master.RemoveAll:input_type -> kvfabric.v1.RemoveAllRequest
+	33, // 38: kvfabric.v1.Master.ListSegments:input_type -> kvfabric.v1.ListSegmentsRequest
+	44, // 39: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
+	35, // 40: kvfabric.v1.Master.ReleaseLeases:input_type -> kvfabric.v1.ReleaseLeasesRequest
+	37, // 41: kvfabric.v1.Master.HoldLeases:input_type -> kvfabric.v1.HoldLeasesRequest
+	39, // 42: kvfabric.v1.Master.ReportUnreachable:input_type -> kvfabric.v1.ReportUnreachableRequest
+	41, // 43: kvfabric.v1.Master.UnregisterClient:input_type -> kvfabric.v1.UnregisterClientRequest
+	6,  // 44: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
+	8,  // 45: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
+	10, // 46: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
+	12, // 47: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
+	18, // 48: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
+	21, // 49: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
+	23, // 50: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
+	26, // 51: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
+	28, // 52: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
+	30, // 53: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
+	32, // 54: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
+	34, // 55: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
+	45, // 56: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
+	36, // 57: kvfabric.v1.Master.ReleaseLeases:output_type -> kvfabric.v1.ReleaseLeasesResponse
+	38, // 58: kvfabric.v1.Master.HoldLeases:output_type -> kvfabric.v1.HoldLeasesResponse
+	40, // 59: kvfabric.v1.Master.ReportUnreachable:output_type -> kvfabric.v1.ReportUnreachableResponse
+	42, // 60: kvfabric.v1.Master.UnregisterClient:output_type -> kvfabric.v1.UnregisterClientResponse
+	44, // [44:61] is the sub-list for method output_type
+	27, // [27:44] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_kvfabric_v1_kvfabric_proto_init() }
@@ -2968,7 +3130,7 @@ func file_kvfabric_v1_kvfabric_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvfabric_v1_kvfabric_proto_rawDesc), len(file_kvfabric_v1_kvfabric_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

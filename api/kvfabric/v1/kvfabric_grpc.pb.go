@@ -33,6 +33,7 @@ const (
 	Master_ListSegments_FullMethodName      = "/kvfabric.v1.Master/ListSegments"
 	Master_Stats_FullMethodName             = "/kvfabric.v1.Master/Stats"
 	Master_ReleaseLeases_FullMethodName     = "/kvfabric.v1.Master/ReleaseLeases"
+	Master_HoldLeases_FullMethodName        = "/kvfabric.v1.Master/HoldLeases"
 	Master_ReportUnreachable_FullMethodName = "/kvfabric.v1.Master/ReportUnreachable"
 	Master_UnregisterClient_FullMethodName  = "/kvfabric.v1.Master/UnregisterClient"
 )
@@ -65,6 +66,7 @@ type MasterClient interface {
 	ListSegments(ctx context.Context, in *ListSegmentsRequest, opts ...grpc.CallOption) (*ListSegmentsResponse, error)
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
 	ReleaseLeases(ctx context.Context, in *ReleaseLeasesRequest, opts ...grpc.CallOption) (*ReleaseLeasesResponse, error)
+	HoldLeases(ctx context.Context, in *HoldLeasesRequest, opts ...grpc.CallOption) (*HoldLeasesResponse, error)
 	ReportUnreachable(ctx context.Context, in *ReportUnreachableRequest, opts ...grpc.CallOption) (*ReportUnreachableResponse, error)
 	UnregisterClient(ctx context.Context, in *UnregisterClientRequest, opts ...grpc.CallOption) (*UnregisterClientResponse, error)
 }
@@ -217,6 +219,16 @@ func (c *masterClient) ReleaseLeases(ctx context.Context, in *ReleaseLeasesReque
 	return out, nil
 }
 
+func (c *masterClient) HoldLeases(ctx context.Context, in *HoldLeasesRequest, opts ...grpc.CallOption) (*HoldLeasesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HoldLeasesResponse)
+	err := c.cc.Invoke(ctx, Master_HoldLeases_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *masterClient) ReportUnreachable(ctx context.Context, in *ReportUnreachableRequest, opts ...grpc.CallOption) (*ReportUnreachableResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReportUnreachableResponse)
@@ -265,6 +277,7 @@ type MasterServer interface {
 	ListSegments(context.Context, *ListSegmentsRequest) (*ListSegmentsResponse, error)
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
 	ReleaseLeases(context.Context, *ReleaseLeasesRequest) (*ReleaseLeasesResponse, error)
+	HoldLeases(context.Context, *HoldLeasesRequest) (*HoldLeasesResponse, error)
 	ReportUnreachable(context.Context, *ReportUnreachableRequest) (*ReportUnreachableResponse, error)
 	UnregisterClient(context.Context, *UnregisterClientRequest) (*UnregisterClientResponse, error)
 	mustEmbedUnimplementedMasterServer()
@@ -318,6 +331,9 @@ func (UnimplementedMasterServer) Stats(context.Context, *StatsRequest) (*StatsRe
 }
 func (UnimplementedMasterServer) ReleaseLeases(context.Context, *ReleaseLeasesRequest) (*ReleaseLeasesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseLeases not implemented")
+}
+func (UnimplementedMasterServer) HoldLeases(context.Context, *HoldLeasesRequest) (*HoldLeasesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method HoldLeases not implemented")
 }
 func (UnimplementedMasterServer) ReportUnreachable(context.Context, *ReportUnreachableRequest) (*ReportUnreachableResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportUnreachable not implemented")
@@ -598,6 +614,24 @@ func _Master_ReleaseLeases_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_HoldLeases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HoldLeasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).HoldLeases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_HoldLeases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).HoldLeases(ctx, req.(*HoldLeasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Master_ReportUnreachable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReportUnreachableRequest)
 	if err := dec(in); err != nil {
@@ -696,6 +730,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleaseLeases",
 			Handler:    _Master_ReleaseLeases_Handler,
+		},
+		{
+			MethodName: "HoldLeases",
+			Handler:    _Master_HoldLeases_Handler,
 		},
 		{
 			MethodName: "ReportUnreachable",

@@ -72,7 +72,7 @@ function render(st) {
     "at " + new Date(st.time).toLocaleTimeString() + " · up " + num(st.uptime_seconds / 60, 1) + " min";
 
   const totals = [["segments", st.segments], ["objects", st.objects], ["pending puts", st.pending_puts],
-    ["leases held", st.leases_held], ["clients", st.clients]];
+    ["leases held", st.leases_held], ["views held", st.views_held], ["clients", st.clients]];
   document.getElementById("totals").replaceChildren(...totals.map(([k, v]) =>
     el("div", { class: "total", id: "total-" + k.replace(/ /g, "-") }, el("b", {}, num(v)), el("span", { class: "muted" }, k))));
 
@@ -133,6 +133,7 @@ function render(st) {
       c.segments ? c.segments + " segs, " + bytes(c.capacity_bytes) : "–",
       c.mapped_segments ? c.mapped_segments + " segs, " + bytes(c.mapped_bytes) : "–",
       c.pending_puts ? c.pending_puts + " (" + bytes(c.reserved_bytes) + ")" : "0",
+      num(c.views || 0),
       ago(c.heartbeat_ago_seconds),
       el("td", { class: c.liveness, title: "registration expires in " + num(c.expires_in_seconds, 1) + " s (TTL " + num(c.ttl_seconds, 1) + " s)" }, c.liveness));
     tr.dataset.client = c.id;
