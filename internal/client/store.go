@@ -139,6 +139,7 @@ type Store struct {
 	closeTimeout time.Duration
 	chunk        int // Options.PipelineChunk
 	rel          releaser
+	keeper       viewKeeper // renews held Views' leases (views.go)
 	exitOnClose  bool
 	mnt          *mounter // the pool's Mounter
 
@@ -703,7 +704,8 @@ const CloseTimeout = 30 * time.Second
 
 // Close tears the Store down. Teardown order:
 //  1. refuse new operations and wait (bounded) for those in flight;
-//  2. stop heartbeats;
+//  2. release the Views still held (their leases end, their mappings are
+//     released) and stop renewing views; stop heartbeats;
 //  3. close the provider pool (unmount → unregister fds → unmap → free VA →
 //     release, per chunk; see pool.Pool.Close);
 //  4. close the fd-exchange server (after the pool: it serves the pool's fds);
@@ -771,6 +773,12 @@ func (s *Store) teardown() error {
 		releaseCtx  = "release context"
 	)
 	err := s.mu.done.Run(
+		teardown.Step{Name: "release views", Do: func() error {
+			for _, v := range s.keeper.stop() {
+				v.Release() // the caller's kernels reading them are done (Views' contract)
+			}
+			return nil
+		}},
 		teardown.Step{Name: "stop lease releases", Do: func() error {
 			s.rel.stop() // sends what is queued while the master is there
 			return nil
