@@ -38,8 +38,8 @@ type Status struct {
 	// ViewsHeld: views clients hold (Store.Acquire): read leases they
 	// renew for as long as they read the objects in place.
 	ViewsHeld int `json:"views_held"`
-	Segments   int `json:"segments"`
-	Clients    int `json:"clients"`
+	Segments  int `json:"segments"`
+	Clients   int `json:"clients"`
 	// Tiers: capacity and usage per tier; Blocks counts allocated ranges
 	// (replicas of visible objects and of puts in progress).
 	Tiers []TierStatus `json:"tiers"`
