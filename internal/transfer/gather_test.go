@@ -751,3 +751,64 @@ func TestGatherEmulationRegistered(t *testing.T) {
 	}
 	t.Fatal("the embedded gather PTX's entry was not resolved")
 }
+
+// TestGatherOnDevice checks the kernel's paths that the simulator's
+// emulation does not model — the 16/8/4/1-byte copy units chosen by
+// alignment, rows above 16 KiB split across CTAs (grid.y), warps striding
+// over more rows than the grid has warps — byte-exact
+// with out-of-range rows zeroed and counted once each. It runs on the
+// simulator unless KVFABRIC_GPU_TESTS=1, then on the GPU.
+func TestGatherOnDevice(t *testing.T) {
+	e := newBenchEnv(t)
+	eng := newEngine(t, e, transfer.Options{})
+	for _, tc := range []struct {
+		name     string
+		rowBytes uint64
+		misalign bool
+		k        int
+		idxBytes int // 0: host
+	}{
+		{"16-byte units", 1152, false, 32, 0},
+		{"16-byte units int32", 1152, false, 32, 4},
+		{"8-byte units", 24, false, 40, 8},
+		{"4-byte units", 12, false, 40, 4},
+		{"byte units", 13, false, 40, 8},
+		{"byte units misaligned base", 64, true, 40, 0},
+		{"split rows", 40 << 10, false, 3, 8},
+		{"split rows odd", 40<<10 + 8, true, 3, 0},
+		// 700,000 rows: more warps than the grid's 65,536 CTAs x 8 have.
+		{"grid-stride", 16, false, 100000, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(tc.rowBytes, uint64(tc.k)))
+			const nobj = 7
+			maxRows := int(min(60, (3<<20)/tc.rowBytes))
+			src := newGatherSrc(t, e, rng, nobj, tc.rowBytes, maxRows, false, tc.misalign)
+			idx := src.randIdx(rng, seq(nobj), tc.k)
+			for j := 0; j < len(idx); j += 5 {
+				idx[j] = src.objs[j/tc.k].Rows + uint64(j%3) // out of range, once in five
+			}
+			want, wantBad := src.want(seq(nobj), tc.k, idx)
+			g := transfer.Gather{Objs: src.objs, PerObj: tc.k, RowBytes: tc.rowBytes}
+			if tc.idxBytes == 0 {
+				g.Host = idx
+			} else {
+				g.Device, g.IdxBytes = upload(t, e, idx, tc.idxBytes), tc.idxBytes
+			}
+			off := cuda.DevicePtr(0)
+			if tc.misalign {
+				off = 7
+			}
+			g.Dst = poisoned(t, e, uint64(len(want))+8) + off
+			var read func() uint32
+			g.Bad, read = counter(t, e)
+			if err := runGather(eng, e, e.s, g, true); err != nil {
+				t.Fatal(err)
+			}
+			checkDst(t, e, g.Dst, want, tc.rowBytes)
+			if n := read(); n != wantBad {
+				t.Fatalf("bad counter %d, want %d", n, wantBad)
+			}
+		})
+	}
+}
