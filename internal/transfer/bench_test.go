@@ -183,3 +183,219 @@ func BenchmarkCrossStream(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGather measures Engine.Gather in the sparse-attention shape
+// (DeepSeek DSA on H200): 64 objects of 65,536 rows x 1,152 B in a
+// DRAM-tier (HOST_NUMA VMM) allocation, 32 random rows selected per object
+// — 2,048 rows, 2.25 MiB — gathered into HBM by one kvf_gather_rows launch.
+// Index sets rotate over 64 random draws (151 MiB of distinct source rows,
+// more than the GPU's L2), each checked byte-exact once before timing.
+//
+// Reported per index kind (host: uploaded with the object table; int32 and
+// int64: device-resident): GB/s of selected bytes over GPU time (two events
+// around the op, the table upload and the CPU's issuing included), and
+// gpu-us/gather. An op is one gather (inflight=1: a decode step's single
+// gather, waited for) or 8 back to back on the stream (inflight=8: e.g.
+// one gather per layer; the CPU issues ahead of the GPU, so this is the
+// GPU's throughput). Next to them the same run's copy-engine ceilings — one
+// cuMemcpyAsync of the same byte count (ce-same-GB/s) and of 256 MiB
+// (ceil-GB/s) from the same DRAM — with the ratios to each. The testing
+// package's MB/s is wall time (launch latency and the wait included). For
+// comparison, path=copy_blocks moves the same rows as 2,048 copies through
+// the SM copy kernel (Submit with RouteKernel).
+//
+// It needs a GPU (KVFABRIC_GPU_TESTS=1) and skips on the simulator, whose
+// memory could not hold the 4.5 GiB source.
+//
+//	KVFABRIC_GPU_TESTS=1 go test -run '^$' -bench Gather ./internal/transfer
+func BenchmarkGather(b *testing.B) {
+	if !gpuTests() {
+		b.Skip("needs a GPU (KVFABRIC_GPU_TESTS=1): the 4.5 GiB DRAM source is too large for the simulator")
+	}
+	e := newBenchEnv(b)
+	const (
+		nobj, objRows, rowBytes, k = 64, 65536, 1152, 32
+		sets                       = 64
+		n                          = nobj * k
+		sel                        = n * rowBytes // selected bytes per gather
+		objBytes                   = objRows * rowBytes
+		ceilBytes                  = 256 << 20
+	)
+	dram := e.dram(b, nobj*objBytes)
+	// DRAM[x] = pat[x % len(pat)]: an odd period, so that rows at different
+	// offsets hold different bytes; written by copy-engine copies from HBM.
+	rng := rand.New(rand.NewPCG(2048, 1152))
+	pat := make([]byte, 64<<20-5)
+	for i := range pat {
+		pat[i] = byte(rng.Uint32())
+	}
+	hpat := e.hbm(b, uint64(len(pat)))
+	if err := e.drv.MemcpyHtoD(e.ctx, hpat, pat); err != nil {
+		b.Fatal(err)
+	}
+	for off := uint64(0); off < nobj*objBytes; off += uint64(len(pat)) {
+		c := cuda.Copy{Dst: dram + cuda.DevicePtr(off), Src: hpat, Len: min(uint64(len(pat)), nobj*objBytes-off)}
+		if err := e.drv.MemcpyAsync(e.ctx, []cuda.Copy{c}, e.s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := e.drv.StreamSynchronize(e.ctx, e.s); err != nil {
+		b.Fatal(err)
+	}
+	objs := make([]transfer.GatherObj, nobj)
+	for o := range objs {
+		objs[o] = transfer.GatherObj{Base: dram + cuda.DevicePtr(o*objBytes), Rows: objRows}
+	}
+	idx := make([][]uint64, sets)
+	for s := range idx {
+		idx[s] = make([]uint64, n)
+		for r := range idx[s] {
+			idx[s][r] = rng.Uint64N(objRows)
+		}
+	}
+	var dev [2]cuda.DevicePtr // int32, int64 indices of every set
+	for j, w := range []int{4, 8} {
+		var all []uint64
+		for _, ix := range idx {
+			all = append(all, ix...)
+		}
+		dev[j] = upload(b, e, all, w)
+	}
+	dst := e.hbm(b, sel)
+	poison := poisoned(b, e, sel)
+	big := e.hbm(b, ceilBytes)
+
+	var evs [2]cuda.Event
+	for i := range evs {
+		ev, err := e.drv.EventCreate(e.ctx, cuda.EventDefault)
+		if err != nil {
+			b.Fatal(err)
+		}
+		evs[i] = ev
+		b.Cleanup(func() {
+			if err := e.drv.EventDestroy(e.ctx, ev); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	// timeOne returns the GPU time, in ms, of the work fn enqueues on e.s.
+	timeOne := func(fn func() error) float64 {
+		b.Helper()
+		if err := e.drv.EventRecord(e.ctx, evs[0], e.s); err != nil {
+			b.Fatal(err)
+		}
+		if err := fn(); err != nil {
+			b.Fatal(err)
+		}
+		if err := e.drv.EventRecord(e.ctx, evs[1], e.s); err != nil {
+			b.Fatal(err)
+		}
+		if err := e.drv.EventSynchronize(e.ctx, evs[1]); err != nil {
+			b.Fatal(err)
+		}
+		ms, err := e.drv.EventElapsedTime(e.ctx, evs[0], evs[1])
+		if err != nil {
+			b.Fatal(err)
+		}
+		return float64(ms)
+	}
+	// ceiling returns the GB/s of reps copy-engine copies of c, after one
+	// warm-up.
+	ceiling := func(c cuda.Copy, reps int) float64 {
+		copyOne := func() error { return e.drv.MemcpyAsync(e.ctx, []cuda.Copy{c}, e.s) }
+		timeOne(copyOne)
+		ms := 0.0
+		for range reps {
+			ms += timeOne(copyOne)
+		}
+		return float64(c.Len) * float64(reps) / (ms * 1e6)
+	}
+	ceSame := ceiling(cuda.Copy{Dst: dst, Src: dram + 3*objBytes/2, Len: sel}, 50)
+	ceil := ceiling(cuda.Copy{Dst: big, Src: dram + objBytes, Len: ceilBytes}, 10)
+
+	eng := newEngine(b, e, transfer.Options{})
+	kEng := newEngine(b, e, transfer.Options{Route: transfer.RouteKernel})
+	gathers := func(kind int) func(s int) error { // kind 0: host, 1: int32, 2: int64
+		return func(s int) error {
+			g := transfer.Gather{Objs: objs, PerObj: k, RowBytes: rowBytes, Dst: dst}
+			if kind == 0 {
+				g.Host = idx[s]
+			} else {
+				w := 4 * kind
+				g.Device, g.IdxBytes = dev[kind-1]+cuda.DevicePtr(s*n*w), w
+			}
+			return eng.Gather(e.s, g)
+		}
+	}
+	copies := make([][]cuda.Copy, sets)
+	for s := range copies {
+		copies[s] = make([]cuda.Copy, n)
+		for r, i := range idx[s] {
+			src := objs[r/k].Base + cuda.DevicePtr(i*rowBytes)
+			copies[s][r] = cuda.Copy{Dst: dst + cuda.DevicePtr(r*rowBytes), Src: src, Len: rowBytes}
+		}
+	}
+	got := make([]byte, sel)
+	want := make([]byte, sel)
+	for _, v := range []struct {
+		name string
+		run  func(s int) error
+	}{
+		{"idx=host", gathers(0)},
+		{"idx=int32", gathers(1)},
+		{"idx=int64", gathers(2)},
+		{"path=copy_blocks", func(s int) error { return kEng.Submit(e.s, copies[s]) }},
+	} {
+		// Byte-exact once per index set, outside the timing.
+		for s := range sets {
+			if err := e.drv.MemcpyAsync(e.ctx, []cuda.Copy{{Dst: dst, Src: poison, Len: sel}}, e.s); err != nil {
+				b.Fatal(err)
+			}
+			if err := v.run(s); err != nil {
+				b.Fatal(err)
+			}
+			if err := e.drv.StreamSynchronize(e.ctx, e.s); err != nil {
+				b.Fatal(err)
+			}
+			if err := e.drv.MemcpyDtoH(e.ctx, got, dst); err != nil {
+				b.Fatal(err)
+			}
+			for r, i := range idx[s] {
+				x := (uint64(r/k)*objBytes + i*rowBytes) % uint64(len(pat))
+				d := want[r*rowBytes : (r+1)*rowBytes]
+				if c := copy(d, pat[x:]); c < rowBytes {
+					copy(d[c:], pat)
+				}
+			}
+			if i := firstDiff(got, want); i >= 0 {
+				b.Fatalf("%s set %d: byte %d (row %d) is %#x, want %#x", v.name, s, i, i/rowBytes, got[i], want[i])
+			}
+		}
+		for _, depth := range []int{1, 8} {
+			name := fmt.Sprintf("objs=%d/rows=%d/row=%dB/k=%d/%s/inflight=%d", nobj, objRows, rowBytes, k, v.name, depth)
+			b.Run(name, func(b *testing.B) {
+				b.SetBytes(int64(depth) * sel)
+				b.ReportAllocs()
+				ms, gathers := 0.0, 0
+				for b.Loop() {
+					ms += timeOne(func() error {
+						for range depth {
+							if err := v.run(gathers % sets); err != nil {
+								return err
+							}
+							gathers++
+						}
+						return nil
+					})
+				}
+				gbps := float64(sel) * float64(gathers) / (ms * 1e6)
+				b.ReportMetric(gbps, "GB/s")
+				b.ReportMetric(ms*1e3/float64(gathers), "gpu-us/gather")
+				b.ReportMetric(ceil, "ceil-GB/s")
+				b.ReportMetric(gbps/ceil, "ratio")
+				b.ReportMetric(ceSame, "ce-same-GB/s")
+				b.ReportMetric(gbps/ceSame, "ratio-same")
+			})
+		}
+	}
+}

@@ -21,6 +21,13 @@
 // the driver lacks it. The crossover default, 128 KiB
 // (DefaultCopyEngineMinBytes), is where the copy engine catches up with the
 // SM kernel on H200 (docs/decisions.md item 6, docs/perf/datapath.md).
+//
+// Gather copies selected fixed-size rows of many objects (token indices of
+// KV-cache objects, for sparse attention) into one contiguous destination
+// with the row-gather kernel kvf_gather_rows (kernels/gather_rows.cu): the
+// object table — and host indices, when given — go through the same ring
+// slots as the copy kernel's descriptors, one upload and one launch per
+// slot's worth of objects.
 package transfer
 
 import (
@@ -45,6 +52,10 @@ var ErrClosed = errors.New("transfer: engine closed")
 // ErrInvalidCopy is wrapped by Submit's errors for a malformed copy; the
 // batch is then rejected before anything is enqueued.
 var ErrInvalidCopy = errors.New("transfer: invalid copy")
+
+// ErrInvalidGather is wrapped by Gather's errors for a malformed Gather
+// (the message names the field and its value); nothing is then enqueued.
+var ErrInvalidGather = errors.New("transfer: invalid gather")
 
 // Route selects how copies are executed.
 type Route int
@@ -115,6 +126,9 @@ type Options struct {
 	MaxRingSlots int
 	// SlotDescs is the number of block descriptors per slot; a batch with
 	// more small blocks is split into several launches (default 16384).
+	// A slot is SlotDescs*24 bytes rounded up to 16; a Gather whose object
+	// table (16 bytes per object, plus PerObj*8 bytes of host indices) does
+	// not fit one slot is split into several launches too.
 	SlotDescs int
 	// Logger receives construction and teardown messages; nil discards.
 	Logger *slog.Logger
@@ -133,6 +147,8 @@ type Stats struct {
 	RingWaits      uint64 // launches that waited (outside the ring's lock) for a slot's last launch
 	RingGrows      uint64 // times the ring grew because other streams' launches held every slot
 	RingSlots      uint64 // slots now in the ring
+	GatherLaunches uint64 // kvf_gather_rows launches
+	GatherRows     uint64 // output rows gathered by them (out-of-range ones included)
 }
 
 // Engine executes copy batches on one device's context.
@@ -150,8 +166,11 @@ type Engine struct {
 	batch bool // cuMemcpyBatchAsync available
 	log   *slog.Logger
 
-	mod cuda.Module
-	fn  cuda.Function
+	mod cuda.Module   // kvf_copy_blocks's
+	fn  cuda.Function // kvf_copy_blocks
+
+	gatherMod cuda.Module   // kvf_gather_rows's
+	gatherFn  cuda.Function // kvf_gather_rows
 
 	slotSize uint64 // bytes per slot
 
@@ -184,6 +203,7 @@ type Engine struct {
 		batchCalls, batchBlocks      atomic.Uint64
 		eachCalls, eachBlocks        atomic.Uint64
 		ringWaits, ringGrows         atomic.Uint64
+		gatherLaunches, gatherRows   atomic.Uint64
 	}
 
 	// side carries cuMemcpyBatchAsync work submitted on a default stream
@@ -219,31 +239,32 @@ const (
 	slotBroken                    // its last use could not be fenced; never reused
 )
 
-// slot is one launch's descriptor table. The submitter that owns it
-// (slotOwned) uses the table and the launch arguments without the ring's
+// slot is one launch's descriptor table (kvf_copy_blocks descriptors, or
+// kvf_gather_rows's object table and host indices). The submitter that owns
+// it (slotOwned) uses the table and the launch arguments without the ring's
 // lock; state, stream and seq are guarded by the ring's lock.
 type slot struct {
 	idx   int            // position in the ring, for messages
 	table []byte         // host descriptors (a window of its chunk's host range)
 	addr  uintptr        // address of table
-	dev   cuda.DevicePtr // device copy of table
+	dev   cuda.DevicePtr // device copy of table; 16-byte aligned
 	ev    cuda.Event     // recorded after the slot's last launch
 
 	state  slotState
 	stream cuda.Stream // stream of the last launch
 	seq    uint64      // ring.seq of the last launch
 
-	// upload and params are reused per launch (no allocation per batch).
+	// upload and the parameters are reused per launch (no allocation per
+	// batch); params[i] are windows of pbuf.
 	upload [1]cuda.Copy
-	p0     [8]byte
-	p1     [4]byte
-	params [2][]byte
+	pbuf   [kernels.GatherParamBytes]byte
+	params [kernels.GatherParamCount][]byte
 }
 
-// New loads the copy kernel into ctx (a context of device dev) and
-// allocates the descriptor ring. With a driver that implements
-// cuda.KernelEmulator (the simulator) it first registers the kernel's Go
-// emulation, so the same upload-and-launch path runs there.
+// New loads the copy and row-gather kernels into ctx (a context of device
+// dev) and allocates the descriptor ring. With a driver that implements
+// cuda.KernelEmulator (the simulator) it first registers the kernels' Go
+// emulations, so the same upload-and-launch path runs there.
 func New(drv cuda.Driver, ctx cuda.Context, dev cuda.Device, opts Options) (_ *Engine, err error) {
 	if opts.CopyEngineMinBytes == 0 {
 		opts.CopyEngineMinBytes = DefaultCopyEngineMinBytes
@@ -287,15 +308,19 @@ func New(drv cuda.Driver, ctx cuda.Context, dev cuda.Device, opts Options) (_ *E
 
 	if em, ok := drv.(cuda.KernelEmulator); ok {
 		em.RegisterKernel(kernels.CopyBlocksEntry, kernels.EmulateCopyBlocks)
+		em.RegisterKernel(kernels.GatherRowsEntry, kernels.EmulateGatherRows)
 	}
-	if e.mod, err = drv.ModuleLoadData(ctx, kernels.CopyBlocksPTX); err != nil {
-		return nil, fmt.Errorf("transfer: load %s PTX: %w", kernels.CopyBlocksEntry, err)
+	if e.mod, e.fn, err = loadKernel(drv, ctx, kernels.CopyBlocksPTX, kernels.CopyBlocksEntry); err != nil {
+		return nil, err
 	}
-	if e.fn, err = drv.ModuleGetFunction(ctx, e.mod, kernels.CopyBlocksEntry); err != nil {
-		return nil, fmt.Errorf("transfer: get function %s: %w", kernels.CopyBlocksEntry, err)
+	if e.gatherMod, e.gatherFn, err = loadKernel(drv, ctx, kernels.GatherRowsPTX, kernels.GatherRowsEntry); err != nil {
+		return nil, err
 	}
 
-	e.slotSize = uint64(opts.SlotDescs) * kernels.CopyDescSize
+	// 16-byte multiples keep every slot's device copy 16-byte aligned (the
+	// chunk's allocation is): the gather kernel's object table and indices
+	// start on 16-byte boundaries.
+	e.slotSize = (uint64(opts.SlotDescs)*kernels.CopyDescSize + 15) &^ 15
 	if err = e.grow(); err != nil {
 		return nil, err
 	}
@@ -303,6 +328,20 @@ func New(drv cuda.Driver, ctx cuda.Context, dev cuda.Device, opts Options) (_ *E
 		"memcpy_batch_async", e.batch, "copy_engine_min_bytes", opts.CopyEngineMinBytes,
 		"route", opts.Route.String(), "ring_slots", opts.RingSlots, "max_ring_slots", opts.MaxRingSlots, "slot_descs", opts.SlotDescs)
 	return e, nil
+}
+
+// loadKernel loads a PTX image into ctx and resolves its entry. On failure
+// after the load, the module is returned too, for Close to unload.
+func loadKernel(drv cuda.Driver, ctx cuda.Context, ptx []byte, entry string) (cuda.Module, cuda.Function, error) {
+	mod, err := drv.ModuleLoadData(ctx, ptx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("transfer: load %s PTX: %w", entry, err)
+	}
+	fn, err := drv.ModuleGetFunction(ctx, mod, entry)
+	if err != nil {
+		return mod, 0, fmt.Errorf("transfer: get function %s: %w", entry, err)
+	}
+	return mod, fn, nil
 }
 
 // grow allocates a chunk of RingSlots slots and adds them to the ring. The
@@ -379,6 +418,8 @@ func (e *Engine) Stats() Stats {
 		RingWaits:      e.stats.ringWaits.Load(),
 		RingGrows:      e.stats.ringGrows.Load(),
 		RingSlots:      uint64(e.ringSize()),
+		GatherLaunches: e.stats.gatherLaunches.Load(),
+		GatherRows:     e.stats.gatherRows.Load(),
 	}
 }
 
@@ -456,6 +497,12 @@ func (e *Engine) SubmitAsync(s cuda.Stream, copies []cuda.Copy) (*Handle, error)
 	if err := e.submitLocked(s, copies); err != nil {
 		return nil, err
 	}
+	return e.handleLocked(s)
+}
+
+// handleLocked records a completion event on s and returns its Handle;
+// the caller holds life.
+func (e *Engine) handleLocked(s cuda.Stream) (*Handle, error) {
 	ev, err := e.getEvent()
 	if err != nil {
 		return nil, err
@@ -467,8 +514,8 @@ func (e *Engine) SubmitAsync(s cuda.Stream, copies []cuda.Copy) (*Handle, error)
 	return &Handle{e: e, ev: ev}, nil
 }
 
-// Handle is the completion of one SubmitAsync batch. Its methods are safe
-// for concurrent use.
+// Handle is the completion of one SubmitAsync or GatherAsync batch. Its
+// methods are safe for concurrent use.
 type Handle struct {
 	e  *Engine
 	mu sync.Mutex
@@ -712,7 +759,7 @@ func (e *Engine) kernel(s cuda.Stream, cs []cuda.Copy) error {
 		if err != nil {
 			return err
 		}
-		if err := e.launch(sl, s, cs[:n]); err != nil {
+		if err := e.kernelLaunch(sl, s, cs[:n]); err != nil {
 			return err
 		}
 		cs = cs[n:]
@@ -843,11 +890,49 @@ func (e *Engine) waitSlotUnlock(sl *slot) (*slot, error) {
 	return nil, fmt.Errorf("transfer: wait for descriptor slot %d: %w", sl.idx, err)
 }
 
-// launch writes cs into the caller's slot sl, enqueues the descriptor
-// upload and the kernel on s and fences the slot, then gives it back to
-// the ring: in flight when fenced; free when nothing that reads it was
-// enqueued or s drained; else retired.
-func (e *Engine) launch(sl *slot, s cuda.Stream, cs []cuda.Copy) error {
+// kernelLaunch writes cs into the caller's slot sl and launches the copy
+// kernel on it (see launch).
+func (e *Engine) kernelLaunch(sl *slot, s cuda.Stream, cs []cuda.Copy) error {
+	table := sl.table[:uint64(len(cs))*kernels.CopyDescSize]
+	var maxLen uint64
+	for j, c := range cs {
+		kernels.PutCopyDesc(table[j*kernels.CopyDescSize:], c)
+		maxLen = max(maxLen, c.Len)
+	}
+	grid, block := launchShape(len(cs), maxLen)
+	// kernels.CopyBlocksParams, without allocating.
+	sl.params[0], sl.params[1] = sl.pbuf[0:8:8], sl.pbuf[8:12:12]
+	binary.LittleEndian.PutUint64(sl.params[0], uint64(sl.dev))
+	binary.LittleEndian.PutUint32(sl.params[1], uint32(len(cs)))
+	err := e.launch(sl, s, launchSpec{
+		fn: e.fn, entry: kernels.CopyBlocksEntry, items: len(cs), unit: "blocks",
+		table: uint64(len(table)), grid: grid, block: block, params: sl.params[:2],
+	})
+	if err != nil {
+		return err
+	}
+	e.stats.kernelLaunches.Add(1)
+	e.stats.kernelBlocks.Add(uint64(len(cs)))
+	return nil
+}
+
+// launchSpec is one kernel launch over a ring slot.
+type launchSpec struct {
+	fn          cuda.Function
+	entry       string // the kernel's name, for messages
+	items       int    // what the launch copies, for messages ...
+	unit        string // ... and its unit ("blocks", "rows")
+	table       uint64 // bytes of the slot's table the kernel reads
+	grid, block cuda.Dim3
+	params      [][]byte
+}
+
+// launch enqueues on s the upload of the first l.table bytes of the
+// caller's slot sl (already written) to its device copy and the kernel
+// launch l, fences the slot and gives it back to the ring: in flight when
+// fenced; free when nothing that reads it was enqueued or s drained; else
+// retired. Every kernel that reads a slot launches through here.
+func (e *Engine) launch(sl *slot, s cuda.Stream, l launchSpec) error {
 	state := slotFree
 	defer func() {
 		e.ring.Lock()
@@ -859,22 +944,12 @@ func (e *Engine) launch(sl *slot, s cuda.Stream, cs []cuda.Copy) error {
 		e.ring.changed.Broadcast()
 		e.ring.Unlock()
 	}()
-	table := sl.table[:uint64(len(cs))*kernels.CopyDescSize]
-	var maxLen uint64
-	for j, c := range cs {
-		kernels.PutCopyDesc(table[j*kernels.CopyDescSize:], c)
-		maxLen = max(maxLen, c.Len)
-	}
-	sl.upload[0] = cuda.Copy{Dst: sl.dev, Src: cuda.DevicePtr(sl.addr), Len: uint64(len(table))}
+	sl.upload[0] = cuda.Copy{Dst: sl.dev, Src: cuda.DevicePtr(sl.addr), Len: l.table}
 	if err := e.drv.MemcpyAsync(e.ctx, sl.upload[:], s); err != nil {
 		// Nothing was enqueued that reads the slot.
-		return fmt.Errorf("transfer: upload %d block descriptors: %w", len(cs), err)
+		return fmt.Errorf("transfer: upload the %d-byte table of %s for %d %s: %w", l.table, l.entry, l.items, l.unit, err)
 	}
-	grid, block := launchShape(len(cs), maxLen)
-	binary.LittleEndian.PutUint64(sl.p0[:], uint64(sl.dev)) // kernels.CopyBlocksParams, without allocating
-	binary.LittleEndian.PutUint32(sl.p1[:], uint32(len(cs)))
-	sl.params = [2][]byte{sl.p0[:], sl.p1[:]}
-	lerr := e.drv.LaunchKernel(e.ctx, e.fn, grid, block, 0, s, sl.params[:])
+	lerr := e.drv.LaunchKernel(e.ctx, l.fn, l.grid, l.block, 0, s, l.params)
 	// Fence the slot whatever happened: the upload reads it.
 	if rerr := e.drv.EventRecord(e.ctx, sl.ev, s); rerr != nil {
 		if serr := e.drv.StreamSynchronize(e.ctx, s); serr != nil {
@@ -889,10 +964,8 @@ func (e *Engine) launch(sl *slot, s cuda.Stream, cs []cuda.Copy) error {
 		state = slotInflight
 	}
 	if lerr != nil {
-		return fmt.Errorf("transfer: launch %s for %d blocks: %w", kernels.CopyBlocksEntry, len(cs), lerr)
+		return fmt.Errorf("transfer: launch %s for %d %s: %w", l.entry, l.items, l.unit, lerr)
 	}
-	e.stats.kernelLaunches.Add(1)
-	e.stats.kernelBlocks.Add(uint64(len(cs)))
 	return nil
 }
 
@@ -920,10 +993,11 @@ func launchShape(n int, maxLen uint64) (grid, block cuda.Dim3) {
 //     waited for then report ErrClosed);
 //  4. the device descriptor buffer is freed;
 //  5. the host ring is unregistered, then unmapped;
-//  6. the module is unloaded.
+//  6. the copy kernel's module is unloaded;
+//  7. the gather kernel's module is unloaded.
 //
 // Close is idempotent: a retry redoes only failed steps; it returns nil once
-// every step has succeeded. When step 2 fails, steps 3-6 wait for a retry:
+// every step has succeeded. When step 2 fails, steps 3-7 wait for a retry:
 // a launch may still read the ring (and its slot event is what a retry waits
 // on). It does not synchronize the callers' streams.
 func (e *Engine) Close() error {
@@ -941,7 +1015,8 @@ func (e *Engine) Close() error {
 		teardown.Step{Name: "transfer: free device descriptor ring", Needs: []string{drained}, Do: e.freeDevBuf},
 		teardown.Step{Name: hostReg, Needs: []string{drained}, Do: e.unregisterHost},
 		teardown.Step{Name: "transfer: unmap host descriptor ring", Needs: []string{hostReg}, Do: e.unmapHost},
-		teardown.Step{Name: "transfer: unload module", Needs: []string{drained}, Do: e.unloadModule},
+		teardown.Step{Name: "transfer: unload module", Needs: []string{drained}, Do: e.unloadModule(&e.mod)},
+		teardown.Step{Name: "transfer: unload gather module", Needs: []string{drained}, Do: e.unloadModule(&e.gatherMod)},
 	)
 }
 
@@ -1103,15 +1178,17 @@ func (e *Engine) freeChunkLocked(c *chunk) error {
 	return unmapChunk(c)
 }
 
-// unloadModule unloads the copy kernel's module (Close step 6; closeMu
-// held).
-func (e *Engine) unloadModule() error {
-	if e.mod == 0 {
+// unloadModule returns the step that unloads *m, a kernel's module, and
+// forgets it (Close steps 6 and 7; closeMu held).
+func (e *Engine) unloadModule(m *cuda.Module) func() error {
+	return func() error {
+		if *m == 0 {
+			return nil
+		}
+		if err := e.drv.ModuleUnload(e.ctx, *m); err != nil {
+			return err
+		}
+		*m = 0
 		return nil
 	}
-	if err := e.drv.ModuleUnload(e.ctx, e.mod); err != nil {
-		return err
-	}
-	e.mod = 0
-	return nil
 }
