@@ -41,9 +41,19 @@ type storeFlags struct {
 	replot  string
 }
 
+// gatherOpts are the flags only `bench --gather` reads.
+type gatherOpts struct {
+	on       bool
+	objects  int
+	rows     int
+	rowBytes uint64
+	sel      int
+}
+
 func init() {
 	var f benchFlags
 	var sf storeFlags
+	var gf gatherOpts
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure the transfer engine: DRAM-tier (HOST_NUMA VMM) <-> HBM copies per path vs the copy-engine ceiling",
@@ -68,7 +78,15 @@ runs on the first of --devices (default: every GPU) alone, then on all of them
 at once (one Store per GPU), reports each result per GPU and aggregated, as a
 ratio to the copy-engine ceiling measured on each store's own pool segment
 in the same run, verifies every round's bytes (the destination poisoned
-before each get), and writes --json and --plot (.svg or .png).`,
+before each get), and writes --json and --plot (.svg or .png).
+
+With --gather it measures sparse row gather (docs/perf/gather.md): --objects
+objects of --rows rows of --row-bytes bytes in the DRAM tier, held as views,
+--select rows chosen at random (the same number from each object); the views'
+gather with device and host indices, the one-shot Store.Gather, and a full get
+of every object followed by the same selection in HBM, against the copy
+engine moving only the selected bytes and the link's ceiling, on the first of
+--devices. Every iteration is verified; --json writes the results.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if sf.replot != "" {
@@ -76,6 +94,17 @@ before each get), and writes --json and --plot (.svg or .png).`,
 					return errors.New("--replot needs --store and --plot")
 				}
 				return replotStore(cmd.OutOrStdout(), sf.replot, sf.plot)
+			}
+			if gf.on {
+				if sf.on {
+					return errors.New("--gather and --store are separate benchmarks")
+				}
+				dev, err := strconv.Atoi(strings.Split(f.devices, ",")[0])
+				if err != nil {
+					return fmt.Errorf("--devices %q: %w", f.devices, err)
+				}
+				return runGatherBench(cmd.Context(), cmd.OutOrStdout(), gatherFlags{driver: f.driver, device: dev,
+					objects: gf.objects, rows: gf.rows, rowBytes: gf.rowBytes, sel: gf.sel, iters: f.iters, json: sf.json})
 			}
 			if sf.on {
 				fl := cmd.Flags()
@@ -93,7 +122,7 @@ before each get), and writes --json and --plot (.svg or .png).`,
 				return runStoreBench(cmd.Context(), cmd.OutOrStdout(), sb)
 			}
 			if sf.json != "" || sf.plot != "" || cmd.Flags().Changed("paths") {
-				return errors.New("--json, --plot and --paths need --store")
+				return errors.New("--json, --plot and --paths need --store (or --gather for --json)")
 			}
 			return runBench(cmd.OutOrStdout(), f)
 		},
@@ -105,6 +134,11 @@ before each get), and writes --json and --plot (.svg or .png).`,
 	cmd.Flags().IntVar(&f.iters, "iters", 0, "timed batches per measurement (default 5 on CUDA, 2 on the simulator)")
 	cmd.Flags().StringVar(&f.ceMin, "copy-engine-min", "128KiB", "auto route: blocks from this size go to the copy engine")
 	cmd.Flags().BoolVar(&sf.on, "store", false, "measure Store-level put/get per object size and client path instead (see Long help)")
+	cmd.Flags().BoolVar(&gf.on, "gather", false, "measure sparse row gather from views instead (see Long help)")
+	cmd.Flags().IntVar(&gf.objects, "objects", 0, "--gather: objects (default 64; 8 on the simulator)")
+	cmd.Flags().IntVar(&gf.rows, "rows", 0, "--gather: rows per object (default 65536; 512 on the simulator)")
+	cmd.Flags().Uint64Var(&gf.rowBytes, "row-bytes", 1152, "--gather: bytes per row (one MLA token-layer: 1152)")
+	cmd.Flags().IntVar(&gf.sel, "select", 0, "--gather: rows selected in all (default 2048; 128 on the simulator)")
 	cmd.Flags().StringVar(&sf.paths, "paths", strings.Join(storePaths, ","), "--store: client paths to measure")
 	cmd.Flags().IntVar(&sf.maxKeys, "max-keys", 4096, "--store: keys per BatchPut/BatchGet at most")
 	cmd.Flags().StringVar(&sf.json, "json", "", "--store: write the results as JSON to this file")

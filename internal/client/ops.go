@@ -483,10 +483,13 @@ func (s *Store) releaseLeases(ctx context.Context, res []master.GetResult) {
 			ids = append(ids, res[i].LeaseID)
 		}
 	}
-	if len(ids) == 0 {
-		return
-	}
-	if !s.rel.queue(ids) {
+	s.releaseIDs(ctx, ids)
+}
+
+// releaseIDs ends read leases in the background (releaser), or now when
+// the releaser does not run.
+func (s *Store) releaseIDs(ctx context.Context, ids []uint64) {
+	if len(ids) > 0 && !s.rel.queue(ids) {
 		s.releaseNow(ctx, ids)
 	}
 }

@@ -46,11 +46,11 @@ type ViewReplica struct {
 // A view can be lost: when its provider's segment drains or is reported
 // unreachable, the master stops renewing it (so that the segment can
 // drain), and when the master cannot be reached for a whole lease TTL
-// the lease lapses. Err reports it. The mapping stays in place until
-// Release, so a kernel still running reads the old bytes (the provider
-// holds no new objects there), never another object's — but the caller
-// must check Err after its reads, as Get does for its copies, before
-// trusting what it read.
+// the lease lapses. Err reports it, by this process's clock, no later
+// than the master may reuse the range. The mapping stays in place until
+// Release; after a lapse the range may hold another object, exactly as
+// for a get whose copy outlives its lease. So the caller checks Err after
+// its reads, as Get does for its copies, before trusting what it read.
 //
 // Release must come after every kernel that reads the views has
 // completed: it unmaps what nothing else in this process holds.
@@ -146,9 +146,7 @@ func (s *Store) Acquire(ctx context.Context, keys []string) (_ *Views, err error
 		j++
 	}
 	v.ids = held
-	if len(lost) > 0 {
-		s.releaseNow(ctx, lost)
-	}
+	s.releaseIDs(ctx, lost)
 	v.mu.expiry = sent.Add(res.TTL)
 	if err := s.keeper.add(s, v, res.TTL); err != nil {
 		return nil, err
@@ -222,7 +220,7 @@ func (s *Store) lease(ctx context.Context, keys []string) (*Views, error) {
 				}
 				o.Err = fmt.Errorf("view of %q: %w", o.Key, rerr)
 				if r.LeaseID != 0 {
-					s.releaseNow(ctx, []uint64{r.LeaseID})
+					s.releaseIDs(ctx, []uint64{r.LeaseID})
 				}
 				continue
 			}
@@ -243,7 +241,7 @@ func (v *Views) drop(ctx context.Context, asViews bool) {
 				s.log.Debug("kvfabric view release failed; the leases end at their TTL", "views", len(v.ids), "err", err)
 			}
 		} else {
-			s.releaseNow(ctx, v.ids)
+			s.releaseIDs(ctx, v.ids)
 		}
 	}
 	releaseAll(v.cache)
