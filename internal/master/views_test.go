@@ -121,3 +121,41 @@ func TestHoldLeases(t *testing.T) {
 		wantErr(t, "unregistered client", err, ErrUnknownClient)
 	})
 }
+
+// TestViewsBlockEviction: an object held as a view survives eviction for
+// as long as its view is renewed — past many lease TTLs, with the store
+// full and everything else evicted — and is evictable once the renewals
+// stop (issue 15, item 1).
+func TestViewsBlockEviction(t *testing.T) {
+	cfg := testConfig()
+	cfg.DRAM = Watermarks{High: 1, Low: 1}
+	forEachTransport(t, cfg, func(t *testing.T, e *env) {
+		p := e.register("p1", "host-a", 0, 0)
+		c := e.register("viewer", "host-v", 0, 0)
+		e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 4*MiB))
+		e.put("viewed", MiB)
+		g := e.get("viewed")
+		wantErr(t, "hold", hold(t, e, HoldReq{Client: c, Hold: []uint64{g.LeaseID}}).Errs[0], nil)
+		for i := range 12 { // 4 TTLs of puts into a full store
+			e.clk.Advance(2 * time.Second)
+			wantErr(t, "renew", hold(t, e, HoldReq{Client: c, Renew: []uint64{g.LeaseID}}).Errs[0], nil)
+			e.svc.Reap()
+			e.put(keyN(i), MiB) // fails the test unless eviction made room
+			if !e.exists("viewed") {
+				t.Fatalf("round %d: the viewed object was evicted", i)
+			}
+		}
+		if st := e.stats(); st.Evictions == 0 {
+			t.Fatal("nothing was evicted: the test did not fill the store")
+		}
+		// Renewals stop: once the lease ends the object is evictable.
+		e.clk.Advance(6 * time.Second)
+		e.svc.Reap()
+		for i := 12; i < 16; i++ {
+			e.put(keyN(i), MiB)
+		}
+		if e.exists("viewed") {
+			t.Fatal("an object whose view lapsed still escapes eviction")
+		}
+	})
+}
