@@ -98,17 +98,17 @@ segments when the provider's registration expires) and removes its socket.`,
 				}
 				return enc.Encode(doc)
 			}
-			fmt.Fprintf(out, "master %s: %d segments, %d objects, %d puts in progress, %d clients, %d evictions\n",
-				addr, st.Segments, st.Objects, st.PendingPuts, st.Clients, st.Evictions)
+			fmt.Fprintf(out, "master %s: %d segments, %d objects, %d puts in progress, %d clients, %d evictions, %d views held\n",
+				addr, st.Segments, st.Objects, st.PendingPuts, st.Clients, st.Evictions, st.Views)
 			if h, ok := mc.(*ha.Client); ok {
 				l := h.Leader()
 				fmt.Fprintf(out, "  leader %s, epoch %d\n", l.Addr, l.Epoch)
 			}
 			printUsage(out, st, status)
 			for _, c := range st.PerClient {
-				fmt.Fprintf(out, "  client %s (%s, driver %s%s): provides %d segments%s, has %d segments (%s) of others mapped\n",
+				fmt.Fprintf(out, "  client %s (%s, driver %s%s): provides %d segments%s, has %d segments (%s) of others mapped, holds %d views\n",
 					c.ID, c.Node, orUnknown(c.Driver), domainNote(c.FabricDomain), c.Segments, handlesNote(c.Handles),
-					c.Mapped.Segments, config.FormatSize(c.Mapped.Bytes))
+					c.Mapped.Segments, config.FormatSize(c.Mapped.Bytes), c.Views)
 			}
 			return nil
 		},
