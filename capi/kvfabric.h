@@ -74,7 +74,7 @@ extern "C" {
 #define KVFABRIC_ERR_NOT_REGISTERED     (-3005) /* host memory outside any registered buffer */
 #define KVFABRIC_ERR_ALREADY_REGISTERED (-3006) /* buffer overlaps a registered one */
 #define KVFABRIC_ERR_LEASE_EXPIRED      (-3007) /* the read lease ran out during the copy; retry */
-#define KVFABRIC_ERR_INVALID_HANDLE     (-3008) /* handle not open (never opened, or closed) */
+#define KVFABRIC_ERR_INVALID_HANDLE     (-3008) /* handle not open (never opened, or closed); views handle not held (released) */
 #define KVFABRIC_ERR_PANIC              (-3009) /* a bug; see kvfabric_last_error */
 #define KVFABRIC_ERR_BUFFER_IN_USE      (-3010) /* copies using the buffer outlasted the unregister's wait */
 #define KVFABRIC_ERR_PERMISSION         (-3011) /* the master refused: not authenticated, or not this caller's to do */
@@ -227,6 +227,96 @@ int32_t kvfabric_batch_get_ranges(int64_t handle, size_t n, const char *const *k
 int32_t kvfabric_replicas(int64_t handle, size_t n, const char *const *keys,
                           const size_t *key_lens, char *buf, size_t buf_cap,
                           uint64_t *needed, int32_t *statuses);
+
+/* ---- Views and gather (direct access, issue 15; added after 0.1.0) -----
+ * Added without a KVFABRIC_ABI_VERSION bump (adding functions breaks no
+ * caller): look them up with dlsym when the library may be older.
+ *
+ * A views handle (> 0, never reused within a process) stands for objects
+ * held in place: while held, each object stays where it is (not evicted,
+ * not removed by a plain remove, its range not reused) and any kernel on
+ * the Store's GPU may read it at the address kvfabric_acquire gave —
+ * nobody may write it. The Store renews the views' leases until
+ * kvfabric_views_release. kvfabric_close releases every views handle of
+ * the Store (also when it returns KVFABRIC_ERR_CLEANUP_PENDING); an unknown
+ * or released views handle is KVFABRIC_ERR_INVALID_HANDLE.
+ *
+ * A view can be lost (its provider's segment drains or is reported
+ * unreachable, or the master was unreachable for a whole lease TTL); the
+ * mapping stays until release, but after a lapse the range may hold
+ * another object. So check the views (kvfabric_views_check) after the
+ * reads, before trusting what was read.
+ *
+ * Gathers copy fixed-size rows: an object of N bytes has N / row_bytes
+ * rows (trailing bytes are not addressable). Output rows are in key
+ * order — every selected row of the first key, then the second's, … —
+ * into [dst, dst+dst_len), device memory (or page-locked or registered
+ * host memory) of at least rows x row_bytes bytes, not overlapping the
+ * objects. Rows are selected by exactly one of:
+ *   - host indices: host_counts (one entry per key) and host_rows (all
+ *     keys' indices concatenated, host_counts[i] for key i; may be NULL
+ *     when they sum to 0); dev_rows, per_key, elem_bytes and bad are 0.
+ *     Every index is checked before anything is enqueued: one that is
+ *     not below its object's row count is KVFABRIC_ERR_INVALID_ARGUMENT
+ *     naming key and position. Lists may differ in length.
+ *   - device indices: dev_rows, the device address of per_key (> 0)
+ *     indices per key, row-major [keys][per_key], elem_bytes (4: int32,
+ *     8: int64) each, read by the kernel in stream order (as a GPU top-k
+ *     writes them); host_rows and host_counts are NULL. An index out of
+ *     range (negative ones included) zero-fills its output row and adds 1
+ *     to the uint32 at bad when bad is not 0 (device memory the caller
+ *     zeroed).
+ * Bad arguments are KVFABRIC_ERR_INVALID_ARGUMENT (a destination too
+ * small: KVFABRIC_ERR_BUFFER_TOO_SMALL), with a last error naming the
+ * argument, and nothing is enqueued.
+ */
+
+/* Holds n keys in place. *views receives a views handle (always when the
+ * call returns 0, even if every key failed: release it), addrs[i] the
+ * address of key i's preferred replica in this process (0 for a key that
+ * failed), sizes[i] its size in bytes, statuses[i] its status (the first
+ * failing key's message is the last error). addrs, sizes and statuses may
+ * be NULL; views may not. Returns 0 when the call ran, or the code that
+ * rejected it (then *views is 0 and every element of statuses is the
+ * code). With a remote master it costs two round trips (a get: one). */
+int32_t kvfabric_acquire(int64_t handle, size_t n, const char *const *keys,
+                         const size_t *key_lens, int64_t *views, uint64_t *addrs,
+                         uint64_t *sizes, int32_t *statuses);
+
+/* 0 while every view of views is held; KVFABRIC_ERR_LEASE_EXPIRED once
+ * one was lost (the last error says why; what was read since may not be
+ * the object's bytes); KVFABRIC_ERR_INVALID_HANDLE when views is not
+ * held (released, or closed with the Store). */
+int32_t kvfabric_views_check(int64_t handle, int64_t views);
+
+/* Releases views and frees the handle. Every kernel reading the views
+ * (and every gather from them) must have completed: the mappings that
+ * nothing else holds are unmapped. Releasing a released handle is
+ * KVFABRIC_ERR_INVALID_HANDLE. */
+int32_t kvfabric_views_release(int64_t handle, int64_t views);
+
+/* Enqueues a gather of rows of the views' objects (see above; the views'
+ * keys in acquire order, host_counts with one entry per key) on stream
+ * after the work already on it, with one kernel launch (or one per
+ * descriptor slot's worth of objects), and returns once it is enqueued.
+ * Synchronize stream before reading dst, then check the views. A key of
+ * the views that failed at acquire fails the gather (its status). */
+int32_t kvfabric_views_gather(int64_t handle, int64_t views, const uint64_t *host_rows,
+                              const uint64_t *host_counts, uint64_t dev_rows, uint32_t per_key,
+                              uint32_t elem_bytes, uint64_t bad, uint64_t row_bytes,
+                              uint64_t dst, uint64_t dst_len, uintptr_t stream);
+
+/* One-shot gather of rows of n keys' objects into dst (rows as above),
+ * under read leases of its own: acquire, gather, wait, release. Enqueued
+ * on stream after the work already on it; returns when the copy is
+ * complete. A missing key fails the call (KVFABRIC_ERR_NOT_FOUND, naming
+ * it) before anything is copied; KVFABRIC_ERR_LEASE_EXPIRED means a lease
+ * ended before the copy finished. */
+int32_t kvfabric_gather(int64_t handle, size_t n, const char *const *keys,
+                        const size_t *key_lens, const uint64_t *host_rows,
+                        const uint64_t *host_counts, uint64_t dev_rows, uint32_t per_key,
+                        uint32_t elem_bytes, uint64_t bad, uint64_t row_bytes,
+                        uint64_t dst, uint64_t dst_len, uintptr_t stream);
 
 /* Registers [ptr, ptr+size): host memory (registered with the driver so
  * GPU copies reach it) or CUDA device memory (recorded). Later regions may

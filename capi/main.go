@@ -174,6 +174,44 @@ func kvfabric_replicas(h C.int64_t, n C.size_t, keys **C.char, keyLens *C.size_t
 		unsafe.Pointer(buf), uint64(bufCap), (*uint64)(unsafe.Pointer(needed)), unsafe.Pointer(statuses)))
 }
 
+//export kvfabric_acquire
+func kvfabric_acquire(h C.int64_t, n C.size_t, keys **C.char, keyLens *C.size_t, views *C.int64_t, addrs, sizes *C.uint64_t,
+	statuses *C.int32_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.Acquire(int64(h), uint64(n), unsafe.Pointer(keys), unsafe.Pointer(keyLens),
+		(*int64)(unsafe.Pointer(views)), unsafe.Pointer(addrs), unsafe.Pointer(sizes), unsafe.Pointer(statuses)))
+}
+
+//export kvfabric_views_check
+func kvfabric_views_check(h, views C.int64_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.ViewsCheck(int64(h), int64(views)))
+}
+
+//export kvfabric_views_release
+func kvfabric_views_release(h, views C.int64_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.ViewsRelease(int64(h), int64(views)))
+}
+
+//export kvfabric_views_gather
+func kvfabric_views_gather(h, views C.int64_t, hostRows, hostCounts *C.uint64_t, devRows C.uint64_t, perKey, elemBytes C.uint32_t,
+	bad, rowBytes, dst, dstLen C.uint64_t, stream C.uintptr_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.ViewsGather(int64(h), int64(views), unsafe.Pointer(hostRows), unsafe.Pointer(hostCounts),
+		uint64(devRows), uint32(perKey), uint32(elemBytes), uint64(bad), uint64(rowBytes), uint64(dst), uint64(dstLen),
+		uintptr(stream)))
+}
+
+//export kvfabric_gather
+func kvfabric_gather(h C.int64_t, n C.size_t, keys **C.char, keyLens *C.size_t, hostRows, hostCounts *C.uint64_t,
+	devRows C.uint64_t, perKey, elemBytes C.uint32_t, bad, rowBytes, dst, dstLen C.uint64_t, stream C.uintptr_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.Gather(int64(h), uint64(n), unsafe.Pointer(keys), unsafe.Pointer(keyLens),
+		unsafe.Pointer(hostRows), unsafe.Pointer(hostCounts), uint64(devRows), uint32(perKey), uint32(elemBytes),
+		uint64(bad), uint64(rowBytes), uint64(dst), uint64(dstLen), uintptr(stream)))
+}
+
 //export kvfabric_size
 func kvfabric_size(h C.int64_t, key *C.char, keyLen C.size_t, size *C.uint64_t) (st C.int32_t) {
 	defer recoverStatus(&st)

@@ -13,7 +13,9 @@
 # and back, byte-equal (single, scatter/gather, batch); a put enqueued right
 # after a kernel that writes the tensor on the same stream, without a sync;
 # the Mooncake facade with CUDA device buffers (and a pinned host pool)
-# registered. Prints one line per check and a summary; exits 1 on a failure.
+# registered; views (tensor() aliasing the EGM object, release) and gathers
+# with top-k device indices, host indices and the one-shot form, byte-exact.
+# Prints one line per check and a summary; exits 1 on a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${KVFABRIC_INSTALLED:-}" = 1 ]; then
@@ -190,6 +192,71 @@ def _():
         assert ms.unregister_buffer(t.data_ptr()) == 0
     assert ms.close() == 0 and ms.close() == 0
     return f"{npages} pages of {page >> 10}KiB + 16 multi-buffer keys; remove_all={n}"
+
+@check("views: tensor() aliases the EGM object (a kernel reads it in place), check, with-block release")
+def _():
+    x = rand_u8(4 * MIB)
+    store.put("view0", x)
+    with store.acquire(["view0", "absent"]) as views:
+        v, missing = views
+        assert isinstance(missing.error, KeyError) and not hasattr(missing, "__cuda_array_interface__")
+        cai = v.__cuda_array_interface__
+        assert cai["data"] == (v.ptr, True) and cai["shape"] == (x.numel(),), cai
+        t = v.tensor()
+        assert t.is_cuda and t.device == dev and t.dtype == torch.uint8 and t.numel() == x.numel()
+        assert t.data_ptr() == v.ptr, "tensor() copied instead of aliasing"
+        assert torch.equal(t, x)                 # kernels reading DRAM over the link
+        try:
+            store.remove("view0"); raise AssertionError("a held object was removed")
+        except kvfabric.HasLeaseError:
+            pass
+        views.check()
+    assert views.released
+    store.remove("view0")                        # released: a plain remove succeeds
+    return f"view of {x.numel() >> 20} MiB at {v.ptr:#x}"
+
+@check("gather: top-k device indices (int64/int32, out-of-range counted), explicit stream, host ragged, one-shot")
+def _():
+    R, NROW, NOBJ, K = 1152, 4096, 8, 256
+    keys = [f"g{i}" for i in range(NOBJ)]
+    objs = [rand_u8(NROW * R) for _ in keys]
+    for k, o in zip(keys, objs):
+        store.put(k, o)
+    ref = torch.stack([o.view(NROW, R) for o in objs])              # [NOBJ, NROW, R]
+
+    def want(idx):
+        i = idx.long().clamp(0, NROW - 1)
+        w = torch.gather(ref, 1, i[..., None].expand(-1, -1, R))
+        return torch.where(((idx >= 0) & (idx < NROW))[..., None], w, torch.zeros_like(w))
+
+    idx64 = torch.rand(NOBJ, NROW, device=dev).topk(K, dim=-1).indices  # a top-k's output as is
+    out = torch.empty(NOBJ * K * R, dtype=torch.uint8, device=dev)
+    with store.acquire(keys) as views:
+        for idx in (idx64, idx64.to(torch.int32)):
+            out.fill_(0xEE)
+            bad = views.gather(idx, R, out)                       # current stream, no wait
+            torch.cuda.current_stream().synchronize()
+            assert torch.equal(out.view(NOBJ, K, R), want(idx)), f"{idx.dtype} gather differs"
+            assert bad.dtype == torch.int32 and bad.is_cuda and bad.item() == 0, bad
+        idx = idx64.clone()
+        idx[0, 0], idx[1, 1], idx[2, 2] = -1, NROW, 1 << 40
+        s = torch.cuda.Stream(dev)
+        s.wait_stream(torch.cuda.current_stream())
+        bad = views.gather(idx, R, out, stream=s)                 # counter zeroed on s
+        s.synchronize()
+        assert bad.item() == 3, bad.item()
+        assert torch.equal(out.view(NOBJ, K, R), want(idx))
+        sel = [[0, 5, NROW - 1], [], [7]] + [[1]] * (NOBJ - 3)
+        assert views.gather(sel, R, out) is None
+        torch.cuda.current_stream().synchronize()
+        flat = torch.cat([ref[i, r] for i, rs in enumerate(sel) for r in rs])
+        assert torch.equal(out[: flat.numel()], flat.view(-1))
+        views.check()
+    out.fill_(0xEE)
+    bad = store.gather(keys, idx64, R, out)                       # one-shot: returns when done
+    assert bad.item() == 0 and torch.equal(out.view(NOBJ, K, R), want(idx64))
+    store.remove_all()
+    return f"{NOBJ} objects x {NROW} rows of {R} B, k={K}"
 
 @check("store: close")
 def _():

@@ -31,6 +31,8 @@ type Backend interface {
 	RemoveMatching(ctx context.Context, pattern string, force bool) (int, error)
 	BatchGetRanges(ctx context.Context, keys []string, spans [][]client.Span, stream cuda.Stream) []error
 	Replicas(ctx context.Context, keys []string) ([]client.ObjectInfo, []error)
+	Acquire(ctx context.Context, keys []string) (*client.Views, error)
+	Gather(ctx context.Context, keys []string, rows client.Rows, rowBytes uint64, dst client.Region, stream cuda.Stream) error
 	RegisterBuffer(ptr uintptr, size uint64) error
 	UnregisterBuffer(ctx context.Context, ptr uintptr) error
 	Hostname() string
@@ -124,10 +126,13 @@ func logger() *slog.Logger {
 // Close tears down the Store behind h. The handle is released only when
 // teardown succeeded; otherwise Close returns StatusCleanupPending, the
 // handle stays valid (new operations fail with StatusClosed) and Close may
-// be called again to retry what is left.
+// be called again to retry what is left. Either way the Store's views
+// handles are freed: the Store released their views first thing.
 func Close(h int64) int32 {
 	return call(h, func(e *entry) error {
-		if err := e.store.Close(); err != nil {
+		err := e.store.Close()
+		e.views.closeAll()
+		if err != nil {
 			return fmt.Errorf("%w: %w", client.ErrCleanupPending, err)
 		}
 		release(h, e)

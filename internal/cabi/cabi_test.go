@@ -92,6 +92,8 @@ func TestStatusOf(t *testing.T) {
 		{client.ErrClosed, StatusClosed},
 		{client.ErrNotRegistered, StatusNotRegistered},
 		{client.ErrAlreadyRegistered, StatusAlreadyRegistered},
+		// Views used after their release: their handle is not held.
+		{client.ErrViewsReleased, StatusInvalidHandle},
 		// An unregister whose wait for batches ran out: not an RPC failure.
 		{fmt.Errorf("%w: 1 batch: %w", client.ErrBufferInUse, context.DeadlineExceeded), StatusBufferInUse},
 		{fmt.Errorf("%w: RemoveAll with force needs the admin role", client.ErrPermission), StatusPermission},

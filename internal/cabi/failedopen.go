@@ -70,6 +70,12 @@ func (f *failedOpen) BatchGetRanges(_ context.Context, keys []string, _ [][]clie
 func (f *failedOpen) Replicas(_ context.Context, keys []string) ([]client.ObjectInfo, []error) {
 	return make([]client.ObjectInfo, len(keys)), f.BatchPut(nil, keys, nil, 0, client.PutOptions{})
 }
+func (f *failedOpen) Acquire(context.Context, []string) (*client.Views, error) {
+	return nil, f.closed()
+}
+func (f *failedOpen) Gather(context.Context, []string, client.Rows, uint64, client.Region, cuda.Stream) error {
+	return f.closed()
+}
 func (f *failedOpen) RegisterBuffer(uintptr, uint64) error            { return f.closed() }
 func (f *failedOpen) UnregisterBuffer(context.Context, uintptr) error { return f.closed() }
 func (f *failedOpen) Hostname() string                                { return "" }

@@ -3,6 +3,7 @@ package cabi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"sync"
 	"unsafe"
@@ -277,6 +278,17 @@ func (f *fakeStore) RemoveMatching(_ context.Context, pattern string, _ bool) (i
 		}
 	}
 	return n, nil
+}
+
+// Acquire and Gather are not faked: client.Views has no public
+// constructor, so the ABI's views are tested on a simulator Store
+// (views_test.go).
+func (f *fakeStore) Acquire(context.Context, []string) (*client.Views, error) {
+	return nil, fmt.Errorf("%w: fake: no views", client.ErrInvalidArgument)
+}
+
+func (f *fakeStore) Gather(context.Context, []string, client.Rows, uint64, client.Region, cuda.Stream) error {
+	return fmt.Errorf("%w: fake: no gather", client.ErrInvalidArgument)
 }
 
 func (f *fakeStore) RegisterBuffer(uintptr, uint64) error            { return nil }

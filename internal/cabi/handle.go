@@ -15,6 +15,9 @@ type entry struct {
 	// handles.
 	errMu   sync.Mutex
 	lastErr string
+
+	// views are the Store's held views, by views handle (views.go).
+	views viewsTable
 }
 
 func (e *entry) setErr(err error) {

@@ -125,7 +125,9 @@ func statusOf(err error) int32 {
 		return StatusOK
 	case errors.Is(err, errPanic):
 		return StatusPanic
-	case errors.Is(err, errInvalidHandle):
+	case errors.Is(err, errInvalidHandle),
+		// Views used after their release: their handle is not open.
+		errors.Is(err, client.ErrViewsReleased):
 		return StatusInvalidHandle
 	case errors.Is(err, client.ErrCleanupPending):
 		return StatusCleanupPending

@@ -34,11 +34,14 @@ from .errors import (
     StoreFullError,
     TransferError,
 )
+from ._views import View, Views
 from .store import Store, status_name
 
 __all__ = [
     "__version__",
     "Store",
+    "View",
+    "Views",
     "status_name",
     "KvfabricError",
     "AlreadyExistsError",

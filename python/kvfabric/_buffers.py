@@ -82,6 +82,19 @@ def _current_stream(torch, t) -> int:
     return int(torch.cuda.current_stream(t.device).cuda_stream)
 
 
+def torch_stream(device: int) -> int | None:
+    """The raw CUstream of torch's current stream on CUDA device ordinal
+    device, when torch is loaded and has initialized CUDA (no tensor or
+    stream of torch's can be on the GPU before that); else None."""
+    torch = _torch()
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(device))
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
 def _from_cai(obj, writable: bool) -> Buf:
     cai = obj.__cuda_array_interface__
     ptr, readonly = cai["data"]

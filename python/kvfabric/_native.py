@@ -87,6 +87,28 @@ _PROTOS = {
 }
 
 
+# Added after 0.1.0 without an ABI bump (an added function breaks no
+# caller), so a library of the same ABI may lack them: fn() names the
+# missing one instead of failing the load.
+_OPTIONAL = {
+    "kvfabric_acquire": (
+        c_int32, [c_int64, c_size_t, POINTER(c_char_p), _p_size, POINTER(c_int64), _p_u64, _p_u64, _p_i32],
+    ),
+    "kvfabric_views_check": (c_int32, [c_int64, c_int64]),
+    "kvfabric_views_release": (c_int32, [c_int64, c_int64]),
+    "kvfabric_views_gather": (
+        c_int32,
+        [c_int64, c_int64, c_void_p, c_void_p, c_uint64, c_uint32, c_uint32, c_uint64, c_uint64, c_uint64, c_uint64,
+         c_uintptr],
+    ),
+    "kvfabric_gather": (
+        c_int32,
+        [c_int64, c_size_t, POINTER(c_char_p), _p_size, c_void_p, c_void_p, c_uint64, c_uint32, c_uint32, c_uint64,
+         c_uint64, c_uint64, c_uint64, c_uintptr],
+    ),
+}
+
+
 def library_path() -> str:
     """The path of the libkvfabric.so that lib() loads."""
     env = os.environ.get(ENV_LIB)
@@ -114,6 +136,11 @@ def lib() -> ctypes.CDLL:
                 fn = getattr(dll, name)
                 fn.restype = res
                 fn.argtypes = args
+            for name, (res, args) in _OPTIONAL.items():
+                fn = getattr(dll, name, None)
+                if fn is not None:
+                    fn.restype = res
+                    fn.argtypes = args
             v = dll.kvfabric_abi_version()
             if v != ABI_VERSION:
                 raise ImportError(f"kvfabric: {path} has C ABI version {v}, this package needs {ABI_VERSION}")
@@ -154,6 +181,19 @@ def library_version() -> str | None:
     """The release of the loaded libkvfabric.so (kvfabric_version()), or None
     for a library older than 0.1.0."""
     return _release_of(lib())
+
+
+def fn(name: str):
+    """The library's function name, one of those added after 0.1.0
+    (_OPTIONAL); raises NotImplementedError when the loaded library
+    predates it."""
+    f = getattr(lib(), name, None)
+    if f is None:
+        raise NotImplementedError(
+            f"kvfabric: {library_path()} has no {name} (kvfabric {_release_of(lib()) or 'older than 0.1.0'}); "
+            f"this Python package needs a newer library" + (f" ({ENV_LIB} is set)" if os.environ.get(ENV_LIB) else "")
+        )
+    return f
 
 
 def last_error(handle: int) -> str:

@@ -130,6 +130,9 @@ class PermissionDeniedError(KvfabricError, PermissionError):
 
 
 class InvalidHandleError(ClosedError):
+    """A native handle that is not open: a closed store's, or views that
+    were released (by Views.release or the store's close)."""
+
     code = INVALID_HANDLE
 
 

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Sequence
 from . import _exit, _native
 from . import errors as _errors
 from ._buffers import Buf, resolve
+from ._views import Views, _prepare
 from .errors import (
     OK,
     BUFFER_TOO_SMALL,
@@ -79,6 +80,15 @@ def _config_json(config) -> bytes:
     raise ConfigError(f"kvfabric: config must be a dict or the path of a JSON file, not {type(config).__name__}")
 
 
+def _device_of(js: bytes) -> int:
+    """The CUDA device ordinal of a configuration the Go side accepted
+    (config key device, default 0)."""
+    try:
+        return int(json.loads(js).get("device", 0))
+    except (ValueError, TypeError, AttributeError):
+        return 0
+
+
 def _key(k) -> bytes:
     if isinstance(k, bytes):
         return k
@@ -144,9 +154,12 @@ class Store:
         rc = self._lib.kvfabric_open(js, len(js), byref(h), err, len(err))
         if rc != OK:
             raise error_for(rc, err.value.decode("utf-8", "replace"))
-        self._lock = threading.Lock()  # guards _h and _regs
+        self._lock = threading.Lock()  # guards _h, _regs, _views and _views_closed
         self._h: int | None = h.value
         self._regs: dict[int, int] = {}  # registered ptr -> size
+        self._device = _device_of(js)  # the GPU the store copies with (views live there)
+        self._views: dict[int, Views] = {}  # views handle -> Views not yet released
+        self._views_closed = False  # close() ran: the native views handles are gone
         _exit.track(self, self._lib, h.value)  # closed at interpreter exit / SIGTERM unless closed before
 
     # ---- lifecycle ---------------------------------------------------------
@@ -156,17 +169,24 @@ class Store:
         raises CleanupPendingError and the store stays closable: call close()
         again to retry what is left. The native client is destroyed only once
         teardown completed. Any other use of a closing or closed store raises
-        ClosedError."""
+        ClosedError. Views still held are released (also by a close that
+        fails part-way): their kernels must be done."""
         with self._lock:
             h = self._h
             if h is None:
                 return
             rc = self._lib.kvfabric_close(h)
+            # The native close released every views handle, whatever rc.
+            self._views_closed = True
+            views = list(self._views.values())
+            self._views.clear()
             if rc == OK:
                 self._h = None
                 self._regs.clear()
-                return
-        raise error_for(rc, _native.last_error(h))
+        for v in views:
+            v._invalidate()
+        if rc != OK:
+            raise error_for(rc, _native.last_error(h))
 
     @property
     def closed(self) -> bool:
@@ -402,6 +422,88 @@ class Store:
         """Raises when the store is unhealthy (master unreachable, …)."""
         h = self._handle()
         self._raise(self._lib.kvfabric_health(h), h)
+
+    # ---- direct access: views and gather ----------------------------------------
+
+    def acquire(self, keys: Sequence) -> Views:
+        """Holds keys' objects in place and returns their :class:`Views`:
+        per key a :class:`View` with the device address of its bytes on
+        this store's GPU (``.ptr``, ``.size``, ``__cuda_array_interface__``,
+        ``.tensor()``), or ``.error`` for a key that failed (others are
+        held). Release them (``with store.acquire(keys) as views:``, or
+        ``views.release()``) once no kernel reads them. Raises only when
+        the call as a whole is rejected."""
+        keys = list(keys)
+        ks = [_key(k) for k in keys]
+        acquire = _native.fn("kvfabric_acquire")
+        h = self._handle()
+        n = len(ks)
+        kp, kl = _native.key_arrays(ks) if n else (None, None)
+        vh = c_int64(0)
+        addrs, sizes, st = (c_uint64 * n)(), (c_uint64 * n)(), (c_int32 * n)()
+        rc = acquire(h, n, kp, kl, byref(vh), addrs, sizes, st)
+        self._raise(rc, h)
+        errs = self._results(ks, list(st), h)
+        views = Views(self, vh.value, [(keys[i], sizes[i], addrs[i], errs[i]) for i in range(n)])
+        with self._lock:
+            closed = self._views_closed
+            if not closed:
+                self._views[vh.value] = views
+        if closed:
+            views._invalidate()  # a close() released them meanwhile
+            raise ClosedError("kvfabric: store is closed")
+        return views
+
+    def _forget_views(self, vh: int) -> int | None:
+        """Drops views handle vh from the store's table; returns the store
+        handle to release it with, or None when close() released it."""
+        with self._lock:
+            self._views.pop(vh, None)
+            return None if self._views_closed else self._h
+
+    def gather(self, keys: Sequence, index, row_bytes: int, out, stream=None, *, counter=None):
+        """Copies selected fixed-size rows of keys' objects into ``out`` and
+        returns once the copy is complete (a one-shot acquire, gather,
+        release; with :meth:`Views.gather` the views are held across
+        gathers and the call does not wait).
+
+        An object of N bytes has N // row_bytes rows. Output rows are in
+        key order — the selected rows of the first key, then the second's,
+        … — so ``out`` needs (number of indices) × row_bytes bytes: device
+        memory, or registered/page-locked host memory (torch CUDA tensor,
+        ``__cuda_array_interface__`` object, ``(ptr, nbytes)``; gathers are
+        not staged).
+
+        ``index`` selects the rows, either
+          - on the GPU: a CUDA int32/int64 tensor (or
+            ``__cuda_array_interface__`` object) of shape (len(keys), k),
+            contiguous, read by the kernel in stream order (a top-k's
+            output as is). An index out of range (negative ones included)
+            zero-fills its row and is counted: the call returns a new
+            1-element int32 CUDA tensor with the count for a torch index
+            (or adds it to ``counter``, 4 bytes of device memory you
+            zeroed, when given); otherwise it returns None.
+          - on the host: a CPU tensor/array of shape (len(keys), k) or
+            len(keys) sequences of ints (lengths may differ). Every index
+            is checked first: a negative one raises InvalidArgumentError
+            (a ValueError) naming its position, one not below its
+            object's row count too (naming key and position). Returns
+            None.
+
+        The kernel runs on ``stream`` (an int CUstream or a stream
+        object, as for get). By default: torch's current stream for a
+        torch index; else the stream a ``__cuda_array_interface__`` index
+        names, else ``out``'s (a torch tensor's: torch's current stream),
+        else torch's current stream when torch has initialized CUDA, else
+        the legacy default stream. Raises NotFoundError for a missing key,
+        LeaseExpiredError when a lease ended before the copy finished."""
+        ks = [_key(k) for k in keys]
+        gather = _native.fn("kvfabric_gather")
+        h = self._handle()
+        g = _prepare(self, len(ks), index, row_bytes, out, stream, counter)
+        kp, kl = _native.key_arrays(ks) if ks else (None, None)
+        self._raise(gather(h, len(ks), kp, kl, *g.args), h)
+        return g.result
 
     # ---- batches ----------------------------------------------------------------
 
