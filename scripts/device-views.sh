@@ -126,6 +126,15 @@ def timing():
         e1.record(s); e1.synchronize()
         b2b = e0.elapsed_time(e1) * 1e3 / N
         assert torch.equal(out, ref)
+        # Without the per-call counter tensor (its allocation and fill kernel).
+        nc, issue = [], []
+        for it in range(N + 5):
+            out.zero_(); torch.cuda.synchronize()
+            e0.record(s); t0 = time.perf_counter_ns(); views.gather(idx, RB, out, counter=False)
+            t1 = time.perf_counter_ns(); e1.record(s); e1.synchronize()
+            if it >= 5:
+                nc.append(e0.elapsed_time(e1) * 1e3); issue.append((t1 - t0) / 1e3)
+        assert torch.equal(out, ref)
     wall = []
     for it in range(N + 5):
         t0 = time.perf_counter_ns(); store.gather(keys, idx, RB, out); torch.cuda.synchronize()
@@ -157,6 +166,9 @@ def timing():
         "link_gbps": round(link, 2),
         "views_gather_p50_us": round(p50, 1), "views_gather_min_us": round(min(per), 1),
         "views_gather_b2b_us": round(b2b, 1),
+        "views_gather_nocount_p50_us": round(statistics.median(nc), 1),
+        "views_gather_nocount_issue_p50_us": round(statistics.median(issue), 1),
+        "views_gather_nocount_ratio": round(sel_bytes / (statistics.median(nc) / 1e6) / 1e9 / link, 3),
         "views_gather_ratio": round(sel_bytes / (p50 / 1e6) / 1e9 / link, 3),
         "views_gather_b2b_ratio": round(sel_bytes / (b2b / 1e6) / 1e9 / link, 3),
         "store_gather_wall_p50_us": round(statistics.median(wall), 1),

@@ -67,6 +67,10 @@ type gatherResult struct {
 	// BackToBackUS: per operation, iters operations enqueued back to back
 	// (0 where the method waits for each).
 	BackToBackUS float64 `json:"back_to_back_us,omitempty"`
+	// IssueUS: median CPU time of the call that enqueues one operation
+	// (for gpu-events methods; the GPU idles meanwhile when the stream
+	// was empty, so it is part of P50us).
+	IssueUS float64 `json:"issue_us,omitempty"`
 	// GBps: selected bytes / p50 time; Ratio: GBps / LinkGBps.
 	GBps     float64 `json:"gbps"`
 	Ratio    float64 `json:"ratio"`
@@ -306,12 +310,17 @@ func runGatherBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why str
 		}
 		return nil
 	}
-	// elapsed times what fn enqueues on s with the stream's events.
+	// elapsed times what fn enqueues on s with the stream's events; issue
+	// is the CPU time fn took to enqueue it.
+	var issue time.Duration
 	elapsed := func(fn func() error) (time.Duration, error) {
 		if err := drv.EventRecord(cctx, evs[0], s); err != nil {
 			return 0, err
 		}
-		if err := fn(); err != nil {
+		t0 := time.Now()
+		err := fn()
+		issue = time.Since(t0)
+		if err != nil {
 			_ = drv.StreamSynchronize(cctx, s)
 			return 0, err
 		}
@@ -345,8 +354,13 @@ func runGatherBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why str
 	fmt.Fprintf(w, "link ceiling (one %s DRAM->HBM copy): %.1f GB/s\n", sizeLabel(big), rep.LinkGBps)
 
 	var errs []error
+	var issues []time.Duration
 	record := func(method, timing string, times []time.Duration, b2b time.Duration, verr error) {
 		r := gatherResult{Method: method, Timing: timing, Verified: verr == nil}
+		if timing == "gpu-events" && len(issues) > 0 {
+			r.IssueUS = float64(median(issues)) / 1e3
+		}
+		issues = nil
 		if verr != nil {
 			errs = append(errs, verr)
 		}
@@ -378,6 +392,7 @@ func runGatherBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why str
 			}
 			if it > 0 {
 				times = append(times, d)
+				issues = append(issues, issue)
 			}
 		}
 		var per time.Duration
@@ -423,6 +438,18 @@ func runGatherBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why str
 		}
 		return nil
 	})
+	// The transfer engine alone on the same addresses (no Store call): what
+	// the views' gather adds on the CPU is the difference.
+	xf, err := transfer.New(drv, cctx, dev, transfer.Options{})
+	if err != nil {
+		return err
+	}
+	undo = append(undo, xf.Close)
+	eg := transfer.Gather{PerObj: perObj, Device: devIdx, IdxBytes: 8, RowBytes: f.rowBytes, Dst: dst, Bad: bad}
+	for _, o := range objs {
+		eg.Objs = append(eg.Objs, transfer.GatherObj{Base: o.Replicas[0].Addr, Rows: uint64(f.rows)})
+	}
+	timed("engine-gather-device-idx", func() error { return xf.Gather(s, eg) }, true, verify)
 	dstR := client.Region{Ptr: uintptr(dst), Len: selBytes}
 	timed("view-gather-device-idx", func() error {
 		return views.Gather(client.Rows{Device: devIdx, PerKey: perObj, ElemBytes: 8, BadRows: bad}, f.rowBytes, dstR, s)
@@ -460,11 +487,6 @@ func runGatherBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why str
 	{
 		full, err := alloc(uint64(f.objects) * objBytes)
 		if err == nil {
-			xf, xerr := transfer.New(drv, cctx, dev, transfer.Options{})
-			if xerr != nil {
-				return xerr
-			}
-			undo = append(undo, xf.Close)
 			dsts := make([][]client.Region, f.objects)
 			g := transfer.Gather{PerObj: perObj, Device: devIdx, IdxBytes: 8, RowBytes: f.rowBytes, Dst: dst, Bad: bad}
 			for o := range dsts {
@@ -533,7 +555,7 @@ func writeGatherTable(w io.Writer, rep gatherReport) {
 			gatherP50 = r.P50us
 		}
 	}
-	fmt.Fprintf(w, "%-32s %10s %10s %12s %9s %8s %10s %s\n", "method", "p50 us", "min us", "b2b us/op", "GB/s", "/link", "vs gather", "verified")
+	fmt.Fprintf(w, "%-32s %10s %10s %12s %9s %8s %10s %9s %s\n", "method", "p50 us", "min us", "b2b us/op", "GB/s", "/link", "vs gather", "issue us", "verified")
 	for _, r := range rep.Results {
 		vs := "-"
 		if gatherP50 > 0 && r.P50us > 0 {
@@ -543,7 +565,11 @@ func writeGatherTable(w io.Writer, rep gatherReport) {
 		if r.BackToBackUS > 0 {
 			b2b = fmt.Sprintf("%.1f", r.BackToBackUS)
 		}
-		fmt.Fprintf(w, "%-32s %10.1f %10.1f %12s %9.2f %8.3f %10s %v\n", r.Method, r.P50us, r.MinUS, b2b, r.GBps, r.Ratio, vs, r.Verified)
+		iss := "-"
+		if r.IssueUS > 0 {
+			iss = fmt.Sprintf("%.1f", r.IssueUS)
+		}
+		fmt.Fprintf(w, "%-32s %10.1f %10.1f %12s %9.2f %8.3f %10s %9s %v\n", r.Method, r.P50us, r.MinUS, b2b, r.GBps, r.Ratio, vs, iss, r.Verified)
 	}
 }
 

@@ -70,8 +70,8 @@ func TestBenchGatherVerifiesEveryIteration(t *testing.T) {
 	drv := &droppingDriver{Driver: sd, skipAfter: 2}
 	var out bytes.Buffer
 	err = runGatherBenchOn(t.Context(), &out, drv, "test", gatherFlags{rowBytes: 1152, iters: 3})
-	if err == nil || !strings.Contains(err.Error(), "view-gather-device-idx: iteration") {
-		t.Fatalf("err = %v, want a verification failure of view-gather-device-idx\n%s", err, out.String())
+	if err == nil || !strings.Contains(err.Error(), "engine-gather-device-idx: iteration") {
+		t.Fatalf("err = %v, want a verification failure of engine-gather-device-idx\n%s", err, out.String())
 	}
 	if live := sd.LiveObjects(); live.Total() != 0 {
 		t.Fatalf("leaked driver objects: %v", live)

@@ -278,7 +278,9 @@ def _prepare(store, n: int, index, row_bytes, out, stream, counter) -> _Gather:
             # (a top-k just before), so the kernel reads them in order.
             s = torch_stream(dev) or 0
         result = None
-        if counter is None:
+        if counter is False:
+            bad = 0  # not counted (out-of-range rows are still zeroed)
+        elif counter is None:
             # Zeroed on the gather's stream, so that the kernel's adds
             # follow the zeroing (and the caching allocator ties the
             # block to that stream).
@@ -305,11 +307,11 @@ def _prepare(store, n: int, index, row_bytes, out, stream, counter) -> _Gather:
             st = cai.get("stream")
             s = 0 if st == 1 else st
         result = None
-        bad = 0 if counter is None else _counter(counter)
+        bad = 0 if counter is None or counter is False else _counter(counter)
         args = (None, None, int(cai["data"][0] or 0), shape[1], int(typestr[2:]), bad)
         keep = (index, counter)
     else:
-        if counter is not None:
+        if counter is not None and counter is not False:
             raise InvalidArgumentError("kvfabric: counter is for CUDA indices (host indices are checked instead)")
         rows, counts, keep = _host_rows(index, n)
         result = None

@@ -482,7 +482,11 @@ class Store:
             zero-fills its row and is counted: the call returns a new
             1-element int32 CUDA tensor with the count for a torch index
             (or adds it to ``counter``, 4 bytes of device memory you
-            zeroed, when given); otherwise it returns None.
+            zeroed, when given); otherwise it returns None. The new
+            tensor costs an allocation and a fill kernel per call:
+            latency-sensitive callers pass a counter they keep (and zero
+            when they read it), or ``counter=False`` to count nothing
+            (the rows are still zeroed).
           - on the host: a CPU tensor/array of shape (len(keys), k) or
             len(keys) sequences of ints (lengths may differ). Every index
             is checked first: a negative one raises InvalidArgumentError

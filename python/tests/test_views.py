@@ -478,6 +478,10 @@ def test_torch_cuda_index(store, host, fake_torch):
         cnt[:] = 0
         assert views.gather(FakeTensor(idx), ROW, poisoned(out), counter=(cnt.ctypes.data, 4)) is None
         assert int(cnt[0]) == 3 and len(fake_torch.zeros_on) == 2
+        # counter=False: nothing allocated or counted; the rows are still zeroed.
+        o = poisoned(out)
+        assert views.gather(FakeTensor(idx), ROW, o, counter=False) is None
+        assert len(fake_torch.zeros_on) == 2 and int(cnt[0]) == 3
         for index, what in [
             (FakeTensor(idx.view(np.float32)), "int32 or int64"),
             (FakeTensor(idx[:, ::2]), "contiguous"),
