@@ -450,6 +450,14 @@ func runGatherBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why str
 		eg.Objs = append(eg.Objs, transfer.GatherObj{Base: o.Replicas[0].Addr, Rows: uint64(f.rows)})
 	}
 	timed("engine-gather-device-idx", func() error { return xf.Gather(s, eg) }, true, verify)
+	// The same with the table uploaded before each launch (the engine's
+	// default reads it in the pinned host ring where the GPU can): A/B.
+	xu, err := transfer.New(drv, cctx, dev, transfer.Options{UploadTables: true})
+	if err != nil {
+		return err
+	}
+	undo = append(undo, xu.Close)
+	timed("engine-gather-device-idx-upload", func() error { return xu.Gather(s, eg) }, true, verify)
 	dstR := client.Region{Ptr: uintptr(dst), Len: selBytes}
 	timed("view-gather-device-idx", func() error {
 		return views.Gather(client.Rows{Device: devIdx, PerKey: perObj, ElemBytes: 8, BadRows: bad}, f.rowBytes, dstR, s)

@@ -132,6 +132,7 @@ type Attribute int32
 
 // The device attributes kvfabric reads.
 const (
+	AttrCanUseHostPointerForRegisteredMem      Attribute = 91
 	AttrVirtualMemoryManagementSupported       Attribute = 102
 	AttrHandleTypePosixFDSupported             Attribute = 103
 	AttrHandleTypeFabricSupported              Attribute = 128

@@ -199,9 +199,15 @@ func (e *Engine) gatherLaunch(s cuda.Stream, g *Gather, o, n, first, m, idxBytes
 		ob := g.Objs[o+j]
 		kernels.PutGatherObj(sl.table[j*kernels.GatherObjSize:], ob.Base, ob.Rows)
 	}
+	// Where the kernel reads the table: the slot's host range itself
+	// (device-mapped, same address) or its device copy.
+	tab := sl.dev
+	if e.hostTables {
+		tab = cuda.DevicePtr(sl.addr)
+	}
 	idx := g.Device + cuda.DevicePtr(first*idxBytes)
 	if len(g.Host) > 0 {
-		idx = sl.dev + cuda.DevicePtr(table)
+		idx = tab + cuda.DevicePtr(table)
 		dst := sl.table[table : table+rows*8]
 		for j, i := range g.Host[first : first+rows] {
 			binary.LittleEndian.PutUint64(dst[j*8:], i)
@@ -209,14 +215,14 @@ func (e *Engine) gatherLaunch(s cuda.Stream, g *Gather, o, n, first, m, idxBytes
 		table += rows * 8
 	}
 	kernels.PutGatherRowsParams(&sl.pbuf, &sl.params, kernels.GatherRowsArgs{
-		Objs: sl.dev, NObj: uint32(n), PerObj: uint32(m),
+		Objs: tab, NObj: uint32(n), PerObj: uint32(m),
 		Idx: idx, IdxBytes: uint32(idxBytes),
 		RowBytes: g.RowBytes, Dst: g.Dst + cuda.DevicePtr(first*g.RowBytes), Bad: g.Bad,
 	})
 	grid, block := gatherShape(rows, g.RowBytes)
 	err = e.launch(sl, s, launchSpec{
 		fn: e.gatherFn, entry: kernels.GatherRowsEntry, items: int(rows), unit: "rows",
-		table: table, grid: grid, block: block, params: sl.params[:],
+		table: table, direct: e.hostTables, grid: grid, block: block, params: sl.params[:],
 	})
 	if err != nil {
 		return err

@@ -191,47 +191,55 @@ func TestGatherByteExact(t *testing.T) {
 		{"device int32 unaligned", 4, 13, true},
 		{"device int64 8-byte rows", 8, 24, false},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e := newSimEnv(t, sim.Config{Granularity: 1 << 20})
-			eng := newEngine(t, e, transfer.Options{})
-			rng := rand.New(rand.NewPCG(21, tc.rowBytes))
-			const nobj, k = 16, 32
-			src := newGatherSrc(t, e, rng, nobj, tc.rowBytes, 600, false, tc.misalign)
-			for round, async := range []bool{false, true} {
-				idx := src.randIdx(rng, seq(nobj), k)
-				want, wantBad := src.want(seq(nobj), k, idx)
-				if wantBad != 0 {
-					t.Fatal("random indices out of range")
+		for _, up := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/upload=%v", tc.name, up), func(t *testing.T) {
+				e := newSimEnv(t, sim.Config{Granularity: 1 << 20})
+				eng := newEngine(t, e, transfer.Options{UploadTables: up})
+				rng := rand.New(rand.NewPCG(21, tc.rowBytes))
+				const nobj, k = 16, 32
+				src := newGatherSrc(t, e, rng, nobj, tc.rowBytes, 600, false, tc.misalign)
+				for round, async := range []bool{false, true} {
+					idx := src.randIdx(rng, seq(nobj), k)
+					want, wantBad := src.want(seq(nobj), k, idx)
+					if wantBad != 0 {
+						t.Fatal("random indices out of range")
+					}
+					g := transfer.Gather{Objs: src.objs, PerObj: k, RowBytes: tc.rowBytes}
+					if tc.idxBytes == 0 {
+						g.Host = idx
+					} else {
+						g.Device, g.IdxBytes = upload(t, e, idx, tc.idxBytes), tc.idxBytes
+					}
+					off := cuda.DevicePtr(0)
+					if tc.misalign {
+						off = 5
+					}
+					g.Dst = poisoned(t, e, uint64(len(want))+8) + off
+					var bad func() uint32
+					g.Bad, bad = counter(t, e)
+					e.sim.ResetCalls()
+					if err := runGather(eng, e, e.s, g, async); err != nil {
+						t.Fatalf("round %d: %v", round, err)
+					}
+					checkDst(t, e, g.Dst, want, tc.rowBytes)
+					if n := bad(); n != 0 {
+						t.Fatalf("bad counter %d for in-range indices", n)
+					}
+					// The table is uploaded only when asked to: by default
+					// the kernel reads it in the pinned host ring.
+					wantUploads := 0
+					if up {
+						wantUploads = 1
+					}
+					if got := [2]int{e.sim.CallCount("LaunchKernel"), e.sim.CallCount("MemcpyAsync")}; got != [2]int{1, wantUploads} {
+						t.Fatalf("(launches, uploads) = %v, want (1, %d): %v", got, wantUploads, e.sim.Calls())
+					}
 				}
-				g := transfer.Gather{Objs: src.objs, PerObj: k, RowBytes: tc.rowBytes}
-				if tc.idxBytes == 0 {
-					g.Host = idx
-				} else {
-					g.Device, g.IdxBytes = upload(t, e, idx, tc.idxBytes), tc.idxBytes
+				if st := eng.Stats(); st.GatherLaunches != 2 || st.GatherRows != 2*nobj*k || st.KernelLaunches != 0 {
+					t.Fatalf("stats %+v, want 2 gather launches of %d rows", st, nobj*k)
 				}
-				off := cuda.DevicePtr(0)
-				if tc.misalign {
-					off = 5
-				}
-				g.Dst = poisoned(t, e, uint64(len(want))+8) + off
-				var bad func() uint32
-				g.Bad, bad = counter(t, e)
-				e.sim.ResetCalls()
-				if err := runGather(eng, e, e.s, g, async); err != nil {
-					t.Fatalf("round %d: %v", round, err)
-				}
-				checkDst(t, e, g.Dst, want, tc.rowBytes)
-				if n := bad(); n != 0 {
-					t.Fatalf("bad counter %d for in-range indices", n)
-				}
-				if got := [2]int{e.sim.CallCount("LaunchKernel"), e.sim.CallCount("MemcpyAsync")}; got != [2]int{1, 1} {
-					t.Fatalf("(launches, uploads) = %v, want one of each: %v", got, e.sim.Calls())
-				}
-			}
-			if st := eng.Stats(); st.GatherLaunches != 2 || st.GatherRows != 2*nobj*k || st.KernelLaunches != 0 {
-				t.Fatalf("stats %+v, want 2 gather launches of %d rows", st, nobj*k)
-			}
-		})
+			})
+		}
 	}
 }
 
@@ -377,43 +385,45 @@ func TestGatherSplit(t *testing.T) {
 		// A 24-byte slot rounded up to 32: 16+2*8, two rows per launch.
 		{"host two rows per launch", 1, 3, 0, 10 * 2},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			const nobj, rowBytes = 10, 160
-			e := newSimEnv(t, sim.Config{Granularity: 1 << 20})
-			eng := newEngine(t, e, transfer.Options{SlotDescs: tc.slotDescs, RingSlots: 2})
-			rng := rand.New(rand.NewPCG(uint64(tc.k), uint64(tc.idxBytes)))
-			src := newGatherSrc(t, e, rng, nobj, rowBytes, 64, false, false)
-			idx := src.randIdx(rng, seq(nobj), tc.k)
-			idx[len(idx)-1] = src.objs[nobj-1].Rows // the last row of the last launch: out of range
-			want, wantBad := src.want(seq(nobj), tc.k, idx)
-			g := transfer.Gather{Objs: src.objs, PerObj: tc.k, RowBytes: rowBytes, Dst: poisoned(t, e, uint64(len(want)))}
-			if tc.idxBytes == 0 {
-				g.Host = idx
-			} else {
-				g.Device, g.IdxBytes = upload(t, e, idx, tc.idxBytes), tc.idxBytes
-			}
-			var read func() uint32
-			g.Bad, read = counter(t, e)
-			e.sim.ResetCalls()
-			if err := eng.Gather(e.s, g); err != nil {
-				t.Fatal(err)
-			}
-			// The simulator's launches complete at once: every slot is
-			// free again by the next launch, which must not wait for it.
-			if n := e.sim.CallCount("StreamSynchronize") + e.sim.CallCount("EventSynchronize"); n != 0 {
-				t.Fatalf("Gather waited on the CPU (%d synchronizations)", n)
-			}
-			if err := e.drv.StreamSynchronize(e.ctx, e.s); err != nil {
-				t.Fatal(err)
-			}
-			checkDst(t, e, g.Dst, want, rowBytes)
-			if n := read(); n != wantBad || n != 1 {
-				t.Fatalf("bad counter %d, want %d", n, wantBad)
-			}
-			if st := eng.Stats(); st.GatherLaunches != tc.launches || st.GatherRows != uint64(nobj*tc.k) {
-				t.Fatalf("stats %+v, want %d launches of %d rows in all", st, tc.launches, nobj*tc.k)
-			}
-		})
+		for _, up := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/upload=%v", tc.name, up), func(t *testing.T) {
+				const nobj, rowBytes = 10, 160
+				e := newSimEnv(t, sim.Config{Granularity: 1 << 20})
+				eng := newEngine(t, e, transfer.Options{SlotDescs: tc.slotDescs, RingSlots: 2, UploadTables: up})
+				rng := rand.New(rand.NewPCG(uint64(tc.k), uint64(tc.idxBytes)))
+				src := newGatherSrc(t, e, rng, nobj, rowBytes, 64, false, false)
+				idx := src.randIdx(rng, seq(nobj), tc.k)
+				idx[len(idx)-1] = src.objs[nobj-1].Rows // the last row of the last launch: out of range
+				want, wantBad := src.want(seq(nobj), tc.k, idx)
+				g := transfer.Gather{Objs: src.objs, PerObj: tc.k, RowBytes: rowBytes, Dst: poisoned(t, e, uint64(len(want)))}
+				if tc.idxBytes == 0 {
+					g.Host = idx
+				} else {
+					g.Device, g.IdxBytes = upload(t, e, idx, tc.idxBytes), tc.idxBytes
+				}
+				var read func() uint32
+				g.Bad, read = counter(t, e)
+				e.sim.ResetCalls()
+				if err := eng.Gather(e.s, g); err != nil {
+					t.Fatal(err)
+				}
+				// The simulator's launches complete at once: every slot is
+				// free again by the next launch, which must not wait for it.
+				if n := e.sim.CallCount("StreamSynchronize") + e.sim.CallCount("EventSynchronize"); n != 0 {
+					t.Fatalf("Gather waited on the CPU (%d synchronizations)", n)
+				}
+				if err := e.drv.StreamSynchronize(e.ctx, e.s); err != nil {
+					t.Fatal(err)
+				}
+				checkDst(t, e, g.Dst, want, rowBytes)
+				if n := read(); n != wantBad || n != 1 {
+					t.Fatalf("bad counter %d, want %d", n, wantBad)
+				}
+				if st := eng.Stats(); st.GatherLaunches != tc.launches || st.GatherRows != uint64(nobj*tc.k) {
+					t.Fatalf("stats %+v, want %d launches of %d rows in all", st, tc.launches, nobj*tc.k)
+				}
+			})
+		}
 	}
 }
 
@@ -423,8 +433,14 @@ func TestGatherSplit(t *testing.T) {
 // launch (which it is ordered behind anyway) rather than grow the ring;
 // released, it finishes byte-exact.
 func TestGatherSplitHeld(t *testing.T) {
+	for _, up := range []bool{false, true} {
+		t.Run(fmt.Sprintf("upload=%v", up), func(t *testing.T) { gatherSplitHeld(t, up) })
+	}
+}
+
+func gatherSplitHeld(t *testing.T, up bool) {
 	e := newSimEnv(t, sim.Config{Granularity: 1 << 20})
-	eng := newEngine(t, e, transfer.Options{SlotDescs: 4, RingSlots: 2, MaxRingSlots: 4})
+	eng := newEngine(t, e, transfer.Options{SlotDescs: 4, RingSlots: 2, MaxRingSlots: 4, UploadTables: up})
 	rng := rand.New(rand.NewPCG(3, 3))
 	const nobj, k, rowBytes = 12, 3, 64
 	src := newGatherSrc(t, e, rng, nobj, rowBytes, 64, false, false)
@@ -435,8 +451,13 @@ func TestGatherSplitHeld(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- eng.Gather(e.s, g) }()
 	// 6 launches, 2 slots: the first two launches (upload, kernel, fence
-	// each) wait behind the hold, and so does the gather.
-	waitPending(t, e.sim, e.s, 6)
+	// each; no upload when the kernel reads its table in host memory) wait
+	// behind the hold, and so does the gather.
+	pending := 4
+	if up {
+		pending = 6
+	}
+	waitPending(t, e.sim, e.s, pending)
 	time.Sleep(10 * time.Millisecond)
 	select {
 	case err := <-done:
@@ -558,7 +579,9 @@ func TestGatherFaults(t *testing.T) {
 			src := newGatherSrc(t, e, rng, nobj, rowBytes, 200, false, false)
 			dst := poisoned(t, e, nobj*k*rowBytes)
 			before := e.live()
-			eng, err := transfer.New(e.drv, e.ctx, 0, transfer.Options{RingSlots: 1, MaxRingSlots: 2})
+			// The table upload exists only with UploadTables; every other
+			// call is on the default path (the kernel reads the host ring).
+			eng, err := transfer.New(e.drv, e.ctx, 0, transfer.Options{RingSlots: 1, MaxRingSlots: 2, UploadTables: method == "MemcpyAsync"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -760,7 +783,9 @@ func TestGatherEmulationRegistered(t *testing.T) {
 // simulator unless KVFABRIC_GPU_TESTS=1, then on the GPU.
 func TestGatherOnDevice(t *testing.T) {
 	e := newBenchEnv(t)
-	eng := newEngine(t, e, transfer.Options{})
+	// Both table paths: read in the pinned host ring (the default where the
+	// device can use host pointers) and uploaded to device memory.
+	engs := map[bool]*transfer.Engine{false: newEngine(t, e, transfer.Options{}), true: newEngine(t, e, transfer.Options{UploadTables: true})}
 	for _, tc := range []struct {
 		name     string
 		rowBytes uint64
@@ -779,36 +804,39 @@ func TestGatherOnDevice(t *testing.T) {
 		// 700,000 rows: more warps than the grid's 65,536 CTAs x 8 have.
 		{"grid-stride", 16, false, 100000, 4},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(tc.rowBytes, uint64(tc.k)))
-			const nobj = 7
-			maxRows := int(min(60, (3<<20)/tc.rowBytes))
-			src := newGatherSrc(t, e, rng, nobj, tc.rowBytes, maxRows, false, tc.misalign)
-			idx := src.randIdx(rng, seq(nobj), tc.k)
-			for j := 0; j < len(idx); j += 5 {
-				idx[j] = src.objs[j/tc.k].Rows + uint64(j%3) // out of range, once in five
-			}
-			want, wantBad := src.want(seq(nobj), tc.k, idx)
-			g := transfer.Gather{Objs: src.objs, PerObj: tc.k, RowBytes: tc.rowBytes}
-			if tc.idxBytes == 0 {
-				g.Host = idx
-			} else {
-				g.Device, g.IdxBytes = upload(t, e, idx, tc.idxBytes), tc.idxBytes
-			}
-			off := cuda.DevicePtr(0)
-			if tc.misalign {
-				off = 7
-			}
-			g.Dst = poisoned(t, e, uint64(len(want))+8) + off
-			var read func() uint32
-			g.Bad, read = counter(t, e)
-			if err := runGather(eng, e, e.s, g, true); err != nil {
-				t.Fatal(err)
-			}
-			checkDst(t, e, g.Dst, want, tc.rowBytes)
-			if n := read(); n != wantBad {
-				t.Fatalf("bad counter %d, want %d", n, wantBad)
-			}
-		})
+		for _, up := range []bool{false, true} {
+			eng := engs[up]
+			t.Run(fmt.Sprintf("%s/upload=%v", tc.name, up), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(tc.rowBytes, uint64(tc.k)))
+				const nobj = 7
+				maxRows := int(min(60, (3<<20)/tc.rowBytes))
+				src := newGatherSrc(t, e, rng, nobj, tc.rowBytes, maxRows, false, tc.misalign)
+				idx := src.randIdx(rng, seq(nobj), tc.k)
+				for j := 0; j < len(idx); j += 5 {
+					idx[j] = src.objs[j/tc.k].Rows + uint64(j%3) // out of range, once in five
+				}
+				want, wantBad := src.want(seq(nobj), tc.k, idx)
+				g := transfer.Gather{Objs: src.objs, PerObj: tc.k, RowBytes: tc.rowBytes}
+				if tc.idxBytes == 0 {
+					g.Host = idx
+				} else {
+					g.Device, g.IdxBytes = upload(t, e, idx, tc.idxBytes), tc.idxBytes
+				}
+				off := cuda.DevicePtr(0)
+				if tc.misalign {
+					off = 7
+				}
+				g.Dst = poisoned(t, e, uint64(len(want))+8) + off
+				var read func() uint32
+				g.Bad, read = counter(t, e)
+				if err := runGather(eng, e, e.s, g, true); err != nil {
+					t.Fatal(err)
+				}
+				checkDst(t, e, g.Dst, want, tc.rowBytes)
+				if n := read(); n != wantBad {
+					t.Fatalf("bad counter %d, want %d", n, wantBad)
+				}
+			})
+		}
 	}
 }

@@ -130,6 +130,14 @@ type Options struct {
 	// table (16 bytes per object, plus PerObj*8 bytes of host indices) does
 	// not fit one slot is split into several launches too.
 	SlotDescs int
+	// UploadTables makes every launch copy its slot's table to device
+	// memory first. By default a gather's kernel reads its table (object
+	// list and host indices) straight from the pinned host ring when the
+	// device can use host pointers of registered memory
+	// (CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM): one
+	// GPU operation and one driver call less per gather (docs/perf/gather.md).
+	// The copy kernel always uploads (its large tables DMA faster).
+	UploadTables bool
 	// Logger receives construction and teardown messages; nil discards.
 	Logger *slog.Logger
 }
@@ -164,6 +172,9 @@ type Engine struct {
 	dev   cuda.Device
 	opts  Options
 	batch bool // cuMemcpyBatchAsync available
+	// hostTables: gather kernels read their slot's table in the pinned
+	// host ring (registered device-mapped) instead of a device copy.
+	hostTables bool
 	log   *slog.Logger
 
 	mod cuda.Module   // kvf_copy_blocks's
@@ -288,6 +299,13 @@ func New(drv cuda.Driver, ctx cuda.Context, dev cuda.Device, opts Options) (_ *E
 		return nil, fmt.Errorf("transfer: ring of %d slots x %d descriptors is too large", opts.MaxRingSlots, opts.SlotDescs)
 	}
 	e := &Engine{drv: drv, ctx: ctx, dev: dev, opts: opts, batch: drv.Capabilities().MemcpyBatchAsync, log: opts.Logger}
+	if !opts.UploadTables {
+		v, err := drv.DeviceAttribute(dev, cuda.AttrCanUseHostPointerForRegisteredMem)
+		if err != nil {
+			return nil, fmt.Errorf("transfer: query whether device %d can use host pointers of registered memory: %w", dev, err)
+		}
+		e.hostTables = v == 1
+	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -379,7 +397,11 @@ func (e *Engine) grow() (err error) {
 	}
 	c.host = host
 	addr := uintptr(unsafe.Pointer(&host[0]))
-	if err := e.drv.MemHostRegister(e.ctx, addr, bytes, 0); err != nil {
+	flags := uint32(0)
+	if e.hostTables {
+		flags = cuda.HostRegisterDevMap // kernels read gather tables in place
+	}
+	if err := e.drv.MemHostRegister(e.ctx, addr, bytes, flags); err != nil {
 		return fmt.Errorf("transfer: register %d-byte descriptor ring: %w", bytes, err)
 	}
 	c.hostReg = true
@@ -923,6 +945,7 @@ type launchSpec struct {
 	items       int    // what the launch copies, for messages ...
 	unit        string // ... and its unit ("blocks", "rows")
 	table       uint64 // bytes of the slot's table the kernel reads
+	direct      bool   // the kernel reads the table in host memory: no upload
 	grid, block cuda.Dim3
 	params      [][]byte
 }
@@ -944,13 +967,16 @@ func (e *Engine) launch(sl *slot, s cuda.Stream, l launchSpec) error {
 		e.ring.changed.Broadcast()
 		e.ring.Unlock()
 	}()
-	sl.upload[0] = cuda.Copy{Dst: sl.dev, Src: cuda.DevicePtr(sl.addr), Len: l.table}
-	if err := e.drv.MemcpyAsync(e.ctx, sl.upload[:], s); err != nil {
-		// Nothing was enqueued that reads the slot.
-		return fmt.Errorf("transfer: upload the %d-byte table of %s for %d %s: %w", l.table, l.entry, l.items, l.unit, err)
+	if !l.direct {
+		sl.upload[0] = cuda.Copy{Dst: sl.dev, Src: cuda.DevicePtr(sl.addr), Len: l.table}
+		if err := e.drv.MemcpyAsync(e.ctx, sl.upload[:], s); err != nil {
+			// Nothing was enqueued that reads the slot.
+			return fmt.Errorf("transfer: upload the %d-byte table of %s for %d %s: %w", l.table, l.entry, l.items, l.unit, err)
+		}
 	}
 	lerr := e.drv.LaunchKernel(e.ctx, l.fn, l.grid, l.block, 0, s, l.params)
-	// Fence the slot whatever happened: the upload reads it.
+	// Fence the slot whatever happened: the upload or the kernel reads it
+	// (a failed launch may still have been enqueued).
 	if rerr := e.drv.EventRecord(e.ctx, sl.ev, s); rerr != nil {
 		if serr := e.drv.StreamSynchronize(e.ctx, s); serr != nil {
 			state = slotBroken

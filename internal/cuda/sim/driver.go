@@ -347,6 +347,7 @@ func (d *Driver) DeviceAttribute(dev cuda.Device, attr cuda.Attribute) (int, err
 			cuda.AttrHandleTypePosixFDSupported,
 			cuda.AttrHandleTypeFabricSupported, // supported even when not permitted, as on H200
 			cuda.AttrHostNUMAVirtualMemoryManagementSupport,
+			cuda.AttrCanUseHostPointerForRegisteredMem, // kernels read registered host memory (accessibleLocked)
 			attrUnifiedAddressing:
 			v = 1
 		case cuda.AttrHostNUMAMultinodeIPCSupported:
