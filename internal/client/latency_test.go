@@ -1,9 +1,16 @@
 package client_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,73 +20,182 @@ import (
 	"github.com/kvfabric/kvfabric/internal/master"
 )
 
-// BenchmarkGetLatency is one 4 KiB get at a time through a master on
-// loopback gRPC (and embedded, for comparison): the latency one engine
-// request sees. Its phases say where the time goes.
+// BenchmarkGetLatency is one 4 KiB get at a time (sim driver): the latency
+// one engine request sees, a rung of the latency ladder (docs/perf/
+// latency.md, "dev VM ladder"). The master is
+//
+//	embedded   in the Store
+//	grpc       a master.Server in this process on TCP loopback
+//	grpc-proc  a master.Server in a child process (this test binary) on TCP
+//	           loopback, as `kvfabric master` is to a client process
+//
+// /locked gets from a goroutine locked to its OS thread, as a get entering
+// Go from a C thread (the C ABI, Python) does. The phases say where the
+// time goes (means); p50-us and p99-us are over the individual gets.
 func BenchmarkGetLatency(b *testing.B) {
-	for _, kind := range []string{"embedded", "grpc"} {
-		b.Run(kind, func(b *testing.B) {
-			drv, err := sim.New(sim.Config{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			svc, err := master.New(master.Config{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer svc.Close()
-			ctx := context.Background()
-			var mc master.Client = master.NewEmbedded(svc)
-			if kind == "grpc" {
-				lis, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					b.Fatal(err)
-				}
-				srv := master.NewServer(svc, nil)
-				go srv.Serve(lis, nil)
-				defer srv.Shutdown(context.Background())
-				if mc, err = master.Dial(ctx, lis.Addr().String()); err != nil {
-					b.Fatal(err)
-				}
-			}
-			defer mc.Close()
-			cfg := map[string]any{"global_segment_size": "64MiB", "enable_egm_store_pool": true, "max_mr_size": "64MiB",
-				"driver": "sim", "socket_dir": b.TempDir()}
-			c, err := config.FromMap(cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			s, err := client.Open(ctx, c, client.Options{Driver: drv, Master: mc, ClientID: "lat"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			buf, err := drv.MemAlloc(s.Context(), 4096)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer drv.MemFree(s.Context(), buf)
-			r := client.Bytes(uintptr(buf), 4096)
-			if err := s.Put(ctx, "k", r, 0, client.PutOptions{}); err != nil {
-				b.Fatal(err)
-			}
-			_, before := s.Phases()
-			start := time.Now()
-			for b.Loop() {
-				if _, err := s.Get(ctx, "k", r, 0); err != nil {
-					b.Fatal(err)
-				}
-			}
-			_, g := s.Phases()
-			g = g.Sub(before)
-			per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(g.Calls) }
-			b.ReportMetric(per(g.Check), "check-us")
-			b.ReportMetric(per(g.Meta), "meta-us")
-			b.ReportMetric(per(g.Resolve), "resolve-us")
-			b.ReportMetric(per(g.Copy), "copy-us")
-			b.ReportMetric(float64(time.Since(start).Nanoseconds())/1e3/float64(g.Calls), "total-us")
-		})
+	for _, kind := range []string{"embedded", "grpc", "grpc-proc"} {
+		for _, thread := range []string{"", "/locked"} {
+			b.Run(kind+thread, func(b *testing.B) {
+				benchGetLatency(b, kind, thread != "")
+			})
+		}
 	}
+}
+
+func benchGetLatency(b *testing.B, kind string, locked bool) {
+	drv, err := sim.New(sim.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	cfg := map[string]any{"global_segment_size": "64MiB", "enable_egm_store_pool": true, "max_mr_size": "64MiB",
+		"driver": "sim", "socket_dir": b.TempDir()}
+	var mc master.Client
+	switch kind {
+	case "embedded", "grpc":
+		svc, err := master.New(master.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer svc.Close()
+		mc = master.NewEmbedded(svc)
+		if kind == "grpc" {
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := master.NewServer(svc, nil)
+			go srv.Serve(lis, nil)
+			defer srv.Shutdown(context.Background())
+			if mc, err = master.Dial(ctx, lis.Addr().String()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	case "grpc-proc":
+		if mc, err = master.Dial(ctx, startMasterProcess(b)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	defer mc.Close()
+	c, err := config.FromMap(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := client.Open(ctx, c, client.Options{Driver: drv, Master: mc, ClientID: "lat"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	buf, err := drv.MemAlloc(s.Context(), 4096)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer drv.MemFree(s.Context(), buf)
+	r := client.Bytes(uintptr(buf), 4096)
+	if err := s.Put(ctx, "k", r, 0, client.PutOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if locked {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
+	_, before := s.Phases()
+	lat := make([]time.Duration, 0, 1<<16)
+	start := time.Now()
+	for b.Loop() {
+		t0 := time.Now()
+		if _, err := s.Get(ctx, "k", r, 0); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	total := time.Since(start)
+	_, g := s.Phases()
+	g = g.Sub(before)
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	per := func(d time.Duration) float64 { return us(d) / float64(g.Calls) }
+	b.ReportMetric(per(g.Check), "check-us")
+	b.ReportMetric(per(g.Meta), "meta-us")
+	b.ReportMetric(per(g.Resolve), "resolve-us")
+	b.ReportMetric(per(g.Copy), "copy-us")
+	b.ReportMetric(per(total), "total-us")
+	slices.Sort(lat)
+	b.ReportMetric(us(lat[len(lat)/2]), "p50-us")
+	b.ReportMetric(us(lat[(len(lat)-1)*99/100]), "p99-us")
+}
+
+// envLatencyMaster makes TestLatencyMasterProcess serve a master on its
+// value (host:port).
+const envLatencyMaster = "KVFABRIC_LATENCY_MASTER"
+
+// TestLatencyMasterProcess is the master process of BenchmarkGetLatency's
+// grpc-proc rung, run by it as a child of the test binary; on its own it
+// skips. It serves until its stdin is closed.
+func TestLatencyMasterProcess(t *testing.T) {
+	addr := os.Getenv(envLatencyMaster)
+	if addr == "" {
+		t.Skip("the master process of BenchmarkGetLatency")
+	}
+	svc, err := master.New(master.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := master.NewServer(svc, nil)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(lis, nil) }()
+	fmt.Println("listening")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Error(err)
+	}
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
+}
+
+// startMasterProcess starts TestLatencyMasterProcess in a child process
+// and returns its address once it listens; the child ends with the
+// benchmark.
+func startMasterProcess(b *testing.B) string {
+	b.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := lis.Addr().String() // free until the child listens on it
+	_ = lis.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLatencyMasterProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envLatencyMaster+"="+addr)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = in.Close()
+		_ = cmd.Wait()
+	})
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if sc.Text() == "listening" {
+			go func() { _, _ = io.Copy(io.Discard, out) }()
+			return addr
+		}
+	}
+	b.Fatalf("master process exited before listening")
+	return ""
 }
 
 // TestRemoteGetReleasesItsLease: with a master over gRPC, lease releases
