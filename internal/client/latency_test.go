@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,6 +78,11 @@ func benchGetLatency(b *testing.B, kind string, locked bool) {
 		}
 	}
 	defer mc.Close()
+	var rel *countReleases
+	if kind != "embedded" {
+		rel = &countReleases{Client: mc}
+		mc = rel
+	}
 	c, err := config.FromMap(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -100,6 +106,10 @@ func benchGetLatency(b *testing.B, kind string, locked bool) {
 		defer runtime.UnlockOSThread()
 	}
 	_, before := s.Phases()
+	var relBefore int64
+	if rel != nil {
+		relBefore = rel.calls.Load()
+	}
 	lat := make([]time.Duration, 0, 1<<16)
 	start := time.Now()
 	for b.Loop() {
@@ -122,6 +132,23 @@ func benchGetLatency(b *testing.B, kind string, locked bool) {
 	slices.Sort(lat)
 	b.ReportMetric(us(lat[len(lat)/2]), "p50-us")
 	b.ReportMetric(us(lat[(len(lat)-1)*99/100]), "p99-us")
+	if rel != nil {
+		// Lease release calls (background) per get.
+		b.ReportMetric(float64(rel.calls.Load()-relBefore)/float64(g.Calls), "releases/op")
+	}
+}
+
+// countReleases counts the ReleaseLeases calls made through it and the
+// lease ids they carry.
+type countReleases struct {
+	master.Client
+	calls, ids atomic.Int64
+}
+
+func (m *countReleases) ReleaseLeases(ctx context.Context, ids []uint64) error {
+	m.calls.Add(1)
+	m.ids.Add(int64(len(ids)))
+	return m.Client.ReleaseLeases(ctx, ids)
 }
 
 // envLatencyMaster makes TestLatencyMasterProcess serve a master on its
@@ -283,3 +310,4 @@ func (m slowRelease) ReleaseLeases(ctx context.Context, ids []uint64) error {
 	time.Sleep(m.d)
 	return m.Client.ReleaseLeases(ctx, ids)
 }
+
