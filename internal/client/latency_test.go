@@ -311,3 +311,90 @@ func (m slowRelease) ReleaseLeases(ctx context.Context, ids []uint64) error {
 	return m.Client.ReleaseLeases(ctx, ids)
 }
 
+// TestRemoteReleasesAreBatched: the lease releases of back-to-back gets go
+// out together — none before the delay while fewer than a batch are queued,
+// all of them at a plain Remove of this Store (which still succeeds), a
+// full batch at once without waiting, and the rest at Close.
+func TestRemoteReleasesAreBatched(t *testing.T) {
+	defer client.SetReleaseDelay(time.Hour)()
+	drv, err := sim.New(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := master.New(master.Config{LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := master.NewServer(svc, nil)
+	go srv.Serve(lis, nil)
+	defer srv.Shutdown(context.Background())
+	ctx := context.Background()
+	mc, err := master.Dial(ctx, lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	rel := &countReleases{Client: mc}
+	s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: rel, ClientID: "batched"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := drv.MemAlloc(s.Context(), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := client.Bytes(uintptr(buf), 4096)
+	gets := func(key string, n int) {
+		t.Helper()
+		for range n {
+			if _, err := s.Get(ctx, key, r, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, k := range []string{"a", "b"} {
+		if err := s.Put(ctx, k, r, 0, client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 50
+	gets("a", n)
+	time.Sleep(20 * time.Millisecond) // a release sent per get would be out by now
+	if c := rel.calls.Load(); c != 0 {
+		t.Fatalf("%d release calls before the delay with %d gets queued", c, n)
+	}
+	if err := s.Remove(ctx, "a", false); err != nil {
+		t.Fatalf("plain remove after this Store's gets: %v", err)
+	}
+	if c, ids := rel.calls.Load(), rel.ids.Load(); c != 1 || ids != n {
+		t.Fatalf("after the remove's flush: %d calls with %d ids, want 1 with %d", c, ids, n)
+	}
+	// A full batch goes out without a flush.
+	gets("b", client.ReleaseBatch)
+	deadline := time.Now().Add(10 * time.Second)
+	for rel.calls.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if c, ids := rel.calls.Load(), rel.ids.Load(); c != 2 || ids != n+client.ReleaseBatch {
+		t.Fatalf("after a full batch: %d calls with %d ids, want 2 with %d", c, ids, n+client.ReleaseBatch)
+	}
+	gets("b", 3)
+	if err := drv.MemFree(s.Context(), buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if c, ids := rel.calls.Load(), rel.ids.Load(); c != 3 || ids != n+client.ReleaseBatch+3 {
+		t.Fatalf("after Close: %d calls with %d ids, want 3 with %d", c, ids, n+client.ReleaseBatch+3)
+	}
+	st, err := svc.Stats(ctx)
+	if err != nil || st.Objects != 0 {
+		t.Fatalf("after close: %+v %v", st, err)
+	}
+}
