@@ -28,8 +28,8 @@
 # (runs per rung, default 6), N (calls per run, default 3000), CC (default
 # cc), PYTHON (default python3).
 #
-# On the GPU host, after `scripts/latency-ladder.sh build` on the dev
-# machine with BIN=.device/ladder (carry .device):
+# On the GPU host, after `BIN=.device/ladder scripts/latency-ladder.sh build`
+# on the dev machine (carry .device/ladder.tar.gz only):
 #   BIN=.device/ladder OUT=$OUT scripts/latency-ladder.sh run
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,17 +41,28 @@ CC="${CC:-cc}"
 PYTHON="${PYTHON:-python3}"
 mode="${1:-all}"
 
+# build puts stripped binaries into $BIN and records the commit they were
+# built from, and packs them into $BIN.tar.gz (about 35 MiB; $BIN itself,
+# about 80 MiB, is over what a device call carries): run unpacks it when
+# $BIN is missing.
 build() {
     mkdir -p "$BIN"
-    go test -c -o "$BIN/master.test" ./internal/master
-    go test -c -o "$BIN/client.test" ./internal/client
-    CGO_ENABLED=1 go build -buildmode=c-shared -o "$BIN/libkvfabric.so" ./capi
-    go build -o "$BIN/kvfabric" ./cmd/kvfabric
-    rm -f "$BIN/libkvfabric.h"
+    local ld=(-ldflags='-s -w')
+    go test -c "${ld[@]}" -o "$BIN/master.test" ./internal/master
+    go test -c "${ld[@]}" -o "$BIN/client.test" ./internal/client
+    CGO_ENABLED=1 go build "${ld[@]}" -buildmode=c-shared -o "$BIN/libkvfabric.so" ./capi
+    go build -tags kvfabric_noembed "${ld[@]}" -o "$BIN/kvfabric" ./cmd/kvfabric
+    rm -f "$BIN/libkvfabric.h" "$BIN/latency-cabi"
+    echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!docs' ':!scripts/latency-ladder.sh' || echo ' (with local changes)')" > "$BIN/commit"
+    tar -C "$(dirname "$BIN")" -czf "$BIN.tar.gz" "$(basename "$BIN")"
+    du -sh "$BIN" "$BIN.tar.gz"
 }
 
 run() {
     mkdir -p "$OUT"
+    if [ ! -e "$BIN/master.test" ] && [ -e "$BIN.tar.gz" ]; then
+        tar -C "$(dirname "$BIN")" -xzf "$BIN.tar.gz"
+    fi
     local bin
     bin="$(cd "$BIN" && pwd)"
     if [ ! -x "$bin/latency-cabi" ] || [ scripts/latency-cabi.c -nt "$bin/latency-cabi" ]; then
@@ -59,7 +70,7 @@ run() {
     fi
     {
         echo "date: $(date -u +%FT%TZ)"
-        echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+        echo "binaries: $BIN, built from $(cat "$bin/commit" 2>/dev/null || echo 'an unrecorded commit')"
         echo "uname: $(uname -srm)"
         echo "cpus: $(nproc)"
         echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
