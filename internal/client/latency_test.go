@@ -30,12 +30,12 @@ import (
 //	grpc-proc  a master.Server in a child process (this test binary) on TCP
 //	           loopback, as `kvfabric master` is to a client process
 //
-// /locked gets from a goroutine locked to its OS thread, as a get entering
+// -locked gets from a goroutine locked to its OS thread, as a get entering
 // Go from a C thread (the C ABI, Python) does. The phases say where the
 // time goes (means); p50-us and p99-us are over the individual gets.
 func BenchmarkGetLatency(b *testing.B) {
 	for _, kind := range []string{"embedded", "grpc", "grpc-proc"} {
-		for _, thread := range []string{"", "/locked"} {
+		for _, thread := range []string{"", "-locked"} {
 			b.Run(kind+thread, func(b *testing.B) {
 				benchGetLatency(b, kind, thread != "")
 			})

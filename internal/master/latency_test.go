@@ -46,19 +46,19 @@ import (
 // answered with 64 bytes over a plain TCP loopback connection by a
 // goroutine in this process or a child process (read, write, no gRPC).
 //
-// /locked makes the calls from a goroutine locked to its OS thread, as a
+// -locked makes the calls from a goroutine locked to its OS thread, as a
 // call entering Go from a C thread (the C ABI, Python) is: when it waits
 // for the answer in the netpoller, its thread gives its P away and sleeps,
-// and is woken by the thread that finds the answer. /locked-poll waits in
+// and is woken by the thread that finds the answer. -locked-poll waits in
 // a blocking poll(2) on the locked thread instead (the kernel wakes that
 // thread itself). p50-us and p99-us are over the individual calls.
 func BenchmarkLatency(b *testing.B) {
 	for _, kind := range []string{"tcp", "tcp-proc"} {
-		for _, thread := range []string{"", "/locked", "/locked-poll"} {
+		for _, thread := range []string{"", "-locked", "-locked-poll"} {
 			b.Run(kind+"/pingpong"+thread, func(b *testing.B) {
 				conn := echoConn(b, kind == "tcp-proc")
 				read := func(msg []byte) error { _, err := io.ReadFull(conn, msg); return err }
-				if thread == "/locked-poll" {
+				if thread == "-locked-poll" {
 					read = pollRead(b, conn)
 				}
 				msg := make([]byte, 64)
@@ -79,11 +79,11 @@ func BenchmarkLatency(b *testing.B) {
 			})
 		}
 	}
-	for _, thread := range []string{"", "/locked", "/locked-poll"} {
+	for _, thread := range []string{"", "-locked", "-locked-poll"} {
 		b.Run("wire-proc/getreplicas"+thread, func(b *testing.B) {
 			conn := wireConn(b)
 			read := func(msg []byte) error { _, err := io.ReadFull(conn, msg); return err }
-			if thread == "/locked-poll" {
+			if thread == "-locked-poll" {
 				read = pollRead(b, conn)
 			}
 			req := &keysRequest{keys: []string{"k"}, reader: latencyClient}
@@ -120,7 +120,7 @@ func BenchmarkLatency(b *testing.B) {
 		})
 	}
 	for _, kind := range []string{"embedded", "grpc", "grpc-proc"} {
-		for _, thread := range []string{"", "/locked"} {
+		for _, thread := range []string{"", "-locked"} {
 			b.Run(kind+"/exists"+thread, func(b *testing.B) {
 				c := latencyMaster(b, kind)
 				ctx := context.Background()
