@@ -8,3 +8,14 @@ func SetTimeNow(f func() time.Time) (restore func()) {
 	timeNow = f
 	return func() { timeNow = old }
 }
+
+// SetReleaseDelay replaces how long a lease release waits for others (for
+// Stores opened afterwards); the returned func restores it.
+func SetReleaseDelay(d time.Duration) (restore func()) {
+	old := releaseDelay
+	releaseDelay = d
+	return func() { releaseDelay = old }
+}
+
+// ReleaseBatch is how many queued lease releases are sent without waiting.
+const ReleaseBatch = releaseBatch

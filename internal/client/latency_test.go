@@ -1,9 +1,17 @@
 package client_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,73 +21,208 @@ import (
 	"github.com/kvfabric/kvfabric/internal/master"
 )
 
-// BenchmarkGetLatency is one 4 KiB get at a time through a master on
-// loopback gRPC (and embedded, for comparison): the latency one engine
-// request sees. Its phases say where the time goes.
+// BenchmarkGetLatency is one 4 KiB get at a time (sim driver): the latency
+// one engine request sees, a rung of the latency ladder (docs/perf/
+// latency.md, "dev VM ladder"). The master is
+//
+//	embedded   in the Store
+//	grpc       a master.Server in this process on TCP loopback
+//	grpc-proc  a master.Server in a child process (this test binary) on TCP
+//	           loopback, as `kvfabric master` is to a client process
+//
+// -locked gets from a goroutine locked to its OS thread, as a get entering
+// Go from a C thread (the C ABI, Python) does. The phases say where the
+// time goes (means); p50-us and p99-us are over the individual gets.
 func BenchmarkGetLatency(b *testing.B) {
-	for _, kind := range []string{"embedded", "grpc"} {
-		b.Run(kind, func(b *testing.B) {
-			drv, err := sim.New(sim.Config{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			svc, err := master.New(master.Config{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer svc.Close()
-			ctx := context.Background()
-			var mc master.Client = master.NewEmbedded(svc)
-			if kind == "grpc" {
-				lis, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					b.Fatal(err)
-				}
-				srv := master.NewServer(svc, nil)
-				go srv.Serve(lis, nil)
-				defer srv.Shutdown(context.Background())
-				if mc, err = master.Dial(ctx, lis.Addr().String()); err != nil {
-					b.Fatal(err)
-				}
-			}
-			defer mc.Close()
-			cfg := map[string]any{"global_segment_size": "64MiB", "enable_egm_store_pool": true, "max_mr_size": "64MiB",
-				"driver": "sim", "socket_dir": b.TempDir()}
-			c, err := config.FromMap(cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			s, err := client.Open(ctx, c, client.Options{Driver: drv, Master: mc, ClientID: "lat"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			buf, err := drv.MemAlloc(s.Context(), 4096)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer drv.MemFree(s.Context(), buf)
-			r := client.Bytes(uintptr(buf), 4096)
-			if err := s.Put(ctx, "k", r, 0, client.PutOptions{}); err != nil {
-				b.Fatal(err)
-			}
-			_, before := s.Phases()
-			start := time.Now()
-			for b.Loop() {
-				if _, err := s.Get(ctx, "k", r, 0); err != nil {
-					b.Fatal(err)
-				}
-			}
-			_, g := s.Phases()
-			g = g.Sub(before)
-			per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(g.Calls) }
-			b.ReportMetric(per(g.Check), "check-us")
-			b.ReportMetric(per(g.Meta), "meta-us")
-			b.ReportMetric(per(g.Resolve), "resolve-us")
-			b.ReportMetric(per(g.Copy), "copy-us")
-			b.ReportMetric(float64(time.Since(start).Nanoseconds())/1e3/float64(g.Calls), "total-us")
-		})
+	for _, kind := range []string{"embedded", "grpc", "grpc-proc"} {
+		for _, thread := range []string{"", "-locked"} {
+			b.Run(kind+thread, func(b *testing.B) {
+				benchGetLatency(b, kind, thread != "")
+			})
+		}
 	}
+}
+
+func benchGetLatency(b *testing.B, kind string, locked bool) {
+	drv, err := sim.New(sim.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	cfg := map[string]any{"global_segment_size": "64MiB", "enable_egm_store_pool": true, "max_mr_size": "64MiB",
+		"driver": "sim", "socket_dir": b.TempDir()}
+	var mc master.Client
+	switch kind {
+	case "embedded", "grpc":
+		svc, err := master.New(master.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer svc.Close()
+		mc = master.NewEmbedded(svc)
+		if kind == "grpc" {
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := master.NewServer(svc, nil)
+			go srv.Serve(lis, nil)
+			defer srv.Shutdown(context.Background())
+			if mc, err = master.Dial(ctx, lis.Addr().String()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	case "grpc-proc":
+		if mc, err = master.Dial(ctx, startMasterProcess(b)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	defer mc.Close()
+	var rel *countReleases
+	if kind != "embedded" {
+		rel = &countReleases{Client: mc}
+		mc = rel
+	}
+	c, err := config.FromMap(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := client.Open(ctx, c, client.Options{Driver: drv, Master: mc, ClientID: "lat"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	buf, err := drv.MemAlloc(s.Context(), 4096)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer drv.MemFree(s.Context(), buf)
+	r := client.Bytes(uintptr(buf), 4096)
+	if err := s.Put(ctx, "k", r, 0, client.PutOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if locked {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
+	_, before := s.Phases()
+	var relBefore int64
+	if rel != nil {
+		relBefore = rel.calls.Load()
+	}
+	lat := make([]time.Duration, 0, 1<<16)
+	start := time.Now()
+	for b.Loop() {
+		t0 := time.Now()
+		if _, err := s.Get(ctx, "k", r, 0); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	total := time.Since(start)
+	_, g := s.Phases()
+	g = g.Sub(before)
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	per := func(d time.Duration) float64 { return us(d) / float64(g.Calls) }
+	b.ReportMetric(per(g.Check), "check-us")
+	b.ReportMetric(per(g.Meta), "meta-us")
+	b.ReportMetric(per(g.Resolve), "resolve-us")
+	b.ReportMetric(per(g.Copy), "copy-us")
+	b.ReportMetric(per(total), "total-us")
+	slices.Sort(lat)
+	b.ReportMetric(us(lat[len(lat)/2]), "p50-us")
+	b.ReportMetric(us(lat[(len(lat)-1)*99/100]), "p99-us")
+	if rel != nil {
+		// Lease release calls (background) per get.
+		b.ReportMetric(float64(rel.calls.Load()-relBefore)/float64(g.Calls), "releases/op")
+	}
+}
+
+// countReleases counts the ReleaseLeases calls made through it and the
+// lease ids they carry.
+type countReleases struct {
+	master.Client
+	calls, ids atomic.Int64
+}
+
+func (m *countReleases) ReleaseLeases(ctx context.Context, ids []uint64) error {
+	m.calls.Add(1)
+	m.ids.Add(int64(len(ids)))
+	return m.Client.ReleaseLeases(ctx, ids)
+}
+
+// envLatencyMaster makes TestLatencyMasterProcess serve a master on its
+// value (host:port).
+const envLatencyMaster = "KVFABRIC_LATENCY_MASTER"
+
+// TestLatencyMasterProcess is the master process of BenchmarkGetLatency's
+// grpc-proc rung, run by it as a child of the test binary; on its own it
+// skips. It serves until its stdin is closed.
+func TestLatencyMasterProcess(t *testing.T) {
+	addr := os.Getenv(envLatencyMaster)
+	if addr == "" {
+		t.Skip("the master process of BenchmarkGetLatency")
+	}
+	svc, err := master.New(master.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := master.NewServer(svc, nil)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(lis, nil) }()
+	fmt.Println("listening")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Error(err)
+	}
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
+}
+
+// startMasterProcess starts TestLatencyMasterProcess in a child process
+// and returns its address once it listens; the child ends with the
+// benchmark.
+func startMasterProcess(b *testing.B) string {
+	b.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := lis.Addr().String() // free until the child listens on it
+	_ = lis.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLatencyMasterProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envLatencyMaster+"="+addr)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = in.Close()
+		_ = cmd.Wait()
+	})
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if sc.Text() == "listening" {
+			go func() { _, _ = io.Copy(io.Discard, out) }()
+			return addr
+		}
+	}
+	b.Fatalf("master process exited before listening")
+	return ""
 }
 
 // TestRemoteGetReleasesItsLease: with a master over gRPC, lease releases
@@ -166,4 +309,92 @@ type slowRelease struct {
 func (m slowRelease) ReleaseLeases(ctx context.Context, ids []uint64) error {
 	time.Sleep(m.d)
 	return m.Client.ReleaseLeases(ctx, ids)
+}
+
+// TestRemoteReleasesAreBatched: the lease releases of back-to-back gets go
+// out together — none before the delay while fewer than a batch are queued,
+// all of them at a plain Remove of this Store (which still succeeds), a
+// full batch at once without waiting, and the rest at Close.
+func TestRemoteReleasesAreBatched(t *testing.T) {
+	defer client.SetReleaseDelay(time.Hour)()
+	drv, err := sim.New(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := master.New(master.Config{LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := master.NewServer(svc, nil)
+	go srv.Serve(lis, nil)
+	defer srv.Shutdown(context.Background())
+	ctx := context.Background()
+	mc, err := master.Dial(ctx, lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	rel := &countReleases{Client: mc}
+	s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: rel, ClientID: "batched"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := drv.MemAlloc(s.Context(), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := client.Bytes(uintptr(buf), 4096)
+	gets := func(key string, n int) {
+		t.Helper()
+		for range n {
+			if _, err := s.Get(ctx, key, r, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, k := range []string{"a", "b"} {
+		if err := s.Put(ctx, k, r, 0, client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 50
+	gets("a", n)
+	time.Sleep(20 * time.Millisecond) // a release sent per get would be out by now
+	if c := rel.calls.Load(); c != 0 {
+		t.Fatalf("%d release calls before the delay with %d gets queued", c, n)
+	}
+	if err := s.Remove(ctx, "a", false); err != nil {
+		t.Fatalf("plain remove after this Store's gets: %v", err)
+	}
+	if c, ids := rel.calls.Load(), rel.ids.Load(); c != 1 || ids != n {
+		t.Fatalf("after the remove's flush: %d calls with %d ids, want 1 with %d", c, ids, n)
+	}
+	// A full batch goes out without a flush.
+	gets("b", client.ReleaseBatch)
+	deadline := time.Now().Add(10 * time.Second)
+	for rel.calls.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if c, ids := rel.calls.Load(), rel.ids.Load(); c != 2 || ids != n+client.ReleaseBatch {
+		t.Fatalf("after a full batch: %d calls with %d ids, want 2 with %d", c, ids, n+client.ReleaseBatch)
+	}
+	gets("b", 3)
+	if err := drv.MemFree(s.Context(), buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if c, ids := rel.calls.Load(), rel.ids.Load(); c != 3 || ids != n+client.ReleaseBatch+3 {
+		t.Fatalf("after Close: %d calls with %d ids, want 3 with %d", c, ids, n+client.ReleaseBatch+3)
+	}
+	st, err := svc.Stats(ctx)
+	if err != nil || st.Objects != 0 {
+		t.Fatalf("after close: %+v %v", st, err)
+	}
 }

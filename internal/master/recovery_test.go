@@ -77,7 +77,7 @@ type masterProc struct {
 	stderr *strings.Builder
 }
 
-func startMasterProc(t *testing.T, addr string) *masterProc {
+func startMasterProc(t testing.TB, addr string) *masterProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRecoveryMasterProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envRecoveryListen+"="+addr)
