@@ -48,7 +48,9 @@ func (d *droppingDriver) RegisterKernel(name string, fn cuda.KernelFunc) {
 	d.Driver.(cuda.KernelEmulator).RegisterKernel(name, fn)
 }
 
-func (d *droppingDriver) LiveObjects() cuda.Objects { return d.Driver.(cuda.ObjectCounter).LiveObjects() }
+func (d *droppingDriver) LiveObjects() cuda.Objects {
+	return d.Driver.(cuda.ObjectCounter).LiveObjects()
+}
 
 func (d *droppingDriver) LaunchKernel(ctx cuda.Context, f cuda.Function, grid, block cuda.Dim3, sharedMem uint32, s cuda.Stream, params [][]byte) error {
 	if d.launches.Add(1) > d.skipAfter {

@@ -175,7 +175,7 @@ type Engine struct {
 	// hostTables: gather kernels read their slot's table in the pinned
 	// host ring (registered device-mapped) instead of a device copy.
 	hostTables bool
-	log   *slog.Logger
+	log        *slog.Logger
 
 	mod cuda.Module   // kvf_copy_blocks's
 	fn  cuda.Function // kvf_copy_blocks
