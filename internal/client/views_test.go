@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/kvfabric/kvfabric/internal/client"
 	"github.com/kvfabric/kvfabric/internal/cuda/sim"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim/simtest"
 	"github.com/kvfabric/kvfabric/internal/master"
 )
 
@@ -165,4 +167,72 @@ func TestViewsLost(t *testing.T) {
 	// Still held (lost, not released) at Close: Close releases it — its
 	// mapping too, or the leak check below fails.
 	e.close()
+}
+
+// TestRemoteViews: with the master over gRPC, a held view's lease is
+// renewed across many TTLs (another client's plain remove is refused), the
+// master counts it for this client, and Release ends it at once.
+func TestRemoteViews(t *testing.T) {
+	const ttl = 150 * time.Millisecond
+	drv, err := sim.New(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := master.New(master.Config{LeaseTTL: ttl, ReapInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := master.NewServer(svc, nil)
+	go srv.Serve(lis, nil)
+	defer srv.Shutdown(context.Background())
+	ctx := context.Background()
+	mc, err := master.Dial(ctx, lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: mc, ClientID: "remote"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	val := bytes.Repeat([]byte("view over grpc "), 100)
+	if err := s.PutBytes(ctx, "k", val, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	views, err := s.Acquire(ctx, []string{"k"})
+	if err != nil || views.Objects()[0].Err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	time.Sleep(6 * ttl)
+	if err := views.Err(); err != nil {
+		t.Fatalf("view lost while held over gRPC: %v", err)
+	}
+	other := master.NewEmbedded(svc)
+	if err := other.Remove(ctx, []string{"k"}, false)[0]; !errors.Is(err, master.ErrHasLease) {
+		t.Fatalf("another client's plain remove of a held object: %v, want ErrHasLease", err)
+	}
+	st, err := svc.Stats(ctx)
+	if err != nil || st.Views != 1 || len(st.PerClient) != 1 || st.PerClient[0].Views != 1 {
+		t.Fatalf("master stats %+v (%v): want 1 view of client remote", st, err)
+	}
+	got := make([]byte, len(val))
+	if err := drv.MemcpyDtoH(s.Context(), got, views.Objects()[0].Replicas[0].Addr); err != nil || !bytes.Equal(got, val) {
+		t.Fatalf("read through the view: %v", err)
+	}
+	views.Release()
+	if st, _ := svc.Stats(ctx); st.Views != 0 {
+		t.Fatalf("views %d after Release", st.Views)
+	}
+	if err := other.Remove(ctx, []string{"k"}, false)[0]; err != nil {
+		t.Fatalf("plain remove after Release: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	simtest.AssertNoLeaks(t, drv)
 }
