@@ -93,8 +93,14 @@ func (v *Views) plan(rows Rows, rowBytes uint64, dst Region) (g transfer.Gather,
 		}
 		return g, true, nil
 	}
-	// Host indices: checked here, naming the key and the position.
+	// Host indices: checked here, naming the key and the position, in the
+	// same pass that flattens them.
 	uniform := true
+	for _, h := range rows.Host {
+		uniform = uniform && len(h) == len(rows.Host[0])
+	}
+	g.Host = make([]uint64, n)
+	next := 0
 	for i, h := range rows.Host {
 		lim := v.objs[i].Size / rowBytes
 		for j, r := range h {
@@ -102,17 +108,16 @@ func (v *Views) plan(rows Rows, rowBytes uint64, dst Region) (g transfer.Gather,
 				return g, false, fmt.Errorf("%w: gather: rows.Host[%d][%d] = %d: key %q has %d rows of %d bytes",
 					ErrInvalidArgument, i, j, r, v.objs[i].Key, lim, rowBytes)
 			}
+			g.Host[next] = r
+			next++
 		}
-		uniform = uniform && len(h) == len(rows.Host[0])
 	}
-	g.Host = make([]uint64, 0, n)
 	if uniform {
 		// One table entry per object, PerObj rows each.
 		g.PerObj = len(rows.Host[0])
 		g.Objs = make([]transfer.GatherObj, len(v.objs))
 		for i, o := range v.objs {
 			g.Objs[i] = transfer.GatherObj{Base: o.Replicas[0].Addr, Rows: o.Size / rowBytes}
-			g.Host = append(g.Host, rows.Host[i]...)
 		}
 		return g, true, nil
 	}
@@ -121,9 +126,8 @@ func (v *Views) plan(rows Rows, rowBytes uint64, dst Region) (g transfer.Gather,
 	g.Objs = make([]transfer.GatherObj, 0, n)
 	for i, h := range rows.Host {
 		o := transfer.GatherObj{Base: v.objs[i].Replicas[0].Addr, Rows: v.objs[i].Size / rowBytes}
-		for _, r := range h {
+		for range h {
 			g.Objs = append(g.Objs, o)
-			g.Host = append(g.Host, r)
 		}
 	}
 	return g, true, nil

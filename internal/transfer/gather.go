@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"unsafe"
 
 	"github.com/kvfabric/kvfabric/internal/cuda"
 	"github.com/kvfabric/kvfabric/kernels"
@@ -208,10 +209,7 @@ func (e *Engine) gatherLaunch(s cuda.Stream, g *Gather, o, n, first, m, idxBytes
 	idx := g.Device + cuda.DevicePtr(first*idxBytes)
 	if len(g.Host) > 0 {
 		idx = tab + cuda.DevicePtr(table)
-		dst := sl.table[table : table+rows*8]
-		for j, i := range g.Host[first : first+rows] {
-			binary.LittleEndian.PutUint64(dst[j*8:], i)
-		}
+		putIndices(sl.table[table:table+rows*8], g.Host[first:first+rows])
 		table += rows * 8
 	}
 	kernels.PutGatherRowsParams(&sl.pbuf, &sl.params, kernels.GatherRowsArgs{
@@ -249,4 +247,19 @@ func gatherShape(rows, rowBytes uint64) (grid, block cuda.Dim3) {
 		y = max(min((rowBytes+slice-1)/slice, wantCTAs/x, 65535), 1)
 	}
 	return cuda.Dim3{X: uint32(x), Y: uint32(y), Z: 1}, cuda.Dim3{X: threadsPerCTA, Y: 1, Z: 1}
+}
+
+// littleEndian: this CPU stores a uint64 as the kernel reads it.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// putIndices writes idx as little-endian u64s into dst (8 bytes each):
+// one memmove on a little-endian CPU.
+func putIndices(dst []byte, idx []uint64) {
+	if littleEndian && len(idx) > 0 {
+		copy(unsafe.Slice((*uint64)(unsafe.Pointer(&dst[0])), len(idx)), idx)
+		return
+	}
+	for j, i := range idx {
+		binary.LittleEndian.PutUint64(dst[j*8:], i)
+	}
 }
