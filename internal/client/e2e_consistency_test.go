@@ -157,6 +157,7 @@ type worker struct {
 
 	stopLoop chan struct{}
 	loopDone chan *loopStats
+	views    *client.Views // held by "acquire", ended by "release"
 }
 
 // loopStats is what a put loop did.
@@ -249,6 +250,47 @@ func runWorker(t *testing.T) {
 			simtest.Send(w.put(f[1], arg(2), arg(3)))
 		case "verify":
 			simtest.Send(w.verify(f[1], arg(2), arg(3)))
+		case "acquire": // acquire PREFIX FROM N: hold keys as views
+			keys := keyRange(f[1], arg(2), arg(3))
+			v, err := w.s.Acquire(ctx, keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok := 0
+			for _, o := range v.Objects() {
+				if o.Err == nil {
+					ok++
+				}
+			}
+			w.views = v
+			simtest.Send(fmt.Sprintf("acquired ok=%d failed=%d", ok, len(keys)-ok))
+		case "readviews": // read every held view through its address
+			same, differ := 0, 0
+			for _, o := range w.views.Objects() {
+				if o.Err != nil {
+					continue
+				}
+				b := make([]byte, o.Size)
+				if err := w.drv.MemcpyDtoH(w.s.Context(), b, o.Replicas[0].Addr); err != nil {
+					t.Fatal(err)
+				}
+				if bytes.Equal(b, value(o.Key)) {
+					same++
+				} else {
+					differ++
+				}
+			}
+			state := "held"
+			if err := w.views.Err(); errors.Is(err, client.ErrLeaseExpired) {
+				state = "lost"
+			} else if err != nil {
+				state = "error"
+			}
+			simtest.Send(fmt.Sprintf("readviews same=%d differ=%d state=%s | %v", same, differ, state, w.views.Err()))
+		case "release":
+			w.views.Release()
+			w.views = nil
+			simtest.Send("released")
 		case "stats":
 			ms := w.s.MappingStats()
 			live := w.drv.LiveObjects()
@@ -903,4 +945,79 @@ func TestProviderKilledPutWindow(t *testing.T) {
 		t.Fatal(msg)
 	}
 	other.Wait()
+}
+
+// TestViewsProviderKilled: real processes. A consumer holds views of 16
+// objects on a provider that is then killed with SIGKILL: the views stay
+// held past many lease TTLs while the provider lives; after the kill they
+// are reported lost (ErrLeaseExpired) once the master drops the provider,
+// and reads through them still return the objects' own bytes (the imported
+// memory outlives its provider; nobody else can write it); after Release
+// the consumer drops its mappings of the dead provider, and it leaks
+// nothing (issue 15).
+func TestViewsProviderKilled(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	const (
+		leaseTTL    = 300 * time.Millisecond
+		providerTTL = 1500 * time.Millisecond
+	)
+	e := newE2E(t, master.Config{LeaseTTL: leaseTTL, MinClientTTL: 100 * time.Millisecond})
+	victim := e.start("provider", "provider-victim", providerTTL)
+	w := e.start("worker", "viewer", 0)
+	w.Send("put v 0 16")
+	if kv, tail := reply(t, w, "put"); num(t, kv, "failed") != 0 {
+		t.Fatalf("put: %v %s", kv, tail)
+	}
+	w.Send("acquire v 0 16")
+	if kv, _ := reply(t, w, "acquired"); num(t, kv, "ok") != 16 {
+		t.Fatalf("acquired %v, want 16", kv)
+	}
+	time.Sleep(5 * leaseTTL)
+	w.Send("readviews")
+	if kv, tail := reply(t, w, "readviews"); num(t, kv, "same") != 16 || kv["state"] != "held" {
+		t.Fatalf("views after 5 lease TTLs: %v %s", kv, tail)
+	}
+
+	if err := syscall.Kill(victim.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	var lostAfter time.Duration
+	for deadline := killed.Add(providerTTL + 3*time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		w.Send("readviews")
+		kv, tail := reply(t, w, "readviews")
+		if num(t, kv, "differ") != 0 || num(t, kv, "same") != 16 {
+			t.Fatalf("reads through views after the provider's kill: %v %s", kv, tail)
+		}
+		if kv["state"] == "error" {
+			t.Fatalf("views: %s", tail)
+		}
+		if kv["state"] == "lost" {
+			lostAfter = time.Since(killed)
+			break
+		}
+	}
+	if lostAfter == 0 {
+		t.Fatalf("views still held %v after their provider was killed", providerTTL+3*time.Second)
+	}
+	w.Send("release")
+	reply(t, w, "released")
+	// The dead provider's segments are gone: the consumer's mappings of
+	// them go once nothing holds them.
+	var imports int
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		w.Send("stats")
+		kv, _ := reply(t, w, "stats")
+		if imports = num(t, kv, "import_objs"); imports == 0 {
+			break
+		}
+	}
+	if imports != 0 {
+		t.Fatalf("%d imports of the dead provider's segments remain after the views' release", imports)
+	}
+	t.Logf("views reported lost %v after the provider's kill (provider TTL %v, lease TTL %v); every read returned the objects' own bytes",
+		lostAfter.Round(time.Millisecond), providerTTL, leaseTTL)
+	quit(t, w)
 }
