@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -543,11 +542,7 @@ func runGatherBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why str
 	}
 	rep.OK = len(errs) == 0
 	if f.json != "" {
-		b, jerr := json.MarshalIndent(rep, "", "  ")
-		if jerr == nil {
-			jerr = os.WriteFile(f.json, append(b, '\n'), 0o644)
-		}
-		if jerr != nil {
+		if jerr := writeJSON(f.json, rep); jerr != nil {
 			errs = append(errs, fmt.Errorf("--json: %w", jerr))
 		} else {
 			fmt.Fprintf(w, "wrote %s\n", f.json)

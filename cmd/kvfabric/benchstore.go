@@ -313,11 +313,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 	}
 	rep.OK = len(errs) == 0
 	if f.json != "" {
-		b, jerr := json.MarshalIndent(rep, "", "  ")
-		if jerr == nil {
-			jerr = os.WriteFile(f.json, append(b, '\n'), 0o644)
-		}
-		if jerr != nil {
+		if jerr := writeJSON(f.json, rep); jerr != nil {
 			errs = append(errs, fmt.Errorf("--json: %w", jerr))
 		} else {
 			fmt.Fprintf(w, "wrote %s\n", f.json)
@@ -825,4 +821,13 @@ func spawnMaster(ctx context.Context, exe, dir string) (string, func() error, er
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// writeJSON writes v to path as indented JSON (the --json reports).
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }

@@ -87,10 +87,7 @@ func (v *Views) plan(rows Rows, rowBytes uint64, dst Region) (g transfer.Gather,
 	g = transfer.Gather{RowBytes: rowBytes, Dst: cuda.DevicePtr(dst.Ptr)}
 	if rows.Device != 0 {
 		g.Device, g.IdxBytes, g.PerObj, g.Bad = rows.Device, rows.ElemBytes, rows.PerKey, rows.BadRows
-		g.Objs = make([]transfer.GatherObj, len(v.objs))
-		for i, o := range v.objs {
-			g.Objs[i] = transfer.GatherObj{Base: o.Replicas[0].Addr, Rows: o.Size / rowBytes}
-		}
+		g.Objs = v.objTable(rowBytes)
 		return g, true, nil
 	}
 	// Host indices: checked here, naming the key and the position, in the
@@ -115,10 +112,7 @@ func (v *Views) plan(rows Rows, rowBytes uint64, dst Region) (g transfer.Gather,
 	if uniform {
 		// One table entry per object, PerObj rows each.
 		g.PerObj = len(rows.Host[0])
-		g.Objs = make([]transfer.GatherObj, len(v.objs))
-		for i, o := range v.objs {
-			g.Objs[i] = transfer.GatherObj{Base: o.Replicas[0].Addr, Rows: o.Size / rowBytes}
-		}
+		g.Objs = v.objTable(rowBytes)
 		return g, true, nil
 	}
 	// Ragged: one table entry per output row.
@@ -216,4 +210,21 @@ func (s *Store) Gather(ctx context.Context, keys []string, rows Rows, rowBytes u
 		return fmt.Errorf("%w: gather: a lease ended %v before the copy finished", ErrLeaseExpired, now.Sub(expiry))
 	}
 	return nil
+}
+
+// objTable is the gather's object table for rows of rowBytes bytes (the
+// preferred replica of every view), built on the first gather with that
+// row size and reused: a step's gathers allocate no table. The engine
+// only reads it. Every view must be present (plan checks).
+func (v *Views) objTable(rowBytes uint64) []transfer.GatherObj {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.mu.objs == nil || v.mu.objsRowBytes != rowBytes {
+		objs := make([]transfer.GatherObj, len(v.objs))
+		for i, o := range v.objs {
+			objs[i] = transfer.GatherObj{Base: o.Replicas[0].Addr, Rows: o.Size / rowBytes}
+		}
+		v.mu.objs, v.mu.objsRowBytes = objs, rowBytes
+	}
+	return v.mu.objs
 }

@@ -53,25 +53,15 @@ func benchGetLatency(b *testing.B, kind string, locked bool) {
 		"driver": "sim", "socket_dir": b.TempDir()}
 	var mc master.Client
 	switch kind {
-	case "embedded", "grpc":
+	case "embedded":
 		svc, err := master.New(master.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer svc.Close()
 		mc = master.NewEmbedded(svc)
-		if kind == "grpc" {
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv := master.NewServer(svc, nil)
-			go srv.Serve(lis, nil)
-			defer srv.Shutdown(context.Background())
-			if mc, err = master.Dial(ctx, lis.Addr().String()); err != nil {
-				b.Fatal(err)
-			}
-		}
+	case "grpc":
+		_, mc = grpcMaster(b, master.Config{})
 	case "grpc-proc":
 		if mc, err = master.Dial(ctx, startMasterProcess(b)); err != nil {
 			b.Fatal(err)
@@ -234,24 +224,8 @@ func TestRemoteGetReleasesItsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := master.New(master.Config{LeaseTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := master.NewServer(svc, nil)
-	go srv.Serve(lis, nil)
-	defer srv.Shutdown(context.Background())
+	svc, mc := grpcMaster(t, master.Config{LeaseTTL: time.Hour})
 	ctx := context.Background()
-	mc, err := master.Dial(ctx, lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mc.Close()
 	// Releases reach the master 200 ms late: without the flush a plain
 	// remove right after the get would find the lease.
 	s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: slowRelease{mc, 200 * time.Millisecond}, ClientID: "remote"})
@@ -321,24 +295,8 @@ func TestRemoteReleasesAreBatched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := master.New(master.Config{LeaseTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := master.NewServer(svc, nil)
-	go srv.Serve(lis, nil)
-	defer srv.Shutdown(context.Background())
+	svc, mc := grpcMaster(t, master.Config{LeaseTTL: time.Hour})
 	ctx := context.Background()
-	mc, err := master.Dial(ctx, lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mc.Close()
 	rel := &countReleases{Client: mc}
 	s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: rel, ClientID: "batched"})
 	if err != nil {
@@ -397,4 +355,29 @@ func TestRemoteReleasesAreBatched(t *testing.T) {
 	if err != nil || st.Objects != 0 {
 		t.Fatalf("after close: %+v %v", st, err)
 	}
+}
+
+// grpcMaster starts a master Service with cfg, serves it over gRPC on
+// loopback and dials it. Everything ends with the test: the client, then
+// the server, then the Service.
+func grpcMaster(tb testing.TB, cfg master.Config) (*master.Service, master.Client) {
+	tb.Helper()
+	svc, err := master.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { svc.Close() })
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := master.NewServer(svc, nil)
+	go srv.Serve(lis, nil)
+	tb.Cleanup(func() { srv.Shutdown(context.Background()) })
+	mc, err := master.Dial(context.Background(), lis.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { mc.Close() })
+	return svc, mc
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/kvfabric/kvfabric/internal/cuda"
 	"github.com/kvfabric/kvfabric/internal/master"
 	"github.com/kvfabric/kvfabric/internal/segment"
+	"github.com/kvfabric/kvfabric/internal/transfer"
 )
 
 // View is one object of a Views: where its bytes are in this process's
@@ -66,6 +67,10 @@ type Views struct {
 		expiry   time.Time // the leases' end unless renewed (timeNow's clock)
 		lost     error     // the first renewal failure, wrapping ErrLeaseExpired
 		released bool
+		// objs is the gather object table for rows of objsRowBytes bytes
+		// (objTable): built once, read-only after.
+		objs         []transfer.GatherObj
+		objsRowBytes uint64
 	}
 }
 

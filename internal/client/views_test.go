@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"net"
 	"testing"
 	"time"
 
@@ -178,24 +177,8 @@ func TestRemoteViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := master.New(master.Config{LeaseTTL: ttl, ReapInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := master.NewServer(svc, nil)
-	go srv.Serve(lis, nil)
-	defer srv.Shutdown(context.Background())
+	svc, mc := grpcMaster(t, master.Config{LeaseTTL: ttl, ReapInterval: 10 * time.Millisecond})
 	ctx := context.Background()
-	mc, err := master.Dial(ctx, lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mc.Close()
 	s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: mc, ClientID: "remote"})
 	if err != nil {
 		t.Fatal(err)
