@@ -1021,3 +1021,52 @@ func TestViewsProviderKilled(t *testing.T) {
 		lostAfter.Round(time.Millisecond), providerTTL, leaseTTL)
 	quit(t, w)
 }
+
+// TestViewsHolderStopped: real processes. A consumer holding views is
+// stopped (SIGSTOP) for 2 s, past the lease TTL and its own registration
+// TTL: meanwhile its leases lapse, so another client's plain remove of a
+// viewed object succeeds (a stopped holder pins nothing); resumed, the
+// consumer reports its views lost (ErrLeaseExpired), never held, then
+// releases them and leaks nothing (issue 15).
+func TestViewsHolderStopped(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	const leaseTTL = 200 * time.Millisecond
+	e := newE2E(t, master.Config{LeaseTTL: leaseTTL, MinClientTTL: 100 * time.Millisecond})
+	mc := e.dial()
+	ctx := context.Background()
+	e.start("provider", "provider", 0)
+	w := e.start("worker", "viewer", 0)
+	w.Send("put v 0 8")
+	if kv, tail := reply(t, w, "put"); num(t, kv, "failed") != 0 {
+		t.Fatalf("put: %v %s", kv, tail)
+	}
+	w.Send("acquire v 0 8")
+	if kv, _ := reply(t, w, "acquired"); num(t, kv, "ok") != 8 {
+		t.Fatalf("acquired %v, want 8", kv)
+	}
+	key := keyRange("v", 0, 1)[0]
+	if err := mc.Remove(ctx, []string{key}, false)[0]; !errors.Is(err, master.ErrHasLease) {
+		t.Fatalf("plain remove of a viewed object while its holder runs: %v, want ErrHasLease", err)
+	}
+	if err := syscall.Kill(w.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, w.Pid())
+	time.Sleep(2 * time.Second)
+	err := mc.Remove(ctx, []string{key}, false)[0]
+	if cerr := syscall.Kill(w.Pid(), syscall.SIGCONT); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if err != nil {
+		t.Fatalf("plain remove of a viewed object while its holder was stopped past the lease TTL: %v", err)
+	}
+	w.Send("readviews")
+	if kv, tail := reply(t, w, "readviews"); kv["state"] != "lost" {
+		t.Fatalf("views after their holder was stopped past the lease TTL: %v %s, want lost", kv, tail)
+	}
+	w.Send("release")
+	reply(t, w, "released")
+	quit(t, w)
+}
