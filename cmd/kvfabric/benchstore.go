@@ -73,9 +73,11 @@ type storeParams struct {
 	socketDir  string
 }
 
-// storeRound is one timed round of one size on one GPU.
+// storeRound is one timed round of one size on one GPU: wall time and the
+// Store's own phase split (client.PhaseStats) of each direction.
 type storeRound struct {
-	put, get time.Duration
+	put, get     time.Duration
+	putPh, getPh client.PhaseStats
 }
 
 // storeSize is one object size's result on one GPU.
@@ -143,6 +145,26 @@ type storeResult struct {
 	Ratio         float64 `json:"ratio"`
 	Verified      bool    `json:"verified"`
 	Error         string  `json:"error,omitempty"`
+	// PhaseUs is the Store's time per key in each phase of the timed
+	// rounds (client.PhaseStats: check, meta, resolve, copy), in µs; Go
+	// paths only, not in aggregate rows.
+	PhaseUs *storePhases `json:"phase_us_per_key,omitempty"`
+}
+
+// storePhases is client.PhaseStats per key, in µs.
+type storePhases struct {
+	Check   float64 `json:"check"`
+	Meta    float64 `json:"meta"`
+	Resolve float64 `json:"resolve"`
+	Copy    float64 `json:"copy"`
+}
+
+func phasesPerKey(p client.PhaseStats) *storePhases {
+	if p.Keys == 0 {
+		return nil
+	}
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(p.Keys) }
+	return &storePhases{Check: us(p.Check), Meta: us(p.Meta), Resolve: us(p.Resolve), Copy: us(p.Copy)}
 }
 
 type storeSkip struct {
@@ -366,19 +388,22 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 					ceil = g.ceilGet
 				}
 				var sec float64
+				var ph client.PhaseStats
 				for ri, r := range s.rounds {
-					t := r.put
+					t, rph := r.put, r.putPh
 					if dir == "get" {
-						t = r.get
+						t, rph = r.get, r.getPh
 					}
 					sec += t.Seconds()
+					ph = sumPhases(ph, rph)
 					if gi == 0 {
 						aggSec += maxRound(gpus, si, ri, dir)
 					}
 				}
 				bytes := float64(uint64(s.keys)*size) * float64(len(s.rounds))
 				row := storeResult{Mode: m.name, Path: path, Dir: dir, Size: size, GPU: g.dev, Keys: s.keys, Batches: s.batches,
-					BytesPerRound: uint64(s.keys) * size, Rounds: len(s.rounds), Seconds: sec, CeilingGBps: ceil, Verified: s.bad == nil}
+					BytesPerRound: uint64(s.keys) * size, Rounds: len(s.rounds), Seconds: sec, CeilingGBps: ceil, Verified: s.bad == nil,
+					PhaseUs: phasesPerKey(ph)}
 				if sec > 0 {
 					row.GBps = bytes / sec / 1e9
 				}
@@ -402,7 +427,7 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 				agg.Keys *= len(gpus)
 				agg.Batches *= len(gpus)
 				agg.BytesPerRound *= uint64(len(gpus))
-				agg.GBps, agg.Ratio, agg.Error = 0, 0, ""
+				agg.GBps, agg.Ratio, agg.Error, agg.PhaseUs = 0, 0, "", nil
 				if aggSec > 0 {
 					agg.GBps = aggBytes / aggSec / 1e9
 				}
@@ -414,6 +439,11 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 		}
 	}
 	return rows, errs
+}
+
+func sumPhases(a, b client.PhaseStats) client.PhaseStats {
+	return client.PhaseStats{Calls: a.Calls + b.Calls, Keys: a.Keys + b.Keys, Check: a.Check + b.Check,
+		Meta: a.Meta + b.Meta, Resolve: a.Resolve + b.Resolve, Copy: a.Copy + b.Copy}
 }
 
 // maxRound is the slowest GPU's time for round ri of size si in dir.
@@ -435,7 +465,7 @@ func maxRound(gpus []storeGPU, si, ri int, dir string) float64 {
 
 func writeStoreTable(w io.Writer, rows []storeResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tpath\tdir\tobject\tgpu\tkeys/round\tbatches\tGB/s\tceiling GB/s\tratio\tbytes ok\t")
+	fmt.Fprintln(tw, "mode\tpath\tdir\tobject\tgpu\tkeys/round\tbatches\tGB/s\tceiling GB/s\tratio\tbytes ok\tus/key: check meta resolve copy\t")
 	for _, r := range rows {
 		gpu := strconv.Itoa(r.GPU)
 		if r.GPU < 0 {
@@ -448,8 +478,12 @@ func writeStoreTable(w io.Writer, rows []storeResult) {
 				ok = "NO: " + r.Error
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.2f\t%.2f\t%.3f\t%s\t\n", r.Mode, r.Path, r.Dir, sizeLabel(r.Size), gpu,
-			r.Keys, r.Batches, r.GBps, r.CeilingGBps, r.Ratio, ok)
+		ph := "-"
+		if p := r.PhaseUs; p != nil {
+			ph = fmt.Sprintf("%.3f %.3f %.3f %.3f", p.Check, p.Meta, p.Resolve, p.Copy)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.2f\t%.2f\t%.3f\t%s\t%s\t\n", r.Mode, r.Path, r.Dir, sizeLabel(r.Size), gpu,
+			r.Keys, r.Batches, r.GBps, r.CeilingGBps, r.Ratio, ok, ph)
 	}
 	tw.Flush()
 }
@@ -601,6 +635,15 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 	if err != nil {
 		return res, err
 	}
+	// Registered, as an engine registers its KV cache (the Mooncake facade
+	// requires it): a batch then finds its buffers in the registration
+	// table instead of asking the driver about every region.
+	for _, b := range []cuda.DevicePtr{src, dst} {
+		if err := st.RegisterBuffer(uintptr(b), R); err != nil {
+			return res, fmt.Errorf("register buffer: %w", err)
+		}
+		undo = append(undo, func() error { return st.UnregisterBuffer(context.WithoutCancel(ctx), uintptr(b)) })
+	}
 
 	// The ceiling: one large copy each way between the HBM buffers and
 	// this GPU's own pool segment (before any object lives there), timed
@@ -702,22 +745,28 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 			for i := range keys {
 				keys[i] = prefix + strconv.Itoa(i)
 			}
+			// Each direction's argument lists, built before its timing
+			// starts: one region per key, in the registered buffers.
+			args := map[string][][]client.Region{}
+			for dir, buf := range map[string]cuda.DevicePtr{"put": src, "get": dst} {
+				rs := make([]client.Region, nkeys)
+				lists := make([][]client.Region, nkeys)
+				for j := range rs {
+					rs[j] = client.Region{Ptr: uintptr(buf) + uintptr(uint64(j)*size), Len: size}
+					lists[j] = rs[j : j+1 : j+1]
+				}
+				args[dir] = lists
+			}
 			var rt storeRound
 			for _, dir := range []string{"put", "get"} {
 				if err := bar.wait(); err != nil {
 					return res, err
 				}
+				put0, get0 := st.Phases()
 				t0 := time.Now()
 				for b := 0; b < nkeys; b += p.maxKeys {
-					ks := keys[b:min(b+p.maxKeys, nkeys)]
-					rs := make([][]client.Region, len(ks))
-					buf := src
-					if dir == "get" {
-						buf = dst
-					}
-					for j := range ks {
-						rs[j] = client.Bytes(uintptr(buf)+uintptr(uint64(b+j)*size), size)
-					}
+					hi := min(b+p.maxKeys, nkeys)
+					ks, rs := keys[b:hi], args[dir][b:hi]
 					if dir == "put" {
 						for j, e := range st.BatchPut(ctx, ks, rs, s, client.PutOptions{}) {
 							if e != nil {
@@ -736,10 +785,12 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 						}
 					}
 				}
+				took := time.Since(t0)
+				put1, get1 := st.Phases()
 				if dir == "put" {
-					rt.put = time.Since(t0)
+					rt.put, rt.putPh = took, put1.Sub(put0)
 				} else {
-					rt.get = time.Since(t0)
+					rt.get, rt.getPh = took, get1.Sub(get0)
 				}
 			}
 			if round > 0 {
