@@ -8,7 +8,6 @@ import (
 
 	"github.com/kvfabric/kvfabric/internal/cuda"
 	"github.com/kvfabric/kvfabric/internal/master"
-	"github.com/kvfabric/kvfabric/internal/segment"
 )
 
 // addr is the address of b's first byte (b is mmap'd memory, never moved).
@@ -57,8 +56,8 @@ func (s *Store) PutBytes(ctx context.Context, key string, data []byte, o PutOpti
 // window at a time, for a put started under registration incarnation inc
 // and sent at sent (the fence of BatchPut, checked before every window).
 func (s *Store) stageIn(ctx context.Context, data []byte, reps []master.Replica, inc uint64, sent time.Time) error {
-	cache := map[segment.Key]mapped{}
-	defer releaseAll(cache)
+	cache := newSegCache()
+	defer cache.release()
 	bases := make([]cuda.DevicePtr, len(reps))
 	for i, r := range reps {
 		b, err := s.resolve(ctx, r, uint64(len(data)), cache)
@@ -149,8 +148,8 @@ func (s *Store) getBytes(ctx context.Context, key string, into func(size uint64)
 	if err != nil {
 		return r.Size, err
 	}
-	cache := map[segment.Key]mapped{}
-	defer releaseAll(cache)
+	cache := newSegCache()
+	defer cache.release()
 	rep := s.pickReplica(r.Replicas)
 	base, err := s.resolve(ctx, rep, r.Size, cache)
 	if err != nil {

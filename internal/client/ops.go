@@ -164,12 +164,34 @@ type mapped struct {
 	release func()
 }
 
+// segCache is the segments one batch (or one Views) resolved: each mapping
+// reference is taken once and released by release. Consecutive keys mostly
+// lie in the same segment, so the last descriptor resolved is checked
+// first (descriptors are immutable and shared: the same pointer is the same
+// segment) before the map.
+type segCache struct {
+	m        map[segment.Key]mapped
+	last     *segment.Descriptor
+	lastBase cuda.DevicePtr
+}
+
+func newSegCache() *segCache { return &segCache{m: map[segment.Key]mapped{}} }
+
+// release drops every reference the cache took.
+func (c *segCache) release() {
+	for _, m := range c.m {
+		m.release()
+	}
+	clear(c.m)
+	c.last = nil
+}
+
 // resolve returns the address of rep's first byte in this process, after
 // checking that its n bytes lie inside the segment: the provider's own
 // mapping for its own segments, else the mapping cache (importing on first
 // use). A range past the segment's end (a malformed master answer) would
 // copy through whatever is mapped after it.
-func (s *Store) resolve(ctx context.Context, rep master.Replica, n uint64, cache map[segment.Key]mapped) (cuda.DevicePtr, error) {
+func (s *Store) resolve(ctx context.Context, rep master.Replica, n uint64, cache *segCache) (cuda.DevicePtr, error) {
 	d := rep.Segment
 	if d == nil || rep.Offset > d.Size || n > d.Size-rep.Offset {
 		var size uint64
@@ -178,10 +200,14 @@ func (s *Store) resolve(ctx context.Context, rep master.Replica, n uint64, cache
 		}
 		return 0, fmt.Errorf("%w: replica [%d, +%d) outside its segment of %d bytes", ErrTransfer, rep.Offset, n, size)
 	}
-	base, err := s.resolveSegment(ctx, d, cache)
+	if d == cache.last {
+		return cache.lastBase + cuda.DevicePtr(rep.Offset), nil
+	}
+	base, err := s.resolveSegment(ctx, d, cache.m)
 	if err != nil {
 		return 0, err
 	}
+	cache.last, cache.lastBase = d, base
 	return base + cuda.DevicePtr(rep.Offset), nil
 }
 
@@ -206,12 +232,6 @@ func (s *Store) resolveSegment(ctx context.Context, d *segment.Descriptor, cache
 	}
 	cache[k] = mapped{base: m.Base, release: m.Release}
 	return m.Base, nil
-}
-
-func releaseAll(cache map[segment.Key]mapped) {
-	for _, m := range cache {
-		m.release()
-	}
 }
 
 // appendCopies appends the copies between the regions and the contiguous
@@ -281,8 +301,8 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 	s.reg.RLock()
 	inc := s.reg.incarnation
 	s.reg.RUnlock()
-	cache := map[segment.Key]mapped{}
-	defer releaseAll(cache)
+	cache := newSegCache()
+	defer cache.release()
 	p := putPipe{s: s, ctx: ctx, stream: stream, keys: keys, errs: errs}
 	// The fence (see Store.reg): taken before the first chunk's copies are
 	// enqueued and held until the last chunk's are complete; each chunk
@@ -304,7 +324,7 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 			p.failFrom(idx[lo:], mapErr(fmt.Errorf("put start: %w", err)))
 			break
 		}
-		var c putChunk
+		c := putChunk{copies: make([]cuda.Copy, 0, len(res)), refs: make([]master.PutRef, 0, len(res)), idx: make([]int, 0, len(res))}
 		for j, r := range res {
 			i := idx[lo+j]
 			if r.Err != nil {
@@ -598,11 +618,11 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	// Every lease granted is released once the copies are complete (or
 	// failed): objects removed meanwhile are freed at once. Deferred first,
 	// so it runs after the mappings are released.
-	var all []master.GetResult
-	defer func() { s.releaseLeases(ctx, all) }()
-	cache := map[segment.Key]mapped{}
-	defer releaseAll(cache)
-	g := getPipe{s: s, stream: stream, sizes: sizes, errs: errs}
+	leases := make([]uint64, 0, len(q))
+	defer func() { s.releaseIDs(ctx, leases) }()
+	cache := newSegCache()
+	defer cache.release()
+	g := getPipe{s: s, stream: stream, sizes: sizes, errs: errs, leases: make([]keyLease, 0, len(q))}
 	chunk := s.pipeChunk()
 	for lo := 0; lo < len(q); lo += chunk {
 		hi := min(lo+chunk, len(q))
@@ -613,8 +633,12 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 			g.failFrom(idx[lo:], mapErr(fmt.Errorf("get replicas: %w", err)))
 			break
 		}
-		all = append(all, res...)
-		var c getChunk
+		for j := range res {
+			if res[j].Err == nil && res[j].LeaseID != 0 {
+				leases = append(leases, res[j].LeaseID)
+			}
+		}
+		c := getChunk{copies: make([]cuda.Copy, 0, len(res)), idx: make([]int, 0, len(res))}
 		for j, r := range res {
 			i := idx[lo+j]
 			if r.Err != nil {

@@ -60,7 +60,7 @@ type Views struct {
 	objs []View
 	// ids are the lease ids the views hold, one per key with a view.
 	ids   []uint64
-	cache map[segment.Key]mapped // mapping references, released by Release
+	cache *segCache // mapping references, released by Release
 
 	mu struct {
 		sync.Mutex
@@ -163,7 +163,7 @@ func (s *Store) Acquire(ctx context.Context, keys []string) (_ *Views, err error
 // addresses (importing segments as needed); the caller owns the result
 // (drop releases it). Keys that fail have View.Err set.
 func (s *Store) lease(ctx context.Context, keys []string) (*Views, error) {
-	v := &Views{s: s, objs: make([]View, len(keys)), cache: map[segment.Key]mapped{}}
+	v := &Views{s: s, objs: make([]View, len(keys)), cache: newSegCache()}
 	q := make([]string, 0, len(keys))
 	idx := make([]int, 0, len(keys))
 	for i, k := range keys {
@@ -249,7 +249,7 @@ func (v *Views) drop(ctx context.Context, asViews bool) {
 			s.releaseIDs(ctx, v.ids)
 		}
 	}
-	releaseAll(v.cache)
+	v.cache.release()
 	v.cache = nil
 }
 
