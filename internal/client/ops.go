@@ -314,9 +314,9 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 			s.reg.RUnlock()
 		}
 	}()
-	chunk := s.pipeChunk()
-	for lo := 0; lo < len(reqs); lo += chunk {
-		hi := min(lo+chunk, len(reqs))
+	ch := s.chunker()
+	for lo, hi := 0, 0; lo < len(reqs); lo = hi {
+		hi = ch.next(lo, len(reqs))
 		sent := timeNow()
 		res, err := s.m.PutStart(ctx, reqs[lo:hi])
 		ph.lap(&s.phases.put.meta)
@@ -377,9 +377,28 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 	return errs
 }
 
-// pipeChunk is how many keys of a batch go to the master and the transfer
-// engine at a time: the metadata of chunk k+1 is fetched and resolved while
-// chunk k's copies run.
+// chunker cuts a batch into pipelined chunks: the metadata of chunk k+1 is
+// fetched and resolved while chunk k's copies run. The first chunk is an
+// eighth of pipeChunk and each next one twice the last, up to pipeChunk:
+// the first copy starts after a small chunk's master call instead of a
+// full one's (which nothing overlaps), and the later chunks are large
+// enough to keep the calls per batch few.
+type chunker struct{ size, max int }
+
+func (s *Store) chunker() chunker {
+	c := s.pipeChunk()
+	return chunker{size: max(c/8, 1), max: c}
+}
+
+// next returns the end of the chunk that starts at lo, of n keys.
+func (c *chunker) next(lo, n int) int {
+	hi := min(lo+c.size, n)
+	c.size = min(2*c.size, c.max)
+	return hi
+}
+
+// pipeChunk is the largest number of keys of a batch that go to the master
+// and the transfer engine at a time.
 func (s *Store) pipeChunk() int {
 	if s.chunk > 0 {
 		return s.chunk
@@ -623,9 +642,9 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	cache := newSegCache()
 	defer cache.release()
 	g := getPipe{s: s, stream: stream, sizes: sizes, errs: errs, leases: make([]keyLease, 0, len(q))}
-	chunk := s.pipeChunk()
-	for lo := 0; lo < len(q); lo += chunk {
-		hi := min(lo+chunk, len(q))
+	ch := s.chunker()
+	for lo, hi := 0, 0; lo < len(q); lo = hi {
+		hi = ch.next(lo, len(q))
 		// Named as the reader: only replicas this process can import.
 		res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), q[lo:hi])
 		ph.lap(&s.phases.get.meta)
