@@ -324,7 +324,6 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	if rpcTimeout <= 0 {
 		rpcTimeout = config.DefaultRPCTimeout
 	}
-	remote := !master.IsEmbedded(s.m)
 	s.m = deadlineMaster{m: s.m, timeout: rpcTimeout}
 	s.clientID = opts.ClientID
 	if s.clientID == "" {
@@ -351,11 +350,11 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	s.setRegistration(reg, sent)
 	s.hbStop, s.hbDone = make(chan struct{}), make(chan struct{})
 	go s.heartbeat(reg.TTL)
-	if remote {
-		// A release costs a round trip: sent in the background. (With an
-		// embedded master it costs a lock and stays synchronous.)
-		s.rel.start(s.releaseNow)
-	}
+	// Lease releases go out in the background: with a remote master a
+	// release costs a round trip; with an embedded one it costs the master's
+	// lock for every lease of a batch, which would delay the batch's
+	// return after its last copy.
+	s.rel.start(s.releaseNow)
 
 	// Provider capacity.
 	if cfg.GlobalSegmentSize > 0 {
