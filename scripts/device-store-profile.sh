@@ -7,7 +7,7 @@
 # With the lab's `run` tool: carry [".device"]. About 1-2 minutes.
 #
 # 1. bench-store-profile: `bench --store` go-embedded at PROFILE_SIZES
-#    (default 4KiB,16KiB,64KiB) under --cpuprofile ($OUT/cpu.pprof; read it
+#    (default 4KiB,16KiB,64KiB; PROFILE_PATHS, default go-embedded) under --cpuprofile ($OUT/cpu.pprof; read it
 #    here with `go tool pprof .device/kvfabric cpu.pprof` — it is symbolized).
 # 2. bench-store-trace: the same at TRACE_SIZE (default 64KiB), 2 rounds,
 #    under --trace ($OUT/trace.out; `go tool trace`): whether the pipeline's
@@ -38,7 +38,7 @@ step() {
 nproc >"$P/env.txt"; lscpu >>"$P/env.txt" 2>&1; nvidia-smi >>"$P/env.txt" 2>&1
 # shellcheck disable=SC2086 # PROFILE_ARGS is a list of flags
 step bench-store-profile "$DEV/kvfabric" --cpuprofile "$P/cpu.pprof" bench --store --driver cuda \
-	--paths go-embedded --sizes "${PROFILE_SIZES:-4KiB,16KiB,64KiB}" --json "$P/store.json" ${PROFILE_ARGS:-}
+	--paths "${PROFILE_PATHS:-go-embedded}" --sizes "${PROFILE_SIZES:-4KiB,16KiB,64KiB}" --json "$P/store.json" ${PROFILE_ARGS:-}
 # shellcheck disable=SC2086
 step bench-store-trace "$DEV/kvfabric" --trace "$P/trace.out" bench --store --driver cuda \
 	--paths go-embedded --sizes "${TRACE_SIZE:-64KiB}" --iters 2 ${PROFILE_ARGS:-}
