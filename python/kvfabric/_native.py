@@ -11,6 +11,8 @@ import ctypes
 import os
 import threading
 import warnings
+from array import array
+from itertools import accumulate
 from ctypes import (
     POINTER,
     c_char_p,
@@ -214,4 +216,40 @@ def u64_array(values) -> ctypes.Array:
 def key_arrays(keys: list[bytes]):
     """A char* array and a size_t array for keys (bytes objects kept alive by the caller)."""
     n = len(keys)
-    return (c_char_p * n)(*keys), (c_size_t * n)(*[len(k) for k in keys])
+    return (c_char_p * n)(*keys), (c_size_t * n)(*map(len, keys))
+
+
+# Arrays for large batches, built by the array module's C loops instead of
+# one ctypes conversion per element (a ctypes array of n values built from
+# *values costs about 0.1 µs per value; these about a tenth of that), and
+# handed to ctypes as views (from_buffer keeps the array alive).
+
+
+def u64_view(values) -> ctypes.Array:
+    """A c_uint64 array of values: OverflowError for a negative value,
+    TypeError for a non-integer."""
+    a = array("Q", values)
+    if not a:
+        return (c_uint64 * 0)()
+    return (c_uint64 * len(a)).from_buffer(a)
+
+
+def u32_ones(n: int) -> ctypes.Array:
+    """A c_uint32 array of n ones."""
+    if n == 0:
+        return (c_uint32 * 0)()
+    return (c_uint32 * n).from_buffer(array("I", [1]) * n)
+
+
+def packed_keys(keys: list[bytes]):
+    """key_arrays for a large batch: the keys joined into one bytes object,
+    and pointers into it. Returns (char* array, size_t array, the joined
+    bytes): the caller keeps the third alive until the call returns."""
+    n = len(keys)
+    joined = b"".join(keys)
+    base = ctypes.cast(c_char_p(joined), c_void_p).value or 0
+    lens = array("Q", map(len, keys))
+    ptrs = array("Q", map(base.__add__, accumulate(lens, initial=0)))  # n + 1: the last is the end
+    if n == 0:
+        return (c_char_p * 0)(), (c_size_t * 0)(), joined
+    return (c_char_p * n).from_buffer(ptrs), (c_size_t * n).from_buffer(lens), joined

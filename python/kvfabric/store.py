@@ -6,6 +6,7 @@ import ctypes
 import json
 import os
 import threading
+from array import array
 from ctypes import byref, c_int32, c_int64, c_size_t, c_uint32, c_uint64
 from typing import Any, Iterable, Sequence
 
@@ -669,6 +670,57 @@ class Store:
             if i not in dset:
                 codes[i], sizes[i], _ = self._get(ks[i], parts[i], stream)
         return codes, sizes, h
+
+    # ---- one raw buffer per key (the Mooncake facade's batch_put_from /
+    # batch_get_into): the C arrays are built straight from the caller's
+    # lists, with no Buf per key. A raw pointer is never staged (its memory
+    # kind is unknown, as for _raw Bufs), so this is the direct path of
+    # _batch_put / _batch_get.
+
+    @staticmethod
+    def _flat_args(ks: list[bytes], ptrs: Sequence[int], sizes: Sequence[int]):
+        n = len(ks)
+        if len(ptrs) != n or len(sizes) != n:
+            raise InvalidArgumentError(f"kvfabric: {n} keys, {len(ptrs)} buffer pointers, {len(sizes)} sizes")
+        try:
+            pa, sa = _native.u64_view(ptrs), _native.u64_view(sizes)
+        except (OverflowError, TypeError):
+            for name, vals in (("ptr", ptrs), ("size", sizes)):
+                for i, v in enumerate(vals):
+                    if not isinstance(v, int) or v < 0:
+                        raise InvalidArgumentError(f"kvfabric: key {ks[i]!r}: bad buffer {name} {v!r}") from None
+            raise
+        kp, kl, keep = _native.packed_keys(ks)
+        return kp, kl, pa, sa, _native.u32_ones(n), keep
+
+    def _batch_put_flat(self, ks: list[bytes], ptrs: Sequence[int], sizes: Sequence[int], stream: int = 0,
+                        replicas=0, flags=0, preferred=None, soft_pin_ttl_ms=0):
+        """_batch_put of one raw buffer per key: (codes, handle)."""
+        n = len(ks)
+        kp, kl, pa, sa, ca, keep = self._flat_args(ks, ptrs, sizes)
+        h = self._handle()
+        pref = ",".join(preferred or ()).encode()
+        st = array("i", bytes(4 * n))
+        rc = self._lib.kvfabric_batch_put(h, n, kp, kl, pa, sa, ca, stream, replicas, flags, pref, len(pref),
+                                          _ttl(soft_pin_ttl_ms, flags), (c_int32 * n).from_buffer(st))
+        del keep  # the keys' bytes, pointed into by kp, lived until here
+        if rc < 0:
+            self._raise(rc, h)
+        return st.tolist(), h
+
+    def _batch_get_flat(self, ks: list[bytes], ptrs: Sequence[int], sizes: Sequence[int], stream: int = 0):
+        """_batch_get of one raw buffer per key: (codes, sizes read, handle)."""
+        n = len(ks)
+        kp, kl, pa, sa, ca, keep = self._flat_args(ks, ptrs, sizes)
+        h = self._handle()
+        st = array("i", bytes(4 * n))
+        nread = array("Q", bytes(8 * n))
+        rc = self._lib.kvfabric_batch_get(h, n, kp, kl, pa, sa, ca, stream, (c_uint64 * n).from_buffer(nread),
+                                          (c_int32 * n).from_buffer(st))
+        del keep  # the keys' bytes, pointed into by kp, lived until here
+        if rc < 0:
+            self._raise(rc, h)
+        return st.tolist(), nread.tolist(), h
 
     def _results(self, ks: list[bytes], codes: list[int], h: int) -> list[KvfabricError | None]:
         msg = None

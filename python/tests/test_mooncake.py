@@ -80,6 +80,38 @@ def test_sglang_hicache_sequence(ms, pool):
     assert ms.batch_is_exist(keys[:3]) == [0, 0, 0]
 
 
+def test_batch_flat_bad_input_changes_nothing(ms, pool):
+    # batch_put_from / batch_get_into build their C arrays straight from
+    # the lists: every bad list fails every key with -600 and stores or
+    # writes nothing; str and bytes keys mix.
+    fill(pool, 4, 7)
+    base = pool.ctypes.data
+    keys = ["flat-0", b"flat-1", "flat-2"]
+    ptrs = [base + i * PAGE for i in range(3)]
+    bad_lists = [
+        (ptrs[:2], [PAGE] * 3),                     # lengths differ
+        (ptrs, [PAGE, PAGE]),
+        ([ptrs[0], -1, ptrs[2]], [PAGE] * 3),       # negative pointer
+        (ptrs, [PAGE, -PAGE, PAGE]),                # negative size
+        (ptrs, [PAGE, float(PAGE), PAGE]),          # not an integer
+        ([ptrs[0], "0x1000", ptrs[2]], [PAGE] * 3),
+    ]
+    for p, z in bad_lists:
+        assert ms.batch_put_from(keys, p, z) == [-600] * 3, (p, z)
+        assert ms.batch_is_exist(keys) == [0, 0, 0], (p, z)
+    assert ms.batch_put_from([1, "x", "y"], ptrs, [PAGE] * 3) == [-600] * 3  # a key that is not str/bytes
+    assert ms.batch_put_from(keys, ptrs, [PAGE] * 3) == [0] * 3
+    dst = base + 8 * PAGE
+    pool[8 * PAGE: 11 * PAGE] = 0xEE
+    for p, z in bad_lists:
+        dp = [dst + (q - base) if isinstance(q, int) and q >= 0 else q for q in p]
+        assert ms.batch_get_into(keys, dp, z) == [-600] * 3, (p, z)
+        assert (pool[8 * PAGE: 11 * PAGE] == 0xEE).all(), "a refused get wrote its destination"
+    assert ms.batch_get_into(keys, [dst + i * PAGE for i in range(3)], [PAGE] * 3) == [PAGE] * 3
+    assert np.array_equal(pool[: 3 * PAGE], pool[8 * PAGE: 11 * PAGE])
+    assert ms.batch_put_from([], [], []) == [] and ms.batch_get_into([], [], []) == []
+
+
 def test_vllm_multi_buffer_sequence(ms, pool):
     # vLLM: per key a K and a V block from different places of the pool.
     n, half = 16, PAGE // 2

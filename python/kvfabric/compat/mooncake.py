@@ -588,6 +588,14 @@ def _bind_port() -> socket.socket:
     raise _Reject(INTERNAL_ERROR, f"no free port in {lo}..{hi} for this store's name (host:port)")
 
 
+def _keys(keys: list) -> list[bytes]:
+    """The keys as bytes (str encoded as UTF-8), as _key does one by one."""
+    try:
+        return [k.encode() for k in keys]
+    except AttributeError:
+        return [_key(k) for k in keys]
+
+
 def _raw(ptr: int, size: int) -> Buf:
     if not isinstance(ptr, int) or not isinstance(size, int) or ptr < 0 or size < 0:
         raise _e.InvalidArgumentError(f"bad buffer (ptr={ptr!r}, size={size!r})")
@@ -961,12 +969,6 @@ class MooncakeDistributedStore:
         return self._bytes_batch(keys, values, config, upsert=True)
 
     @staticmethod
-    def _single(keys, ptrs, sizes) -> list[list[Buf]] | None:
-        if not (len(keys) == len(ptrs) == len(sizes)):
-            return None
-        return [[_raw(p, s)] for p, s in zip(ptrs, sizes)]
-
-    @staticmethod
     def _multi(keys, all_ptrs, all_sizes) -> list[list[Buf]] | None:
         if not (len(keys) == len(all_ptrs) == len(all_sizes)):
             return None
@@ -981,19 +983,29 @@ class MooncakeDistributedStore:
                        config: ReplicateConfig | None = None) -> list[int]:
         """Per key: 0 (also when it already existed) or a negative code
         (−200 when the store is full)."""
-        try:
-            parts = self._single(keys, buffer_ptrs, sizes)
-        except Exception as err:  # noqa: BLE001
-            return [_code(err)] * len(keys)
-        return self._putn(keys, parts, config, upsert=False, staged=False)
+        return self._putflat(keys, buffer_ptrs, sizes, config, upsert=False)
 
     def batch_upsert_from(self, keys: Sequence, buffer_ptrs: Sequence[int], sizes: Sequence[int],
                           config: ReplicateConfig | None = None) -> list[int]:
+        return self._putflat(keys, buffer_ptrs, sizes, config, upsert=True)
+
+    def _putflat(self, keys, ptrs, sizes, config, *, upsert: bool) -> list[int]:
+        """batch_put_from / batch_upsert_from: one raw buffer per key, its
+        C arrays built straight from the lists (no Buf per key)."""
+        keys = list(keys)
         try:
-            parts = self._single(keys, buffer_ptrs, sizes)
+            s = self._s()
+            o = _resolve(config, upsert=upsert)
+            if not keys:
+                return []
+            codes, _ = s._batch_put_flat(_keys(keys), ptrs, sizes, 0, o.replicas, o.flags, o.preferred, o.ttl)
         except Exception as err:  # noqa: BLE001
+            if isinstance(err, _Reject):
+                log.error("kvfabric: %s", err)
             return [_code(err)] * len(keys)
-        return self._putn(keys, parts, config, upsert=True, staged=False)
+        if not any(codes):
+            return codes
+        return [_put_code(c) for c in codes]
 
     def batch_put_from_multi_buffers(self, keys: Sequence, all_buffer_ptrs: Sequence[Sequence[int]],
                                      all_sizes: Sequence[Sequence[int]],
@@ -1065,12 +1077,18 @@ class MooncakeDistributedStore:
         return [n if c == 0 else to_mooncake(c) for c, n in zip(codes, sizes)]
 
     def batch_get_into(self, keys: Sequence, buffer_ptrs: Sequence[int], sizes: Sequence[int]) -> list[int]:
-        """Per key: bytes read (> 0) or a negative code."""
+        """Per key: bytes read (> 0) or a negative code. One raw buffer per
+        key: its C arrays are built straight from the lists."""
+        keys = list(keys)
         try:
-            parts = self._single(keys, buffer_ptrs, sizes)
+            if not keys:
+                return []
+            codes, nread, _ = self._s()._batch_get_flat(_keys(keys), buffer_ptrs, sizes)
         except Exception as err:  # noqa: BLE001
             return [_code(err)] * len(keys)
-        return self._getn(keys, parts)
+        if not any(codes):
+            return nread
+        return [n if c == 0 else to_mooncake(c) for c, n in zip(codes, nread)]
 
     def batch_get_into_multi_buffers(self, keys: Sequence, all_buffer_ptrs: Sequence[Sequence[int]],
                                      all_sizes: Sequence[Sequence[int]],
