@@ -384,14 +384,16 @@ var _ net.Conn = (*fastConn)(nil)
 // dial connects to the master's fast path at addr, with TLS when
 // configured, and says hello.
 func (f *fastClient) dial(ctx context.Context, addr unix.Sockaddr, gen uint64) (_ *fastConn, err error) {
+	// A copy per dial: Connect writes the raw form into the Sockaddr.
 	family := unix.AF_INET
 	var remote *net.TCPAddr
 	switch a := addr.(type) {
 	case *unix.SockaddrInet4:
-		remote = &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}
+		cp := *a
+		addr, remote = &cp, &net.TCPAddr{IP: net.IP(cp.Addr[:]), Port: cp.Port}
 	case *unix.SockaddrInet6:
-		family = unix.AF_INET6
-		remote = &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}
+		cp := *a
+		family, addr, remote = unix.AF_INET6, &cp, &net.TCPAddr{IP: net.IP(cp.Addr[:]), Port: cp.Port}
 	}
 	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.IPPROTO_TCP)
 	if err != nil {

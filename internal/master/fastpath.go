@@ -346,9 +346,9 @@ func (cs *fastConnState) read(first bool) (fastRequest, []byte, error) {
 		cs.in = make([]byte, req.length)
 	}
 	body := cs.in[:req.length]
-	if _, err := io.ReadFull(cs.br, body); err != nil {
+	if n, err := io.ReadFull(cs.br, body); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			cs.refuse(fmt.Errorf("%w: %w: %v body of %d bytes ends after %d", ErrInvalid, errFastFrame, req.method, req.length, cs.br.Buffered()))
+			cs.refuse(fmt.Errorf("%w: %w: %v body of %d bytes ends after %d", ErrInvalid, errFastFrame, req.method, req.length, n))
 		}
 		return req, nil, err
 	}
