@@ -148,6 +148,16 @@ func runMaster(ctx context.Context, o masterOpts) (err error) {
 	srv := master.NewServerAuth(svc, reg, auth, sopts...)
 	served := make(chan error, 2)
 	n := 1
+	if flis != nil {
+		// Advertised from the first RegisterClient on.
+		if err := srv.ListenFast(flis); err != nil {
+			lis.Close()
+			if mlis != nil {
+				mlis.Close()
+			}
+			return err
+		}
+	}
 	go func() { served <- srv.Serve(lis, mlis) }()
 	fastAddr := "off"
 	if flis != nil {

@@ -162,6 +162,12 @@ func (m *Master) Serve(ctx context.Context, lis net.Listener, shutdownTimeout ti
 	srv := master.NewRoutedServer(&m.router, m.cfg.Auth, m.cfg.ServerOptions...)
 	served := make(chan error, 2)
 	nserved := 1
+	if m.cfg.FastListener != nil {
+		// Advertised from the first RegisterClient on.
+		if err := srv.ListenFast(m.cfg.FastListener); err != nil {
+			return errors.Join(err, lis.Close())
+		}
+	}
 	go func() { served <- srv.Serve(lis, nil) }()
 	if m.cfg.FastListener != nil {
 		nserved++

@@ -155,21 +155,40 @@ type fastServer struct {
 	wg sync.WaitGroup // one per connection goroutine
 }
 
+// ListenFast makes lis the fast path's listener and advertises its port to
+// clients in RegisterClient's answer, from now on; ServeFast serves it.
+// Call it before clients may register (ServeFast calls it too, but usually
+// on a goroutine of its own, which may run late). After Shutdown it closes
+// lis.
+func (s *Server) ListenFast(lis net.Listener) error {
+	f := &s.fast
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.shutdown {
+		return lis.Close()
+	}
+	if f.mu.lis != nil && f.mu.lis != lis {
+		return fmt.Errorf("%w: the fast path listens on %v already", ErrInvalid, f.mu.lis.Addr())
+	}
+	f.mu.lis = lis
+	if a, ok := lis.Addr().(*net.TCPAddr); ok {
+		s.g.fastPort.Store(uint32(a.Port))
+	}
+	return nil
+}
+
 // ServeFast serves the fast path on lis until Shutdown, with TLS when tc is
 // not nil (the gRPC listener's configuration: the same certificate and
 // client CAs). The port of lis is advertised to clients in RegisterClient's
-// answer. It returns nil after Shutdown, or the listener's error.
+// answer (see ListenFast). It returns nil after Shutdown, or the
+// listener's error.
 func (s *Server) ServeFast(lis net.Listener, tc *tls.Config) error {
 	f := &s.fast
-	f.mu.Lock()
-	if f.mu.shutdown {
-		f.mu.Unlock()
-		return lis.Close()
+	if err := s.ListenFast(lis); err != nil {
+		return err
 	}
-	f.mu.lis = lis
-	f.mu.Unlock()
-	if a, ok := lis.Addr().(*net.TCPAddr); ok {
-		s.g.fastPort.Store(uint32(a.Port))
+	if f.down() {
+		return nil
 	}
 	var delay time.Duration
 	for {

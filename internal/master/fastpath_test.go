@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,6 +48,9 @@ func serveFast(t testing.TB, srv *Server, tc *tls.Config) fastServed {
 	flis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		lis.Close()
+		t.Fatal(err)
+	}
+	if err := srv.ListenFast(flis); err != nil {
 		t.Fatal(err)
 	}
 	served := make(chan error, 2)
@@ -658,4 +662,76 @@ func FuzzFastFrames(f *testing.F) {
 			b = b[fastHeaderLen+n:]
 		}
 	})
+}
+
+// TestFastStoppedMasterProcess: a master process stopped with SIGSTOP makes
+// a fast path call fail with DeadlineExceeded at its deadline; resumed, the
+// master answers again over the fast path (on a new connection: the one
+// of the failed call is closed). Nothing leaks.
+func TestFastStoppedMasterProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a master process")
+	}
+	newLeakCheck(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String() // free until the child listens on it
+	_ = lis.Close()
+	p := startMasterProc(t, addr)
+	ctx := context.Background()
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := DialFast(dctx, addr, FastPath{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.RegisterClient(ctx, ClientInfo{ID: "r", NUMANode: -1, Device: -1}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(d time.Duration) (time.Duration, error) {
+		cctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		t0 := time.Now()
+		_, err := c.GetReplicas(cctx, []string{"k"})
+		return time.Since(t0), err
+	}
+	if _, err := get(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// The signal is asynchronous: wait until the process is stopped.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 0 && f[0] == "T" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("master process not stopped: %s", stat)
+		}
+	}
+	took, err := get(500 * time.Millisecond)
+	if cerr := p.cmd.Process.Signal(syscall.SIGCONT); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || took < 450*time.Millisecond || took > 2*time.Second {
+		t.Fatalf("get from a stopped master: %v after %v, want DeadlineExceeded after 500ms", err, took)
+	}
+	if _, err := get(5 * time.Second); err != nil {
+		t.Fatalf("get after SIGCONT: %v", err)
+	}
+	if st, _ := Transports(c); st.Fast != 3 || st.GRPC != 0 || st.Conns != 1 {
+		t.Fatalf("transports %+v, want 3 fast calls on one connection", st)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p.kill()
 }
