@@ -14,12 +14,15 @@
 # Rungs (files in $OUT):
 #   master.txt  go test -bench BenchmarkLatency ./internal/master: exists and
 #               getreplicas, master embedded / in this process over gRPC /
-#               in a child process over gRPC, each also from a locked thread
+#               in a child process over gRPC / the same over its fast path
+#               (fast-proc), each also from a locked thread
 #   client.txt  go test -bench BenchmarkGetLatency ./internal/client:
 #               client.Store.Get, the same masters
 #   cabi.txt    scripts/latency-cabi.c: kvfabric_exists and kvfabric_get
 #               through libkvfabric.so from C threads (main, a pthread),
-#               `kvfabric master` in a separate process
+#               `kvfabric master` in a separate process (its fast path:
+#               master_fast_path defaults to true)
+#   cabi-grpc.txt  the same with master_fast_path false (gRPC only)
 #   python.txt  scripts/latency-ladder.py: Store.exists, the bare ctypes
 #               kvfabric_get, Store.get, the same master (and embedded)
 #   env.txt     machine, load before and after
@@ -90,7 +93,11 @@ run() {
     local cfg
     cfg='{"driver":"sim","protocol":"nvlink","master_server_addr":"'"$addr"'","enable_egm_store_pool":true,"global_segment_size":"64MiB","local_buffer_size":0,"local_hostname":"ladder","socket_dir":"'"$dir"'"}'
     : > "$OUT/cabi.txt"
-    for _ in $(seq "$COUNT"); do "$bin/latency-cabi" "$cfg" "$N" | tee -a "$OUT/cabi.txt"; done
+    : > "$OUT/cabi-grpc.txt"
+    for _ in $(seq "$COUNT"); do
+        "$bin/latency-cabi" "$cfg" "$N" | tee -a "$OUT/cabi.txt"
+        "$bin/latency-cabi" "${cfg%\}},\"master_fast_path\":false}" "$N" | tee -a "$OUT/cabi-grpc.txt"
+    done
     kill "$mpid"; wait "$mpid" 2>/dev/null || true
     trap - EXIT
     : > "$OUT/python.txt"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,10 +23,13 @@ import (
 
 type masterOpts struct {
 	listen, metricsListen string
-	addrFile              string // written with the gRPC address once listening
-	cfg                   master.Config
-	shutdownTimeout       time.Duration
-	verbose               bool
+	// fastListen is the fast path's address: "" for the --listen host with
+	// an ephemeral port, "off" for none.
+	fastListen      string
+	addrFile        string // written with the gRPC address once listening
+	cfg             master.Config
+	shutdownTimeout time.Duration
+	verbose         bool
 	// Security: the master's TLS certificate and key, the CA of accepted
 	// client certificates, the bearer tokens file; insecure allows
 	// plaintext or unauthenticated callers on a non-loopback address.
@@ -55,6 +59,7 @@ lets calls in flight finish for up to --shutdown-timeout, then stops.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:50051", "gRPC listen address")
+	f.StringVar(&o.fastListen, "fast-listen", "", `address of the fast path for the hot calls (gets, puts, lease releases; advertised to clients, which fall back to gRPC without it): default the --listen host with an ephemeral port; "off" disables it`)
 	f.StringVar(&o.metricsListen, "metrics-listen", "127.0.0.1:9090", "HTTP address for the dashboard (/), its JSON (/api/v1/status) and /metrics; HTTPS with the gRPC credentials when TLS is on (empty: none)")
 	f.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", 5*time.Second, "read lease granted by GetReplicas")
 	f.DurationVar(&o.cfg.PutTimeout, "put-timeout", 30*time.Second, "a put not ended within this can no longer become visible (its bytes stay reserved while its writer may still write them)")
@@ -92,12 +97,12 @@ func runMaster(ctx context.Context, o masterOpts) (err error) {
 	cfg := o.cfg
 	cfg.Logger = log
 	cfg.Registerer = reg
-	sopts, auth, err := o.security(&cfg)
+	sopts, tc, auth, err := o.security(&cfg)
 	if err != nil {
 		return err
 	}
 	if o.ha.enabled() {
-		return runMasterHA(ctx, o, cfg, reg, sopts, auth, log)
+		return runMasterHA(ctx, o, cfg, reg, sopts, tc, auth, log)
 	}
 	svc, err := master.New(cfg)
 	if err != nil {
@@ -109,23 +114,31 @@ func runMaster(ctx context.Context, o masterOpts) (err error) {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
+	flis, err := o.fastListener(lis.Addr())
+	if err != nil {
+		lis.Close()
+		return err
+	}
 	mlis, err := o.httpListener()
 	if err != nil {
 		lis.Close()
+		if flis != nil {
+			flis.Close()
+		}
 		return err
 	}
 	if o.addrFile != "" {
 		// Written whole (rename), so a reader never sees half an address.
 		tmp := o.addrFile + ".tmp"
-		if err := os.WriteFile(tmp, []byte(lis.Addr().String()+"\n"), 0o644); err != nil {
-			lis.Close()
-			if mlis != nil {
-				mlis.Close()
-			}
-			return fmt.Errorf("--addr-file: %w", err)
+		err := os.WriteFile(tmp, []byte(lis.Addr().String()+"\n"), 0o644)
+		if err == nil {
+			err = os.Rename(tmp, o.addrFile)
 		}
-		if err := os.Rename(tmp, o.addrFile); err != nil {
+		if err != nil {
 			lis.Close()
+			if flis != nil {
+				flis.Close()
+			}
 			if mlis != nil {
 				mlis.Close()
 			}
@@ -133,47 +146,111 @@ func runMaster(ctx context.Context, o masterOpts) (err error) {
 		}
 	}
 	srv := master.NewServerAuth(svc, reg, auth, sopts...)
-	served := make(chan error, 1)
+	served := make(chan error, 2)
+	n := 1
+	if flis != nil {
+		// Advertised from the first RegisterClient on.
+		if err := srv.ListenFast(flis); err != nil {
+			lis.Close()
+			if mlis != nil {
+				mlis.Close()
+			}
+			return err
+		}
+	}
 	go func() { served <- srv.Serve(lis, mlis) }()
-	log.Warn("kvfabric master serving", "grpc", lis.Addr().String(), "metrics", o.metricsListen,
+	fastAddr := "off"
+	if flis != nil {
+		n++
+		fastAddr = flis.Addr().String()
+		go func() { served <- srv.ServeFast(flis, tc) }()
+	}
+	log.Warn("kvfabric master serving", "grpc", lis.Addr().String(), "fast", fastAddr, "metrics", o.metricsListen,
 		"tls", o.tlsCert != "", "client certificates", o.clientCA != "", "tokens", o.tokensFile != "", "authentication required", cfg.RequireAuth)
 
+	var errs []error
 	select {
-	case err := <-served: // a listener failed
-		return err
+	case err := <-served: // a listener failed: stop the other
+		n--
+		errs = append(errs, err)
 	case <-ctx.Done():
+		log.Warn("kvfabric master shutting down", "timeout", o.shutdownTimeout)
 	}
-	log.Warn("kvfabric master shutting down", "timeout", o.shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
-	return errors.Join(srv.Shutdown(sctx), <-served)
+	errs = append(errs, srv.Shutdown(sctx))
+	for range n {
+		errs = append(errs, <-served)
+	}
+	return errors.Join(errs...)
+}
+
+// fastListener opens the fast path's listener (nil for --fast-listen off):
+// by default on the gRPC listener's host with an ephemeral port.
+func (o masterOpts) fastListener(grpcAddr net.Addr) (net.Listener, error) {
+	addr := o.fastAddr(grpcAddr)
+	if addr == "" {
+		return nil, nil
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--fast-listen: %w", err)
+	}
+	return lis, nil
+}
+
+// fastAddr is the fast path's listen address ("" for off). grpcAddr, when
+// not nil, is the bound gRPC listener; else the default is derived from
+// --listen.
+func (o masterOpts) fastAddr(grpcAddr net.Addr) string {
+	switch o.fastListen {
+	case "off":
+		return ""
+	case "":
+		host, _, err := net.SplitHostPort(o.listen)
+		if grpcAddr != nil {
+			if a, ok := grpcAddr.(*net.TCPAddr); ok {
+				host, err = a.IP.String(), nil
+			}
+		}
+		if err != nil {
+			return ""
+		}
+		return net.JoinHostPort(host, "0")
+	}
+	return o.fastListen
 }
 
 // security builds the master's TLS credentials and authenticator from the
 // flags, and refuses what would expose the cache: a non-loopback --listen
-// without TLS and client authentication, unless --insecure says so.
-func (o masterOpts) security(cfg *master.Config) ([]grpc.ServerOption, *master.Authenticator, error) {
+// or --fast-listen without TLS and client authentication, unless
+// --insecure says so. The fast path gets the same TLS configuration (tc,
+// nil without TLS) and authenticator as gRPC.
+func (o masterOpts) security(cfg *master.Config) (_ []grpc.ServerOption, tc *tls.Config, _ *master.Authenticator, _ error) {
 	if (o.tlsCert == "") != (o.tlsKey == "") {
-		return nil, nil, fmt.Errorf("--tls-cert-file %q and --tls-key-file %q must be given together", o.tlsCert, o.tlsKey)
+		return nil, nil, nil, fmt.Errorf("--tls-cert-file %q and --tls-key-file %q must be given together", o.tlsCert, o.tlsKey)
 	}
 	tlsOn := o.tlsCert != ""
 	if !tlsOn && (o.clientCA != "" || o.tokensFile != "") {
-		return nil, nil, errors.New("--tls-client-ca-file and --tokens-file need --tls-cert-file/--tls-key-file: credentials must not travel in plaintext")
+		return nil, nil, nil, errors.New("--tls-client-ca-file and --tokens-file need --tls-cert-file/--tls-key-file: credentials must not travel in plaintext")
 	}
 	authOn := o.clientCA != "" || o.tokensFile != ""
-	if !master.IsLoopback(o.listen) && !o.insecure {
+	for _, l := range []struct{ flag, addr string }{{"--listen", o.listen}, {"--fast-listen", o.fastAddr(nil)}} {
+		if l.addr == "" || master.IsLoopback(l.addr) || o.insecure {
+			continue
+		}
 		switch {
 		case !tlsOn:
-			return nil, nil, fmt.Errorf("--listen %s is not a loopback address: refusing to serve plaintext (anyone who reaches the port could read and wipe the cache); give --tls-cert-file/--tls-key-file and --tls-client-ca-file or --tokens-file (docs/security.md), or --insecure to accept the risk", o.listen)
+			return nil, nil, nil, fmt.Errorf("%s %s is not a loopback address: refusing to serve plaintext (anyone who reaches the port could read and wipe the cache); give --tls-cert-file/--tls-key-file and --tls-client-ca-file or --tokens-file (docs/security.md), or --insecure to accept the risk", l.flag, l.addr)
 		case !authOn:
-			return nil, nil, fmt.Errorf("--listen %s is not a loopback address: refusing to serve without client authentication; give --tls-client-ca-file or --tokens-file (docs/security.md), or --insecure to accept the risk", o.listen)
+			return nil, nil, nil, fmt.Errorf("%s %s is not a loopback address: refusing to serve without client authentication; give --tls-client-ca-file or --tokens-file (docs/security.md), or --insecure to accept the risk", l.flag, l.addr)
 		}
 	}
 	var opts []grpc.ServerOption
 	if tlsOn {
-		tc, err := master.ServerTLS(o.tlsCert, o.tlsKey, o.clientCA)
-		if err != nil {
-			return nil, nil, err
+		var err error
+		if tc, err = master.ServerTLS(o.tlsCert, o.tlsKey, o.clientCA); err != nil {
+			return nil, nil, nil, err
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
@@ -182,12 +259,12 @@ func (o masterOpts) security(cfg *master.Config) ([]grpc.ServerOption, *master.A
 	if o.tokensFile != "" {
 		data, err := os.ReadFile(o.tokensFile)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--tokens-file: %w", err)
+			return nil, nil, nil, fmt.Errorf("--tokens-file: %w", err)
 		}
 		if ps, toks, err = master.ParseTokens(data); err != nil {
-			return nil, nil, fmt.Errorf("--tokens-file %s: %w", o.tokensFile, err)
+			return nil, nil, nil, fmt.Errorf("--tokens-file %s: %w", o.tokensFile, err)
 		}
 	}
 	cfg.RequireAuth = authOn
-	return opts, master.NewAuthenticator(ps, toks, authOn), nil
+	return opts, tc, master.NewAuthenticator(ps, toks, authOn), nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,7 +51,7 @@ func (o haOpts) enabled() bool { return o.endpoints != "" || o.embeddedDir != ""
 // gRPC throughout, as the leader while it leads a term and as a standby
 // naming the leader otherwise.
 func runMasterHA(ctx context.Context, o masterOpts, cfg master.Config, reg *prometheus.Registry,
-	sopts []grpc.ServerOption, auth *master.Authenticator, log *slog.Logger) (err error) {
+	sopts []grpc.ServerOption, tc *tls.Config, auth *master.Authenticator, log *slog.Logger) (err error) {
 	h := o.ha
 	if h.endpoints != "" && h.embeddedDir != "" {
 		return errors.New("--etcd-endpoints and --embedded-etcd exclude each other: an embedded etcd is the master's own")
@@ -109,17 +110,28 @@ func runMasterHA(ctx context.Context, o masterOpts, cfg master.Config, reg *prom
 		lis.Close()
 		return err
 	}
-	cfg.Registerer = nil // each term's Service has its own registry (ha.Master.Gatherer)
-	m, err := ha.NewMaster(ha.MasterConfig{Etcd: cli, Prefix: h.prefix, Advertise: adv, LeaseTTL: h.leaseTTL,
-		Service: cfg, Auth: auth, ServerOptions: sopts, Logger: log})
+	flis, err := o.fastListener(lis.Addr())
 	if err != nil {
 		lis.Close()
+		return err
+	}
+	closeAll := func() {
+		lis.Close()
+		if flis != nil {
+			flis.Close()
+		}
+	}
+	cfg.Registerer = nil // each term's Service has its own registry (ha.Master.Gatherer)
+	m, err := ha.NewMaster(ha.MasterConfig{Etcd: cli, Prefix: h.prefix, Advertise: adv, LeaseTTL: h.leaseTTL,
+		Service: cfg, Auth: auth, ServerOptions: sopts, FastListener: flis, FastTLS: tc, Logger: log})
+	if err != nil {
+		closeAll()
 		return err
 	}
 	if o.metricsListen != "" {
 		mlis, err := o.httpListener()
 		if err != nil {
-			lis.Close()
+			closeAll()
 			return err
 		}
 		metrics := promhttp.HandlerFor(prometheus.Gatherers{reg, m.Gatherer()}, promhttp.HandlerOpts{})
@@ -127,7 +139,11 @@ func runMasterHA(ctx context.Context, o masterOpts, cfg master.Config, reg *prom
 		go func() { _ = hs.Serve(mlis) }()
 		defer hs.Close()
 	}
-	log.Warn("kvfabric master serving (HA: campaigning for leadership)", "grpc", lis.Addr().String(), "advertise", adv,
+	fastAddr := "off"
+	if flis != nil {
+		fastAddr = flis.Addr().String()
+	}
+	log.Warn("kvfabric master serving (HA: campaigning for leadership)", "grpc", lis.Addr().String(), "fast", fastAddr, "advertise", adv,
 		"prefix", h.prefix, "term fence", ha.Fence(cfg), "tls", o.tlsCert != "", "authentication required", cfg.RequireAuth)
 	return m.Serve(ctx, lis, o.shutdownTimeout)
 }

@@ -117,7 +117,7 @@ func TestMasterHAFlags(t *testing.T) {
 		{"plaintext to a remote etcd", masterOpts{ha: haOpts{endpoints: "10.1.2.3:2379", prefix: "/p"}}, "refusing to talk to etcd in plaintext"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := runMasterHA(context.Background(), tc.o, master.Config{}, nil, nil, nil, nil)
+			err := runMasterHA(context.Background(), tc.o, master.Config{}, nil, nil, nil, nil, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Fatalf("%v, want an error containing %q", err, tc.err)
 			}

@@ -58,7 +58,11 @@ func dialWith(ctx context.Context, addr string, sec master.ClientSecurity) (mast
 	if err != nil {
 		return nil, err
 	}
-	mc, err := master.Dial(ctx, addr, opts...)
+	fast, err := sec.FastPath()
+	if err != nil {
+		return nil, err
+	}
+	mc, err := master.DialFast(ctx, addr, fast, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("--master-server-addr=%s: %w", addr, err)
 	}

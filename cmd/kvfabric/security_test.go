@@ -44,10 +44,14 @@ func TestMasterRefusesExposedPlaintext(t *testing.T) {
 		{"exposed mutual TLS", masterOpts{listen: "0.0.0.0:50051", tlsCert: cert, tlsKey: key, clientCA: caf}, "", true},
 		{"cert without key", masterOpts{listen: "127.0.0.1:1", tlsCert: cert}, "must be given together", false},
 		{"client CA without TLS", masterOpts{listen: "127.0.0.1:1", clientCA: caf}, "plaintext", false},
+		{"loopback, exposed fast path", masterOpts{listen: "127.0.0.1:50051", fastListen: "0.0.0.0:50052"}, "--fast-listen 0.0.0.0:50052 is not a loopback address: refusing to serve plaintext", false},
+		{"loopback, exposed fast path, insecure", masterOpts{listen: "127.0.0.1:50051", fastListen: "0.0.0.0:50052", insecure: true}, "", false},
+		{"loopback, exposed fast path with TLS without client auth", masterOpts{listen: "127.0.0.1:50051", fastListen: "0.0.0.0:0", tlsCert: cert, tlsKey: key}, "--fast-listen 0.0.0.0:0 is not a loopback address: refusing to serve without client authentication", false},
+		{"exposed, fast path off", masterOpts{listen: "0.0.0.0:50051", fastListen: "off", tlsCert: cert, tlsKey: key, clientCA: caf}, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var cfg master.Config
-			_, a, err := tc.o.security(&cfg)
+			_, _, a, err := tc.o.security(&cfg)
 			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
 				t.Fatalf("security() = %v, want error containing %q", err, tc.err)
 			}

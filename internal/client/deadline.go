@@ -170,3 +170,10 @@ func (d deadlineMaster) Stats(parent context.Context) (master.Stats, error) {
 
 // Close closes the wrapped Client.
 func (d deadlineMaster) Close() error { return d.m.Close() }
+
+// Transports reports the wrapped Client's transport counters (zero when it
+// keeps none).
+func (d deadlineMaster) Transports() master.TransportStats {
+	st, _ := master.Transports(d.m)
+	return st
+}

@@ -34,7 +34,7 @@ import (
 // Go from a C thread (the C ABI, Python) does. The phases say where the
 // time goes (means); p50-us and p99-us are over the individual gets.
 func BenchmarkGetLatency(b *testing.B) {
-	for _, kind := range []string{"embedded", "grpc", "grpc-proc"} {
+	for _, kind := range []string{"embedded", "grpc", "grpc-proc", "fast-proc"} {
 		for _, thread := range []string{"", "-locked"} {
 			b.Run(kind+thread, func(b *testing.B) {
 				benchGetLatency(b, kind, thread != "")
@@ -62,12 +62,15 @@ func benchGetLatency(b *testing.B, kind string, locked bool) {
 		mc = master.NewEmbedded(svc)
 	case "grpc":
 		_, mc = grpcMaster(b, master.Config{})
-	case "grpc-proc":
-		if mc, err = master.Dial(ctx, startMasterProcess(b)); err != nil {
+	case "grpc-proc", "fast-proc":
+		// fast-proc: the hot calls over the master's fast path, from the
+		// Store's RegisterClient on.
+		if mc, err = master.DialFast(ctx, startMasterProcess(b), master.FastPath{Off: kind == "grpc-proc"}); err != nil {
 			b.Fatal(err)
 		}
 	}
 	defer mc.Close()
+	raw := mc
 	var rel *countReleases
 	if kind != "embedded" {
 		rel = &countReleases{Client: mc}
@@ -126,6 +129,9 @@ func benchGetLatency(b *testing.B, kind string, locked bool) {
 		// Lease release calls (background) per get.
 		b.ReportMetric(float64(rel.calls.Load()-relBefore)/float64(g.Calls), "releases/op")
 	}
+	if st, ok := master.Transports(raw); ok && kind == "fast-proc" && (st.GRPC != 0 || st.Fast == 0) {
+		b.Fatalf("fast-proc: transports %+v, want every hot call over the fast path", st)
+	}
 }
 
 // countReleases counts the ReleaseLeases calls made through it and the
@@ -162,16 +168,26 @@ func TestLatencyMasterProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	flis, err := net.Listen("tcp", "127.0.0.1:0") // the fast path (fast-proc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := master.NewServer(svc, nil)
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() { done <- srv.Serve(lis, nil) }()
+	if err := srv.ListenFast(flis); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- srv.ServeFast(flis, nil) }()
 	fmt.Println("listening")
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	if err := srv.Shutdown(context.Background()); err != nil {
 		t.Error(err)
 	}
-	if err := <-done; err != nil {
-		t.Error(err)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
 	}
 }
 

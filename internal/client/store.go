@@ -311,8 +311,13 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		if err != nil {
 			return nil, fmt.Errorf("%w: master security: %w", ErrInvalidArgument, err)
 		}
+		fast, err := sec.FastPath()
+		if err != nil {
+			return nil, fmt.Errorf("%w: master security: %w", ErrInvalidArgument, err)
+		}
+		fast.Off = !cfg.MasterFastPath
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		s.m, err = master.Dial(dctx, cfg.MasterServerAddr, dopts...)
+		s.m, err = master.DialFast(dctx, cfg.MasterServerAddr, fast, dopts...)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("%w: dial master %s: %v", ErrRPC, cfg.MasterServerAddr, err)
@@ -456,6 +461,13 @@ func (s *Store) Pool() *pool.Pool { return s.pool }
 
 // Master is the master client in use.
 func (s *Store) Master() master.Client { return s.m }
+
+// MasterTransports reports which transport carried the hot calls to a
+// remote master (the fast path or gRPC); zero for an embedded master.
+func (s *Store) MasterTransports() master.TransportStats {
+	st, _ := master.Transports(s.m)
+	return st
+}
 
 // TransferStats reports the transfer engine's counters.
 func (s *Store) TransferStats() transfer.Stats { return s.xfer.Stats() }

@@ -74,6 +74,12 @@ type Config struct {
 	// where the client finds the leader and follows leadership changes
 	// (HA; see ParseEtcdAddr).
 	MasterServerAddr string `json:"master_server_addr"`
+	// MasterFastPath lets a remote master's hot calls (gets, puts, lease
+	// releases, existence checks) use the master's fast path when it
+	// advertises one (default true); false keeps every call on gRPC. The
+	// fast path has the same TLS and credentials as gRPC, and calls fall
+	// back to gRPC while it cannot be reached.
+	MasterFastPath bool `json:"master_fast_path"`
 	// HandleType is auto|fabric|posix_fd.
 	HandleType string `json:"handle_type"`
 	// Driver is auto|cuda|sim.
@@ -144,6 +150,7 @@ func Defaults() Config {
 		Protocol:           ProtocolNVLink,
 		MaxMRSize:          1 << 30,
 		MasterServerAddr:   MasterEmbedded,
+		MasterFastPath:     true,
 		HandleType:         HandleAuto,
 		Driver:             DriverAuto,
 		LocalHostname:      host,
@@ -308,6 +315,7 @@ var setters = map[string]setter{
 	"copy_engine_min_bytes": sizeKey("copy_engine_min_bytes", func(c *Config, n uint64) { c.CopyEngineMinBytes = n }),
 	"enable_egm_store_pool": boolKey("enable_egm_store_pool", func(c *Config, b bool) { c.EnableEGMStorePool = b }),
 	"master_server_addr":    stringKey("master_server_addr", func(c *Config, s string) { c.MasterServerAddr = s }),
+	"master_fast_path":      boolKey("master_fast_path", func(c *Config, b bool) { c.MasterFastPath = b }),
 	"handle_type":           stringKey("handle_type", func(c *Config, s string) { c.HandleType = strings.ToLower(s) }),
 	"driver":                stringKey("driver", func(c *Config, s string) { c.Driver = strings.ToLower(s) }),
 	"local_hostname":        stringKey("local_hostname", func(c *Config, s string) { c.LocalHostname = s }),
@@ -447,6 +455,7 @@ func (c *Config) Map() map[string]any {
 		"egm_numa_nodes":        c.NUMANodesString(),
 		"max_mr_size":           c.MaxMRSize,
 		"master_server_addr":    c.MasterServerAddr,
+		"master_fast_path":      c.MasterFastPath,
 		"handle_type":           c.HandleType,
 		"driver":                c.Driver,
 		"local_hostname":        c.LocalHostname,

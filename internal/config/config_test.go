@@ -564,6 +564,40 @@ func FuzzParseSize(f *testing.F) {
 	})
 }
 
+// TestMasterFastPath: master_fast_path defaults to true, takes a bool or
+// its spellings, and refuses anything else naming the key and the value.
+func TestMasterFastPath(t *testing.T) {
+	if !Defaults().MasterFastPath {
+		t.Fatal("master_fast_path defaults to false")
+	}
+	for _, tc := range []struct {
+		v       any
+		want    bool
+		wantErr string
+	}{
+		{false, false, ""},
+		{true, true, ""},
+		{"off", false, ""},
+		{"yes", true, ""},
+		{"maybe", false, "master_fast_path=maybe"},
+		{1.0, false, "master_fast_path=1"},
+	} {
+		t.Run(toString(tc.v), func(t *testing.T) {
+			c, err := FromMap(map[string]any{"master_fast_path": tc.v, "master_server_addr": "10.0.0.1:50051"})
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v; want ErrInvalid naming %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || c.MasterFastPath != tc.want {
+				t.Fatalf("FromMap = %v, %v; want %v", c.MasterFastPath, err, tc.want)
+			}
+			checkRoundTrip(t, c)
+		})
+	}
+}
+
 // TestRPCTimeout: rpc_timeout takes a duration or seconds, defaults to
 // DefaultRPCTimeout, and applies to a remote master too (that is its use).
 func TestRPCTimeout(t *testing.T) {

@@ -31,6 +31,9 @@ type DialOptions struct {
 	OnNewTerm func(epoch uint64)
 	// Logger receives leadership changes; nil discards.
 	Logger *slog.Logger
+	// NoFastPath keeps every call on gRPC: the leaders' fast paths
+	// (master.DialTermFast) are not used.
+	NoFastPath bool
 }
 
 // Client is a master.Client that finds the leader in etcd and follows it
@@ -46,6 +49,7 @@ type Client struct {
 	w      *Watcher
 	epochs master.Epochs
 	dial   []grpc.DialOption
+	fast   master.FastPath
 	log    *slog.Logger
 	closed atomic.Bool
 
@@ -79,7 +83,12 @@ func Dial(ctx context.Context, addr string, o DialOptions) (_ *Client, err error
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{dial: dial, log: o.Logger}
+	fast, err := o.Security.FastPath()
+	if err != nil {
+		return nil, err
+	}
+	fast.Off = o.NoFastPath
+	c := &Client{dial: dial, fast: fast, log: o.Logger}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -172,6 +181,23 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
+// Transports sums the transport counters of the connections to the
+// masters.
+func (c *Client) Transports() master.TransportStats {
+	var st master.TransportStats
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.mu.conns {
+		if t, ok := master.Transports(m); ok {
+			st.Fast += t.Fast
+			st.GRPC += t.GRPC
+			st.Fallback += t.Fallback
+			st.Conns += t.Conns
+		}
+	}
+	return st
+}
+
 // conn returns the connection to the current leader and the context of its
 // term, waiting (bounded by ctx) until a leader is known.
 func (c *Client) conn(ctx context.Context) (master.Client, Leader, context.Context, error) {
@@ -190,7 +216,7 @@ func (c *Client) conn(ctx context.Context) (master.Client, Leader, context.Conte
 			m, ok := c.mu.conns[l.Addr]
 			if !ok {
 				var err error
-				if m, err = master.DialTerm(l.Addr, &c.epochs, c.dial...); err != nil {
+				if m, err = master.DialTermFast(l.Addr, &c.epochs, c.fast, c.dial...); err != nil {
 					return nil, l, nil, err
 				}
 				c.mu.conns[l.Addr] = m

@@ -2,6 +2,7 @@ package ha
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,11 @@ type MasterConfig struct {
 	// server's (TLS credentials).
 	Auth          *master.Authenticator
 	ServerOptions []grpc.ServerOption
+	// FastListener, when set, serves the master's fast path
+	// (master.Server.ServeFast) beside gRPC, with FastTLS (the TLS
+	// configuration in ServerOptions; nil: plaintext). Serve closes it.
+	FastListener net.Listener
+	FastTLS      *tls.Config
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -154,8 +160,19 @@ func (m *Master) Refused() uint64 { return m.router.Refused.Load() }
 // shutdownTimeout) and returns.
 func (m *Master) Serve(ctx context.Context, lis net.Listener, shutdownTimeout time.Duration) error {
 	srv := master.NewRoutedServer(&m.router, m.cfg.Auth, m.cfg.ServerOptions...)
-	served := make(chan error, 1)
+	served := make(chan error, 2)
+	nserved := 1
+	if m.cfg.FastListener != nil {
+		// Advertised from the first RegisterClient on.
+		if err := srv.ListenFast(m.cfg.FastListener); err != nil {
+			return errors.Join(err, lis.Close())
+		}
+	}
 	go func() { served <- srv.Serve(lis, nil) }()
+	if m.cfg.FastListener != nil {
+		nserved++
+		go func() { served <- srv.ServeFast(m.cfg.FastListener, m.cfg.FastTLS) }()
+	}
 	w := Watch(m.cfg.Etcd, ElectionPrefix(m.cfg.Prefix), func(l Leader) {
 		m.router.SetLeader(l.Addr, l.Epoch)
 		m.log.Info("kvfabric master: leader", "addr", l.Addr, "epoch", l.Epoch)
@@ -189,10 +206,14 @@ loop:
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	err := srv.Shutdown(sctx)
-	if serr == nil {
-		serr = <-served
+	errs := []error{serr, err}
+	if serr != nil {
+		nserved-- // the one that failed
 	}
-	return errors.Join(serr, err)
+	for range nserved {
+		errs = append(errs, <-served)
+	}
+	return errors.Join(errs...)
 }
 
 // validity is a lease's end in this process's (monotonic) clock: the send

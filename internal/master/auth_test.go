@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,6 +26,11 @@ type authEnv struct {
 	addr string
 	dir  string
 	ca   *certs.CA
+	// fastPort is the master's fast path; with fast set, dial's clients
+	// use it from the start.
+	fastPort uint32
+	fast     bool
+	tc       *tls.Config // the master's
 }
 
 const (
@@ -98,20 +102,9 @@ func newAuthEnv(t *testing.T) *authEnv {
 		t.Fatal(err)
 	}
 	s := NewServerAuth(svc, nil, NewAuthenticator(ps, toks, true), grpc.Creds(credentialsTLS(tc)))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(lis, nil) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-		<-done
-		_ = svc.Close()
-	})
-	return &authEnv{t: t, svc: svc, addr: lis.Addr().String(), dir: dir, ca: ca}
+	t.Cleanup(func() { _ = svc.Close() }) // after the servers (cleanups run last first)
+	fs := serveFast(t, s, tc)
+	return &authEnv{t: t, svc: svc, addr: fs.addr, dir: dir, ca: ca, fastPort: portOf(t, fs.fastAddr), tc: tc}
 }
 
 // dial connects with a client certificate (cert "" for none) and/or token
@@ -129,21 +122,39 @@ func (a *authEnv) dial(cert, tok string) Client {
 	if err != nil {
 		a.t.Fatal(err)
 	}
+	fp, err := sec.FastPath()
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	fp.Off = !a.fast
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, a.addr, opts...)
+	c, err := DialFast(ctx, a.addr, fp, opts...)
 	if err != nil {
 		a.t.Fatalf("dial as %q/%q: %v", cert, tok, err)
 	}
-	a.t.Cleanup(func() { _ = c.Close() })
+	if a.fast {
+		if err := c.(*remote).fast.advertise(ctx, a.fastPort); err != nil {
+			a.t.Fatal(err)
+		}
+	}
+	a.t.Cleanup(func() {
+		if st := c.(*remote).Transports(); a.fast && (st.GRPC != 0 || st.Fallback != 0) {
+			a.t.Errorf("client %q/%q: transports %+v, want every hot call over the fast path", cert, tok, st)
+		}
+		_ = c.Close()
+	})
 	return c
 }
 
 // TestAuthRefusesAttacks tries each attack of issue 11 against a master
 // that authenticates its callers: every one is refused with a clear error
 // and the victims' data stays intact.
-func TestAuthRefusesAttacks(t *testing.T) {
+func TestAuthRefusesAttacks(t *testing.T) { overBoth(t, testAuthRefusesAttacks) }
+
+func testAuthRefusesAttacks(t *testing.T, fast bool) {
 	a := newAuthEnv(t)
+	a.fast = fast
 	ctx := context.Background()
 	prov, cons, mal, ops := a.dial("prov", ""), a.dial("cons", ""), a.dial("mallory", ""), a.dial("ops", "")
 	alice, admin := a.dial("", "alice"), a.dial("", "admin")

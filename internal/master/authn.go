@@ -93,23 +93,56 @@ func NewAuthenticator(ps []Principal, tokens [][]byte, require bool) *Authentica
 	return a
 }
 
-// principal finds the caller of ctx: a verified client certificate first,
-// then a bearer token.
-func (a *Authenticator) principal(ctx context.Context) (Principal, error) {
+// principal authenticates the caller of gRPC call method (see
+// authenticate) from its connection's TLS state and its "authorization"
+// metadata.
+func (a *Authenticator) principal(ctx context.Context, method string) (Principal, error) {
+	var st *tls.ConnectionState
 	if pr, ok := peer.FromContext(ctx); ok {
-		if ti, ok := pr.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 && len(ti.State.VerifiedChains[0]) > 0 {
-			return certPrincipal(ti.State.VerifiedChains[0][0])
+		if ti, ok := pr.AuthInfo.(credentials.TLSInfo); ok {
+			st = &ti.State
 		}
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
-		tok, ok := strings.CutPrefix(v, "Bearer ")
-		if !ok {
-			continue
+		if tok, ok := strings.CutPrefix(v, "Bearer "); ok {
+			return a.authenticate(st, tok, true, method)
 		}
-		return a.tokenPrincipal(tok)
+	}
+	return a.authenticate(st, "", false, method)
+}
+
+// identify finds a caller from its connection's TLS state (nil: plaintext)
+// and the bearer token it presented (hasToken): a verified client
+// certificate first, then the token. Neither gives the zero Principal. The
+// gRPC server (per call) and the fast path (per connection) both decide
+// here.
+func (a *Authenticator) identify(st *tls.ConnectionState, token string, hasToken bool) (Principal, error) {
+	if st != nil && len(st.VerifiedChains) > 0 && len(st.VerifiedChains[0]) > 0 {
+		return certPrincipal(st.VerifiedChains[0][0])
+	}
+	if hasToken {
+		return a.tokenPrincipal(token)
 	}
 	return Principal{}, nil
+}
+
+// authenticate is identify with a.Require applied: a caller without a
+// principal is refused with ErrUnauthenticated naming what (the method, or
+// the fast path connection). A nil Authenticator admits everyone
+// anonymously.
+func (a *Authenticator) authenticate(st *tls.ConnectionState, token string, hasToken bool, what string) (Principal, error) {
+	if a == nil {
+		return Principal{}, nil
+	}
+	p, err := a.identify(st, token, hasToken)
+	if err != nil {
+		return Principal{}, err
+	}
+	if p.Name == "" && a.Require {
+		return Principal{}, fmt.Errorf("%w: %s needs a client certificate or a bearer token", ErrUnauthenticated, what)
+	}
+	return p, nil
 }
 
 func certPrincipal(c *x509.Certificate) (Principal, error) {

@@ -153,6 +153,10 @@ type Registration struct {
 	// LeaseTTL and PutTimeout are the master's: a client bounds what it does
 	// under a read lease or a put with them, in its own clock.
 	LeaseTTL, PutTimeout time.Duration
+	// FastPort is the port of the master's fast path on the host the client
+	// dialed (0: none, or an embedded master); a remote Client uses it by
+	// itself (fastpath.go).
+	FastPort uint32
 }
 
 // Mapped is what a client has imported from other providers (its mapping

@@ -65,7 +65,7 @@ func testConfig() Config {
 // forEachTransport runs fn once per Client implementation, each with a
 // fresh Service built from cfg (with a manual clock).
 func forEachTransport(t *testing.T, cfg Config, fn func(t *testing.T, e *env)) {
-	for _, name := range []string{"embedded", "grpc"} {
+	for _, name := range []string{"embedded", "grpc", "fast"} {
 		mk, ok := transports[name]
 		if !ok {
 			continue

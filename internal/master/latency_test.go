@@ -28,6 +28,8 @@ import (
 //	grpc       a Server in this process on TCP loopback
 //	grpc-proc  a Server in a child process (this test binary) on TCP
 //	           loopback, as `kvfabric master` is to a client process
+//	fast-proc  the same child process, the calls over its fast path
+//	           (fastpath.go; a locked caller waits in poll(2) there)
 //
 // and the calls are
 //
@@ -119,7 +121,7 @@ func BenchmarkLatency(b *testing.B) {
 			})
 		})
 	}
-	for _, kind := range []string{"embedded", "grpc", "grpc-proc"} {
+	for _, kind := range []string{"embedded", "grpc", "grpc-proc", "fast-proc"} {
 		for _, thread := range []string{"", "-locked"} {
 			b.Run(kind+"/exists"+thread, func(b *testing.B) {
 				c := latencyMaster(b, kind)
@@ -188,9 +190,9 @@ func latencyMaster(b *testing.B, kind string) Client {
 			srv := NewServer(svc, nil)
 			go srv.Serve(lis, nil)
 			b.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-			c = dialLatency(b, lis.Addr().String())
+			c = dialLatency(b, lis.Addr().String(), false)
 		}
-	case "grpc-proc":
+	case "grpc-proc", "fast-proc":
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			b.Fatal(err)
@@ -198,7 +200,7 @@ func latencyMaster(b *testing.B, kind string) Client {
 		addr := lis.Addr().String() // free until the child listens on it
 		_ = lis.Close()
 		startMasterProc(b, addr)
-		c = dialLatency(b, addr)
+		c = dialLatency(b, addr, kind == "fast-proc")
 	default:
 		b.Fatalf("master kind %q", kind)
 	}
@@ -228,11 +230,13 @@ func setupLatency(b testing.TB, c Client) {
 	}
 }
 
-func dialLatency(b *testing.B, addr string) Client {
+// dialLatency dials the master at addr; with fast, the hot calls go over
+// its fast path from the first RegisterClient (setupLatency) on.
+func dialLatency(b *testing.B, addr string, fast bool) Client {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, addr)
+	c, err := DialFast(ctx, addr, FastPath{Off: !fast})
 	if err != nil {
 		b.Fatal(err)
 	}

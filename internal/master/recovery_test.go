@@ -63,9 +63,20 @@ func TestRecoveryMasterProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The fast path too, on an ephemeral port advertised to clients (the
+	// fast-proc rungs of BenchmarkLatency, TestFastStoppedMasterProcess).
+	flis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(svc, nil)
+	if err := srv.ListenFast(flis); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.ServeFast(flis, nil) }()
 	fmt.Printf("listening %d\n", time.Now().UnixNano())
 	// Serves until killed.
-	if err := NewServer(svc, nil).Serve(lis, nil); err != nil {
+	if err := srv.Serve(lis, nil); err != nil {
 		t.Fatal(err)
 	}
 }

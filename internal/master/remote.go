@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -25,6 +26,11 @@ type remote struct {
 
 	// descs interns the descriptors of responses (wire.go).
 	descs descCache
+	// fast is the master's fast path for the hot calls (fastclient.go);
+	// nil when turned off or not dialable.
+	fast *fastClient
+	// viaGRPC counts the hot calls sent over gRPC.
+	viaGRPC atomic.Uint64
 }
 
 // wireCall is the call option of the hand-coded calls (wire.go).
@@ -41,6 +47,26 @@ var _ Client = (*remote)(nil)
 // connect.go); opts are applied after these defaults, so a caller's
 // grpc.WithConnectParams or grpc.WithKeepaliveParams overrides them.
 func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (Client, error) {
+	return DialFast(ctx, addr, FastPath{Off: true}, opts...)
+}
+
+// DialFast is Dial with the master's fast path configured by fp (it must
+// carry the same TLS configuration and token as opts: ClientSecurity's
+// DialOptions and FastPath): once RegisterClient learns the master's fast
+// port, GetReplicas, ReleaseLeases, PutStart, PutEnd, PutRevoke and Exists
+// go over it to the host of addr, and over gRPC while it cannot be reached.
+func DialFast(ctx context.Context, addr string, fp FastPath, opts ...grpc.DialOption) (_ Client, err error) {
+	var fast *fastClient
+	if !fp.Off {
+		if fast, err = newFastClient(addr, fp, nil); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil && fast != nil {
+				_ = fast.close()
+			}
+		}()
+	}
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
@@ -66,7 +92,7 @@ func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (Client, er
 			return nil, fmt.Errorf("master: dial %s: %w (last state %v%s)", addr, ctx.Err(), s, hint)
 		}
 	}
-	return &remote{cc: conn, rpc: pb.NewMasterClient(conn), conn: conn}, nil
+	return &remote{cc: conn, rpc: pb.NewMasterClient(conn), conn: conn, fast: fast}, nil
 }
 
 // NewRemote returns a Client over an existing connection (which the caller
@@ -75,11 +101,51 @@ func NewRemote(cc grpc.ClientConnInterface) Client {
 	return &remote{cc: cc, rpc: pb.NewMasterClient(cc)}
 }
 
+// Close closes the fast path's connections (calls in flight on them end
+// with ErrClosed), then the gRPC connection when Dial made it.
 func (r *remote) Close() error {
-	if r.closed.Swap(true) || r.conn == nil {
+	if r.closed.Swap(true) {
 		return nil
 	}
-	return r.conn.Close()
+	var err error
+	if r.fast != nil {
+		err = r.fast.close()
+	}
+	if r.conn != nil {
+		err = errors.Join(err, r.conn.Close())
+	}
+	return err
+}
+
+// Transports reports which transport carried the hot calls.
+func (r *remote) Transports() TransportStats {
+	st := TransportStats{GRPC: r.viaGRPC.Load()}
+	if r.fast != nil {
+		r.fast.stats(&st)
+	}
+	return st
+}
+
+// invoke makes hot call m: over the fast path when it is advertised and
+// reachable, else over gRPC.
+func (r *remote) invoke(ctx context.Context, m fastMethod, req, resp any) error {
+	if r.fast != nil {
+		if used, err := r.fast.call(ctx, m, req, resp); used {
+			return err
+		}
+	}
+	r.viaGRPC.Add(1)
+	return r.cc.Invoke(ctx, fastFullMethods[m], req, resp, wireCall)
+}
+
+// fastFullMethods are the gRPC names of the fast path's calls.
+var fastFullMethods = [fastMethods]string{
+	fastGetReplicas:   pb.Master_GetReplicas_FullMethodName,
+	fastReleaseLeases: pb.Master_ReleaseLeases_FullMethodName,
+	fastPutStart:      pb.Master_PutStart_FullMethodName,
+	fastPutEnd:        pb.Master_PutEnd_FullMethodName,
+	fastPutRevoke:     pb.Master_PutRevoke_FullMethodName,
+	fastExists:        pb.Master_Exists_FullMethodName,
 }
 
 // fail returns the error a call ends with: ErrClosed once closed (a call cut
@@ -111,8 +177,12 @@ func (r *remote) RegisterClient(ctx context.Context, info ClientInfo) (Registrat
 	if err != nil {
 		return Registration{}, r.fail(err)
 	}
+	if r.fast != nil {
+		// A host that does not resolve leaves the calls on gRPC.
+		_ = r.fast.advertise(ctx, resp.FastPort)
+	}
 	return Registration{ID: resp.Id, TTL: time.Duration(resp.TtlNs),
-		LeaseTTL: time.Duration(resp.LeaseTtlNs), PutTimeout: time.Duration(resp.PutTimeoutNs)}, nil
+		LeaseTTL: time.Duration(resp.LeaseTtlNs), PutTimeout: time.Duration(resp.PutTimeoutNs), FastPort: resp.FastPort}, nil
 }
 
 func (r *remote) Heartbeat(ctx context.Context, id string, mapped Mapped) (HeartbeatInfo, error) {
@@ -150,7 +220,7 @@ func (r *remote) ReleaseLeases(ctx context.Context, ids []uint64) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := r.rpc.ReleaseLeases(ctx, &pb.ReleaseLeasesRequest{LeaseIds: ids}); err != nil {
+	if err := r.invoke(ctx, fastReleaseLeases, &pb.ReleaseLeasesRequest{LeaseIds: ids}, &pb.ReleaseLeasesResponse{}); err != nil {
 		return r.fail(err)
 	}
 	return nil
@@ -225,7 +295,7 @@ func (r *remote) PutStart(ctx context.Context, reqs []PutStartReq) ([]PutStartRe
 	send, local := splitItems(len(reqs), func(i int) error { return putStartUTF8(&reqs[i]) })
 	n := len(reqs) - len(local)
 	resp := resultsReply{descs: &r.descs, puts: make([]PutStartResult, 0, n)}
-	if err := r.cc.Invoke(ctx, pb.Master_PutStart_FullMethodName, &putStartRequest{reqs: pick(reqs, send), checked: true}, &resp, wireCall); err != nil {
+	if err := r.invoke(ctx, fastPutStart, &putStartRequest{reqs: pick(reqs, send), checked: true}, &resp); err != nil {
 		return nil, r.fail(err)
 	}
 	if len(resp.puts) != n {
@@ -267,20 +337,20 @@ func (r *remote) itemErrs(n int, send []int, local map[int]error, errs []error, 
 }
 
 func (r *remote) PutEnd(ctx context.Context, puts []PutRef) []error {
-	return r.putFinish(ctx, pb.Master_PutEnd_FullMethodName, puts)
+	return r.putFinish(ctx, fastPutEnd, puts)
 }
 
 func (r *remote) PutRevoke(ctx context.Context, puts []PutRef) []error {
-	return r.putFinish(ctx, pb.Master_PutRevoke_FullMethodName, puts)
+	return r.putFinish(ctx, fastPutRevoke, puts)
 }
 
-func (r *remote) putFinish(ctx context.Context, method string, puts []PutRef) []error {
+func (r *remote) putFinish(ctx context.Context, m fastMethod, puts []PutRef) []error {
 	if err := r.check(); err != nil {
 		return fillErr(make([]error, len(puts)), err)
 	}
 	send, local := splitItems(len(puts), func(i int) error { return keyUTF8(puts[i].Key) })
 	var resp itemErrorList
-	err := r.cc.Invoke(ctx, method, &putRefsRequest{puts: pick(puts, send), checked: true}, &resp, wireCall)
+	err := r.invoke(ctx, m, &putRefsRequest{puts: pick(puts, send), checked: true}, &resp)
 	return r.itemErrs(len(puts), send, local, resp.errs, err)
 }
 
@@ -291,7 +361,7 @@ func (r *remote) GetReplicas(ctx context.Context, keys []string) ([]GetResult, e
 	send, local := splitItems(len(keys), func(i int) error { return keyUTF8(keys[i]) })
 	n := len(keys) - len(local)
 	resp := resultsReply{get: true, descs: &r.descs, gets: make([]GetResult, 0, n), sent: time.Now()}
-	if err := r.cc.Invoke(ctx, pb.Master_GetReplicas_FullMethodName, &keysRequest{keys: pick(keys, send), reader: readerOf(ctx), checked: true}, &resp, wireCall); err != nil {
+	if err := r.invoke(ctx, fastGetReplicas, &keysRequest{keys: pick(keys, send), reader: readerOf(ctx), checked: true}, &resp); err != nil {
 		return nil, r.fail(err)
 	}
 	if len(resp.gets) != n {
@@ -322,8 +392,8 @@ func (r *remote) Exists(ctx context.Context, keys []string, lease bool) ([]bool,
 			return nil, err
 		}
 	}
-	resp, err := r.rpc.Exists(ctx, &pb.ExistsRequest{Keys: keys, Lease: lease})
-	if err != nil {
+	resp := &pb.ExistsResponse{}
+	if err := r.invoke(ctx, fastExists, &pb.ExistsRequest{Keys: keys, Lease: lease}, resp); err != nil {
 		return nil, r.fail(err)
 	}
 	if len(resp.Exists) != len(keys) {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,8 +25,10 @@ import (
 // after Shutdown.
 type Server struct {
 	svc  *Service
+	g    *grpcService // what both the gRPC server and the fast path call
 	grpc *grpc.Server
 	http *http.Server // nil without a metrics registry
+	fast fastServer   // ServeFast (fastpath.go)
 
 	mu       sync.Mutex // guards shutdown
 	shutdown bool
@@ -53,8 +56,8 @@ func NewServer(svc *Service, reg *prometheus.Registry, opts ...grpc.ServerOption
 // interceptor, so the hand-coded hot calls stay on their fast path.
 func NewServerAuth(svc *Service, reg *prometheus.Registry, auth *Authenticator, opts ...grpc.ServerOption) *Server {
 	opts = append(append([]grpc.ServerOption{grpc.ForceServerCodecV2(codec)}, serverDefaults()...), opts...)
-	s := &Server{svc: svc, grpc: grpc.NewServer(opts...)}
-	s.grpc.RegisterService(serviceDesc(), &grpcService{svc: svc, auth: auth})
+	s := &Server{svc: svc, g: &grpcService{svc: svc, auth: auth, fastPort: new(atomic.Uint32)}, grpc: grpc.NewServer(opts...)}
+	s.grpc.RegisterService(serviceDesc(), s.g)
 	if reg != nil {
 		s.http = &http.Server{Handler: HTTPHandler(func() *Service { return svc }, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), auth), ReadHeaderTimeout: 10 * time.Second}
 	}
@@ -90,8 +93,8 @@ func (s *Server) Serve(lis, metricsLis net.Listener) error {
 }
 
 // Shutdown stops the servers: gRPC gracefully (in-flight calls finish, new
-// ones are refused), then forcibly when ctx is done; the metrics server
-// likewise. It is idempotent.
+// ones are refused), then forcibly when ctx is done; the fast path and the
+// metrics server likewise. It is idempotent.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if s.shutdown {
@@ -114,6 +117,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-done
 		err = fmt.Errorf("master: shutdown: %w (in-flight calls were cut)", ctx.Err())
 	}
+	err = errors.Join(err, s.fast.shutdown(ctx))
 	if s.http != nil {
 		if herr := s.http.Shutdown(ctx); herr != nil {
 			_ = s.http.Close()
@@ -133,6 +137,9 @@ type grpcService struct {
 	// router, when set (NewRoutedServer), picks the grpcService of the
 	// current leadership term for every call (term.go); svc is then nil.
 	router *Router
+	// fastPort is the port of the server's fast path (0: none), advertised
+	// in RegisterClient's answer (fastpath.go).
+	fastPort *atomic.Uint32
 }
 
 func (g *grpcService) RegisterClient(ctx context.Context, r *pb.RegisterClientRequest) (*pb.RegisterClientResponse, error) {
@@ -141,8 +148,12 @@ func (g *grpcService) RegisterClient(ctx context.Context, r *pb.RegisterClientRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	var fast uint32
+	if g.fastPort != nil {
+		fast = g.fastPort.Load()
+	}
 	return &pb.RegisterClientResponse{Id: reg.ID, TtlNs: int64(reg.TTL),
-		LeaseTtlNs: int64(reg.LeaseTTL), PutTimeoutNs: int64(reg.PutTimeout)}, nil
+		LeaseTtlNs: int64(reg.LeaseTTL), PutTimeoutNs: int64(reg.PutTimeout), FastPort: fast}, nil
 }
 
 func (g *grpcService) Heartbeat(ctx context.Context, r *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
@@ -393,14 +404,12 @@ func authenticated(method string, h grpc.MethodHandler) grpc.MethodHandler {
 	return func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
 		g := srv.(*grpcService)
 		if g.auth != nil {
-			p, err := g.auth.principal(ctx)
-			switch {
-			case err != nil:
+			p, err := g.auth.principal(ctx, method)
+			if err != nil {
 				return nil, toStatus(err)
-			case p.Name != "":
+			}
+			if p.Name != "" {
 				ctx = WithPrincipal(ctx, p)
-			case g.auth.Require:
-				return nil, toStatus(fmt.Errorf("%w: %s needs a client certificate or a bearer token", ErrUnauthenticated, method))
 			}
 		}
 		return h(srv, ctx, dec, icpt)
@@ -423,11 +432,17 @@ func invalidOnDecodeError(method string, h grpc.MethodHandler) grpc.MethodHandle
 				return err
 			}
 			if t.err != nil {
-				return toStatus(fmt.Errorf("%w: %s request body: %v", ErrInvalid, method, t.err))
+				return toStatus(decodeError(method, t.err))
 			}
 			return nil
 		}, interceptor)
 	}
+}
+
+// decodeError is the error answering a request body of method that does
+// not decode (both servers).
+func decodeError(method string, err error) error {
+	return fmt.Errorf("%w: %s request body: %v", ErrInvalid, method, err)
 }
 
 // fastHandler returns a handler that decodes into a new In and calls f,

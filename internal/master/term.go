@@ -89,6 +89,9 @@ type Router struct {
 	// Refused counts calls refused because no term led or the term ended
 	// during the call.
 	Refused atomic.Uint64
+	// fastPort is the port of the fast path serving r (0: none),
+	// advertised by every term.
+	fastPort atomic.Uint32
 }
 
 type routedTerm struct {
@@ -100,7 +103,7 @@ type routedTerm struct {
 // Lead makes svc answer every call as the leader of term t. auth is the
 // server's authenticator (the same one given to NewRoutedServer).
 func (r *Router) Lead(svc *Service, auth *Authenticator, t Term) {
-	r.cur.Store(&routedTerm{g: &grpcService{svc: svc, auth: auth}, term: t,
+	r.cur.Store(&routedTerm{g: &grpcService{svc: svc, auth: auth, fastPort: &r.fastPort}, term: t,
 		header: metadata.Pairs(EpochHeader, strconv.FormatUint(t.Epoch, 10))})
 }
 
@@ -147,8 +150,8 @@ func (r *Router) admit() (*routedTerm, error) {
 // term, the caller serves them (internal/ha).
 func NewRoutedServer(r *Router, auth *Authenticator, opts ...grpc.ServerOption) *Server {
 	opts = append(append([]grpc.ServerOption{grpc.ForceServerCodecV2(codec)}, serverDefaults()...), opts...)
-	s := &Server{grpc: grpc.NewServer(opts...)}
-	s.grpc.RegisterService(serviceDesc(), &grpcService{router: r, auth: auth})
+	s := &Server{g: &grpcService{router: r, auth: auth, fastPort: &r.fastPort}, grpc: grpc.NewServer(opts...)}
+	s.grpc.RegisterService(serviceDesc(), s.g)
 	return s
 }
 
@@ -163,31 +166,54 @@ func routed(method string, h grpc.MethodHandler) grpc.MethodHandler {
 		if g.router == nil {
 			return h(srv, ctx, dec, icpt)
 		}
-		t, err := g.router.admit()
+		t, err := g.router.enter(method)
 		if err != nil {
-			g.router.Refused.Add(1)
 			return nil, toStatus(err)
-		}
-		if method == "PutStart" {
-			if left := time.Until(t.term.FenceUntil); left > 0 {
-				return nil, toStatus(fmt.Errorf("%w: term %d began less than a fence ago; puts are placed again in %v (leases and puts of the previous term may still touch the segments until then)",
-					ErrNoSpace, t.term.Epoch, left.Round(time.Millisecond)))
-			}
 		}
 		if err := grpc.SetHeader(ctx, t.header); err != nil {
 			return nil, toStatus(fmt.Errorf("master: set epoch header: %w", err))
 		}
 		resp, err := h(t.g, ctx, dec, icpt)
-		if g.router.cur.Load() != t {
-			g.router.Refused.Add(1)
-			return nil, toStatus(g.router.notLeader(fmt.Sprintf("term %d ended during the call", t.term.Epoch)))
-		}
-		if !t.term.Valid() {
-			g.router.Refused.Add(1)
-			return nil, toStatus(g.router.notLeader(fmt.Sprintf("the election lease of term %d ended during the call", t.term.Epoch)))
+		if err := g.router.leave(t); err != nil {
+			return nil, toStatus(err)
 		}
 		return resp, err
 	}
+}
+
+// enter admits a call of method to the current term, or returns why it is
+// refused: no term leads, or its election lease ended (counted in
+// Refused), or the call is a PutStart before the term's fence. Both
+// servers (gRPC and the fast path) call it before every call, and leave
+// after it.
+func (r *Router) enter(method string) (*routedTerm, error) {
+	t, err := r.admit()
+	if err != nil {
+		r.Refused.Add(1)
+		return nil, err
+	}
+	if method == "PutStart" {
+		if left := time.Until(t.term.FenceUntil); left > 0 {
+			return nil, fmt.Errorf("%w: term %d began less than a fence ago; puts are placed again in %v (leases and puts of the previous term may still touch the segments until then)",
+				ErrNoSpace, t.term.Epoch, left.Round(time.Millisecond))
+		}
+	}
+	return t, nil
+}
+
+// leave returns the error that replaces the answer of a call enter
+// admitted to term t when t ended during the call (what the call changed
+// belongs to a Service that is discarded), nil when t still leads.
+func (r *Router) leave(t *routedTerm) error {
+	if r.cur.Load() != t {
+		r.Refused.Add(1)
+		return r.notLeader(fmt.Sprintf("term %d ended during the call", t.term.Epoch))
+	}
+	if !t.term.Valid() {
+		r.Refused.Add(1)
+		return r.notLeader(fmt.Sprintf("the election lease of term %d ended during the call", t.term.Epoch))
+	}
+	return nil
 }
 
 // Epochs is the newest epoch a client has seen, shared by its connections
@@ -254,16 +280,32 @@ func (c epochConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method 
 // Unlike Dial it does not wait for the connection: a leader found in etcd
 // may still be starting its term, and callers retry. opts are as for Dial.
 func DialTerm(addr string, epochs *Epochs, opts ...grpc.DialOption) (Client, error) {
+	return DialTermFast(addr, epochs, FastPath{Off: true}, opts...)
+}
+
+// DialTermFast is DialTerm with the master's fast path configured by fp
+// (see DialFast); its answers' epochs are checked the same way.
+func DialTermFast(addr string, epochs *Epochs, fp FastPath, opts ...grpc.DialOption) (Client, error) {
+	var fast *fastClient
+	if !fp.Off {
+		var err error
+		if fast, err = newFastClient(addr, fp, epochs); err != nil {
+			return nil, err
+		}
+	}
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	conn, err := grpc.NewClient(addr, append(dialDefaults(), opts...)...)
 	if err != nil {
+		if fast != nil {
+			_ = fast.close()
+		}
 		return nil, fmt.Errorf("master: dial %s: %w", addr, err)
 	}
 	conn.Connect()
 	cc := epochConn{cc: conn, epochs: epochs}
-	return &remote{cc: cc, rpc: pb.NewMasterClient(cc), conn: conn}, nil
+	return &remote{cc: cc, rpc: pb.NewMasterClient(cc), conn: conn, fast: fast}, nil
 }
 
 // notLeaderMetadata and notLeaderFromMetadata carry a NotLeaderError's

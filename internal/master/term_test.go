@@ -17,9 +17,27 @@ import (
 	"github.com/kvfabric/kvfabric/internal/segment"
 )
 
-// routedMaster serves a Router on loopback and returns a term Client for it.
-func routedMaster(t *testing.T, r *Router, epochs *Epochs) Client {
+// routedMaster serves a Router on loopback and returns a term Client for
+// it: over gRPC only, or (fast) with its hot calls over the fast path.
+func routedMaster(t *testing.T, r *Router, epochs *Epochs, fast bool) Client {
 	t.Helper()
+	if fast {
+		fs := serveFast(t, NewRoutedServer(r, nil), nil)
+		c, err := DialTermFast(fs.addr, epochs, FastPath{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.(*remote).fast.advertise(context.Background(), portOf(t, fs.fastAddr)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if st := c.(*remote).Transports(); st.GRPC != 0 {
+				t.Errorf("transports %+v: want every hot call over the fast path", st)
+			}
+			_ = c.Close()
+		})
+		return c
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -41,13 +59,21 @@ func routedMaster(t *testing.T, r *Router, epochs *Epochs) Client {
 	return c
 }
 
+// overBoth runs fn over gRPC only and over the fast path.
+func overBoth(t *testing.T, fn func(t *testing.T, fast bool)) {
+	t.Run("grpc", func(t *testing.T) { fn(t, false) })
+	t.Run("fast", func(t *testing.T) { fn(t, true) })
+}
+
 // TestRouterStandbyRefusesEveryCall: a master that leads no term answers
 // every RPC with ErrNotLeader naming the leader it knows, executes nothing,
 // and its answers carry no epoch.
-func TestRouterStandbyRefusesEveryCall(t *testing.T) {
+func TestRouterStandbyRefusesEveryCall(t *testing.T) { overBoth(t, testRouterStandbyRefusesEveryCall) }
+
+func testRouterStandbyRefusesEveryCall(t *testing.T, fast bool) {
 	var r Router
 	r.SetLeader("10.0.0.9:50051", 42)
-	c := routedMaster(t, &r, &Epochs{})
+	c := routedMaster(t, &r, &Epochs{}, fast)
 	ctx := context.Background()
 	calls := map[string]func() error{
 		"RegisterClient": func() error {
@@ -93,7 +119,9 @@ func TestRouterStandbyRefusesEveryCall(t *testing.T) {
 // TestRouterEpochs: every answer of a term carries its epoch; a client
 // that has seen a newer epoch refuses the old leader's answers; a term
 // whose lease ended answers nothing, also a call already running.
-func TestRouterEpochs(t *testing.T) {
+func TestRouterEpochs(t *testing.T) { overBoth(t, testRouterEpochs) }
+
+func testRouterEpochs(t *testing.T, fast bool) {
 	svc, err := New(testConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +133,7 @@ func TestRouterEpochs(t *testing.T) {
 	r.Lead(svc, nil, Term{Epoch: 5, Valid: valid.Load})
 	var seen []uint64
 	epochs := &Epochs{OnNew: func(e uint64) { seen = append(seen, e) }}
-	c := routedMaster(t, &r, epochs)
+	c := routedMaster(t, &r, epochs, fast)
 	ctx := context.Background()
 	if _, err := c.RegisterClient(ctx, ClientInfo{ID: "w", NUMANode: -1, Device: -1}); err != nil {
 		t.Fatal(err)
@@ -122,15 +150,21 @@ func TestRouterEpochs(t *testing.T) {
 	if _, err := c.Stats(ctx); !errors.Is(err, ErrStaleEpoch) {
 		t.Fatalf("answer of epoch 5 after epoch 6 was seen: %v, want ErrStaleEpoch", err)
 	}
+	if _, err := c.GetReplicas(ctx, []string{"k"}); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("get answered in epoch 5 after epoch 6 was seen: %v, want ErrStaleEpoch", err)
+	}
 	if err := epochs.Observe(5); !errors.Is(err, ErrStaleEpoch) {
 		t.Fatalf("Observe(5) after 6: %v", err)
 	}
 
 	// The lease ends by the master's clock: nothing is answered.
-	c2 := routedMaster(t, &r, &Epochs{})
+	c2 := routedMaster(t, &r, &Epochs{}, fast)
 	valid.Store(false)
 	if _, err := c2.Heartbeat(ctx, "w", Mapped{}); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("heartbeat after the lease ended: %v, want ErrNotLeader", err)
+	}
+	if _, err := c2.Exists(ctx, []string{"k"}, false); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("exists after the lease ended: %v, want ErrNotLeader", err)
 	}
 
 	// The lease ends during a call: its answer is replaced.
@@ -147,7 +181,9 @@ func TestRouterEpochs(t *testing.T) {
 
 // TestRouterFence: a new term places no puts before its fence; other calls
 // are served.
-func TestRouterFence(t *testing.T) {
+func TestRouterFence(t *testing.T) { overBoth(t, testRouterFence) }
+
+func testRouterFence(t *testing.T, fast bool) {
 	svc, err := New(testConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +191,7 @@ func TestRouterFence(t *testing.T) {
 	defer svc.Close()
 	var r Router
 	r.Lead(svc, nil, Term{Epoch: 3, Valid: func() bool { return true }, FenceUntil: time.Now().Add(300 * time.Millisecond)})
-	c := routedMaster(t, &r, &Epochs{})
+	c := routedMaster(t, &r, &Epochs{}, fast)
 	ctx := context.Background()
 	if _, err := c.RegisterClient(ctx, ClientInfo{ID: "w", NUMANode: -1, Device: -1}); err != nil {
 		t.Fatal(err)

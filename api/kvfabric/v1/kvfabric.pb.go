@@ -457,8 +457,13 @@ type RegisterClientResponse struct {
 	TtlNs int64                  `protobuf:"varint,2,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
 	// The master's read-lease TTL and put timeout, so a client can bound what
 	// it does under a lease or a put in its own clock.
-	LeaseTtlNs    int64 `protobuf:"varint,3,opt,name=lease_ttl_ns,json=leaseTtlNs,proto3" json:"lease_ttl_ns,omitempty"`
-	PutTimeoutNs  int64 `protobuf:"varint,4,opt,name=put_timeout_ns,json=putTimeoutNs,proto3" json:"put_timeout_ns,omitempty"`
+	LeaseTtlNs   int64 `protobuf:"varint,3,opt,name=lease_ttl_ns,json=leaseTtlNs,proto3" json:"lease_ttl_ns,omitempty"`
+	PutTimeoutNs int64 `protobuf:"varint,4,opt,name=put_timeout_ns,json=putTimeoutNs,proto3" json:"put_timeout_ns,omitempty"`
+	// The master's fast path (internal/master/fastpath.go): the TCP port on
+	// the host the client dialed for gRPC where GetReplicas, ReleaseLeases,
+	// PutStart, PutEnd, PutRevoke and Exists are also served; 0 when it has
+	// none.
+	FastPort      uint32 `protobuf:"varint,5,opt,name=fast_port,json=fastPort,proto3" json:"fast_port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -517,6 +522,13 @@ func (x *RegisterClientResponse) GetLeaseTtlNs() int64 {
 func (x *RegisterClientResponse) GetPutTimeoutNs() int64 {
 	if x != nil {
 		return x.PutTimeoutNs
+	}
+	return 0
+}
+
+func (x *RegisterClientResponse) GetFastPort() uint32 {
+	if x != nil {
+		return x.FastPort
 	}
 	return 0
 }
@@ -2807,13 +2819,14 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x06device\x18\x05 \x01(\x05R\x06device\x12 \n" +
 	"\vincarnation\x18\x06 \x01(\x06R\vincarnation\x12\x16\n" +
 	"\x06driver\x18\a \x01(\tR\x06driver\x12#\n" +
-	"\rfabric_domain\x18\b \x01(\tR\ffabricDomain\"\x87\x01\n" +
+	"\rfabric_domain\x18\b \x01(\tR\ffabricDomain\"\xa4\x01\n" +
 	"\x16RegisterClientResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06ttl_ns\x18\x02 \x01(\x03R\x05ttlNs\x12 \n" +
 	"\flease_ttl_ns\x18\x03 \x01(\x03R\n" +
 	"leaseTtlNs\x12$\n" +
-	"\x0eput_timeout_ns\x18\x04 \x01(\x03R\fputTimeoutNs\"{\n" +
+	"\x0eput_timeout_ns\x18\x04 \x01(\x03R\fputTimeoutNs\x12\x1b\n" +
+	"\tfast_port\x18\x05 \x01(\rR\bfastPort\"{\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12'\n" +
 	"\x0fmapped_segments\x18\x02 \x01(\rR\x0emappedSegments\x12!\n" +
