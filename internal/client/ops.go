@@ -642,21 +642,35 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	cache := newSegCache()
 	defer cache.release()
 	g := getPipe{s: s, stream: stream, sizes: sizes, errs: errs, leases: make([]keyLease, 0, len(q))}
+	// The master call of the next chunk runs (prefetch) while this one is
+	// resolved and submitted: three stages overlap — the master, this
+	// goroutine, the GPU. A prefetch still running when the loop stops is
+	// waited for and its leases go with the others (deferred after the
+	// release, so it runs first).
+	var next chan getMeta
+	defer func() {
+		if next != nil {
+			leases = appendLeases(leases, (<-next).res)
+		}
+	}()
 	ch := s.chunker()
-	for lo, hi := 0, 0; lo < len(q); lo = hi {
-		hi = ch.next(lo, len(q))
-		// Named as the reader: only replicas this process can import.
-		res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), q[lo:hi])
+	hi := ch.next(0, len(q))
+	next = s.prefetchReplicas(ctx, q[:hi])
+	for lo := 0; lo < len(q); {
+		m := <-next
+		next = nil
+		nhi := hi
+		if m.err == nil && hi < len(q) {
+			nhi = ch.next(hi, len(q))
+			next = s.prefetchReplicas(ctx, q[hi:nhi])
+		}
 		ph.lap(&s.phases.get.meta)
+		res, err := m.res, m.err
 		if err != nil {
 			g.failFrom(idx[lo:], mapErr(fmt.Errorf("get replicas: %w", err)))
 			break
 		}
-		for j := range res {
-			if res[j].Err == nil && res[j].LeaseID != 0 {
-				leases = append(leases, res[j].LeaseID)
-			}
-		}
+		leases = appendLeases(leases, res)
 		c := getChunk{copies: make([]cuda.Copy, 0, len(res)), idx: make([]int, 0, len(res))}
 		for j, r := range res {
 			i := idx[lo+j]
@@ -687,14 +701,12 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 			c.idx = append(c.idx, i)
 		}
 		ph.lap(&s.phases.get.resolve)
-		if len(c.idx) == 0 {
-			continue
-		}
-		if !g.submit(c) {
+		if len(c.idx) > 0 && !g.submit(c) {
 			g.failFrom(idx[hi:], g.err)
 			break
 		}
 		ph.lap(&s.phases.get.copy)
+		lo, hi = hi, nhi
 	}
 	g.finish()
 	s.release(held)
@@ -710,6 +722,36 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 		}
 	}
 	return errs
+}
+
+// getMeta is the answer of one chunk's GetReplicas.
+type getMeta struct {
+	res []master.GetResult
+	err error
+}
+
+// prefetchReplicas asks the master for keys' replicas on another goroutine,
+// named as the reader (only replicas this process can import). The answer
+// arrives on the returned channel, which never blocks the sender: the
+// caller must receive it (the leases it grants are the caller's to
+// release).
+func (s *Store) prefetchReplicas(ctx context.Context, keys []string) chan getMeta {
+	ch := make(chan getMeta, 1)
+	go func() {
+		res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), keys)
+		ch <- getMeta{res, err}
+	}()
+	return ch
+}
+
+// appendLeases appends the lease ids res granted.
+func appendLeases(ids []uint64, res []master.GetResult) []uint64 {
+	for j := range res {
+		if res[j].Err == nil && res[j].LeaseID != 0 {
+			ids = append(ids, res[j].LeaseID)
+		}
+	}
+	return ids
 }
 
 // keyLease is the read lease a key of a batch got.
