@@ -781,3 +781,45 @@ func TestGetReleasesItsLease(t *testing.T) {
 // pipelined chunks (metadata of one chunk while the previous copies), so
 // every batch test covers the pipeline.
 const testPipelineChunk = 5
+
+// A batch get that stops at a failed copy has already fetched the next
+// chunk's replicas (prefetch): the leases of that chunk are released with
+// the others, so nothing keeps the objects from a plain remove.
+func TestBatchGetStoppedReleasesPrefetchedLeases(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{LeaseTTL: time.Hour})
+	ctx := context.Background()
+	const n, size = 40, 4096
+	src := devBuf(t, e, n*size)
+	dst := devBuf(t, e, n*size)
+	keys := make([]string, n)
+	srcs, dsts := make([][]client.Region, n), make([][]client.Region, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("prefetch/%d", i)
+		srcs[i] = client.Bytes(uintptr(src)+uintptr(i*size), size)
+		dsts[i] = client.Bytes(uintptr(dst)+uintptr(i*size), size)
+	}
+	for i, err := range e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
+		if err != nil {
+			t.Fatalf("put %s: %v", keys[i], err)
+		}
+	}
+	// Chunks of 1, 2, 4, 5, … keys (testPipelineChunk 5): the first two
+	// go to the copy engine, the third is the first kernel launch, which
+	// fails while the fourth chunk's replicas are already fetched.
+	e.drv.Fail("LaunchKernel", 1, cuda.ErrorLaunchFailed)
+	_, errs := e.cons.BatchGet(ctx, keys, dsts, 0)
+	for i, err := range errs {
+		if wantOK := i < 3; (err == nil) != wantOK {
+			t.Fatalf("get %s: %v (want success: %v)", keys[i], err, wantOK)
+		}
+		if i >= 3 && !errors.Is(err, client.ErrTransfer) {
+			t.Fatalf("get %s: %v, want ErrTransfer", keys[i], err)
+		}
+	}
+	for i, err := range e.cons.BatchRemove(ctx, keys, false) {
+		if err != nil {
+			t.Fatalf("plain remove of %s after the failed batch (a lease left behind?): %v", keys[i], err)
+		}
+	}
+	e.close()
+}
