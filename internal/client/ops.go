@@ -314,11 +314,40 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 			s.reg.RUnlock()
 		}
 	}()
+	// The next chunk's PutStart runs (prefetch) while this one is resolved,
+	// submitted and the previous one ended. A prefetch still running when
+	// the loop stops is waited for and the puts it started are revoked
+	// (their keys were failed with the rest: nothing was enqueued for
+	// them).
+	var next chan putMeta
+	var nlo, nhi int
+	defer func() {
+		if next == nil {
+			return
+		}
+		m := <-next
+		var refs []master.PutRef
+		for j, r := range m.res {
+			if r.Err == nil {
+				refs = append(refs, master.PutRef{Key: reqs[nlo+j].Key, Token: r.Token})
+			}
+		}
+		if len(refs) > 0 {
+			s.revoke(ctx, refs)
+		}
+	}()
 	ch := s.chunker()
-	for lo, hi := 0, 0; lo < len(reqs); lo = hi {
-		hi = ch.next(lo, len(reqs))
-		sent := timeNow()
-		res, err := s.m.PutStart(ctx, reqs[lo:hi])
+	hi := ch.next(0, len(reqs))
+	next = s.prefetchPutStart(ctx, reqs[:hi])
+	for lo := 0; lo < len(reqs); lo, hi = hi, nhi {
+		m := <-next
+		next = nil
+		nlo, nhi = hi, hi
+		if m.err == nil && hi < len(reqs) {
+			nhi = ch.next(hi, len(reqs))
+			next = s.prefetchPutStart(ctx, reqs[hi:nhi])
+		}
+		sent, res, err := m.sent, m.res, m.err
 		ph.lap(&s.phases.put.meta)
 		if err != nil {
 			p.failFrom(idx[lo:], mapErr(fmt.Errorf("put start: %w", err)))
@@ -722,6 +751,27 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 		}
 	}
 	return errs
+}
+
+// putMeta is the answer of one chunk's PutStart, and when it was sent (the
+// put deadline counts from then).
+type putMeta struct {
+	sent time.Time
+	res  []master.PutStartResult
+	err  error
+}
+
+// prefetchPutStart starts reqs' puts on another goroutine. The answer
+// arrives on the returned channel, which never blocks the sender: the
+// caller must receive it (and end or revoke every put it started).
+func (s *Store) prefetchPutStart(ctx context.Context, reqs []master.PutStartReq) chan putMeta {
+	ch := make(chan putMeta, 1)
+	go func() {
+		sent := timeNow()
+		res, err := s.m.PutStart(ctx, reqs)
+		ch <- putMeta{sent, res, err}
+	}()
+	return ch
 }
 
 // getMeta is the answer of one chunk's GetReplicas.

@@ -823,3 +823,42 @@ func TestBatchGetStoppedReleasesPrefetchedLeases(t *testing.T) {
 	}
 	e.close()
 }
+
+// A batch put that stops at a failed copy has already started the next
+// chunk's puts (prefetch): they are revoked, so their keys are free at once
+// and no range stays reserved.
+func TestBatchPutStoppedRevokesPrefetchedPuts(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
+	ctx := context.Background()
+	const n, size = 40, 4096
+	src := devBuf(t, e, n*size)
+	keys := make([]string, n)
+	srcs := make([][]client.Region, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("prefetch-put/%d", i)
+		srcs[i] = client.Bytes(uintptr(src)+uintptr(i*size), size)
+	}
+	// Chunks of 1, 2, 4, 5, … keys: the third is the first kernel launch.
+	e.drv.Fail("LaunchKernel", 1, cuda.ErrorLaunchFailed)
+	for i, err := range e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
+		if wantOK := i < 3; (err == nil) != wantOK {
+			t.Fatalf("put %s: %v (want success: %v)", keys[i], err, wantOK)
+		}
+	}
+	st, err := e.mc.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := st.Tiers[0].Used; used != 3*size {
+		t.Fatalf("after the failed batch the store holds %d bytes, want %d (the 3 puts that ended): a started put was left behind", used, 3*size)
+	}
+	for i, err := range e.cons.BatchPut(ctx, keys[3:], srcs[3:], 0, client.PutOptions{}) {
+		if err != nil {
+			t.Fatalf("put %s again after the failed batch: %v", keys[3+i], err)
+		}
+	}
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
