@@ -874,6 +874,7 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 	backing := make([]Replica, 0, nrep)
 	var scratch []replica
 	var writer *clientState
+	f := newBatchFinder(&s.mu.objs, len(reqs), func(i int) string { return reqs[i].Key })
 	for i := range reqs {
 		if out[i].Err != nil {
 			continue
@@ -897,7 +898,7 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 			out[i].Err = fmt.Errorf("key %q: %w", r.Key, err)
 			continue
 		}
-		h := s.mu.objs.hash(r.Key)
+		h := f.hash(i)
 		old, found := s.mu.objs.find(h, r.Key)
 		if found {
 			switch {
@@ -998,6 +999,7 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 	}
 	defer s.mu.Unlock()
 	now := s.now()
+	f := newBatchFinder(&s.mu.objs, len(puts), func(i int) string { return puts[i].Key })
 	for i, p := range puts {
 		if out[i] != nil {
 			continue
@@ -1006,7 +1008,7 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 			out[i] = err
 			continue
 		}
-		slot, ok := s.mu.objs.lookup(p.Key)
+		slot, ok := f.find(i)
 		var o *object
 		if ok {
 			o = s.mu.objs.at(slot)
@@ -1081,11 +1083,24 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 	expiry := time.Unix(0, until)
 	rd := s.readerReachLocked(ctx)
 	var backing []Replica
+	f := newBatchFinder(&s.mu.objs, len(keys), func(i int) string { return keys[i] })
+	var sink uint64
+	f.warm = func(slot uint32) {
+		// A visible candidate's replicas: replicaLocked reads their
+		// allocator blocks.
+		if s.mu.objs.at(slot).state != stateVisible {
+			return
+		}
+		for _, r := range s.repsLocked(slot) {
+			_, n, _ := s.mu.segs[r.seg].al.Span(r.ref)
+			sink += n
+		}
+	}
 	for i, k := range keys {
 		if out[i].Err != nil {
 			continue
 		}
-		slot, ok := s.mu.objs.lookup(k)
+		slot, ok := f.find(i)
 		if !ok || s.mu.objs.at(slot).state != stateVisible {
 			out[i].Err = fmt.Errorf("%w: key %q", ErrNotFound, k)
 			continue
@@ -1119,6 +1134,7 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 		s.mu.flow.getBytes += o.size
 		out[i] = GetResult{Size: o.size, Replicas: backing[start:len(backing):len(backing)], LeaseExpiry: expiry, LeaseTTL: s.cfg.LeaseTTL, LeaseID: id}
 	}
+	s.mu.objs.sink += sink
 	s.met.items(opGet, len(keys), -1, func(i int) error { return out[i].Err })
 	return out, nil
 }
