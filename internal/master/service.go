@@ -1478,25 +1478,32 @@ func (s *Service) ReleaseLeases(ctx context.Context, ids []uint64) (err error) {
 	}
 	defer s.mu.Unlock()
 	now := s.now()
+	ended := 0
 	for _, id := range ids {
-		s.releaseLeaseLocked(id, now)
+		if s.releaseLeaseLocked(id, now) {
+			ended++
+		}
+	}
+	if ended > 0 {
+		s.met.leaseReleases.Add(float64(ended)) // once: an atomic add per lease was a quarter of the call
 	}
 	return nil
 }
 
-// releaseLeaseLocked ends one read lease of period id. Unknown and ended
-// periods are ignored.
-func (s *Service) releaseLeaseLocked(id uint64, now int64) {
+// releaseLeaseLocked ends one read lease of period id, and reports
+// whether that ended the period (the caller counts it in
+// metrics.leaseReleases). Unknown and ended periods are ignored.
+func (s *Service) releaseLeaseLocked(id uint64, now int64) bool {
 	slot, ok := s.mu.leases[id]
 	if !ok {
-		return // ended (expired, or its object freed) or unknown
+		return false // ended (expired, or its object freed) or unknown
 	}
 	o := s.mu.objs.at(slot)
 	if o.aux == ^uint32(0) {
-		return // saturated count: the period ends by expiry
+		return false // saturated count: the period ends by expiry
 	}
 	if o.aux--; o.aux > 0 {
-		return
+		return false
 	}
 	// The last reader's copy is done: the object is unleased now,
 	// but for an exist check's lease.
@@ -1505,10 +1512,10 @@ func (s *Service) releaseLeaseLocked(id uint64, now int64) {
 	if o.flags&flagExistLease != 0 && o.stamp+int64(s.cfg.LeaseTTL) > now {
 		o.leaseUntil = o.stamp + int64(s.cfg.LeaseTTL) // still queued: flagLeaseQueued stays
 	}
-	s.met.leaseReleases.Inc()
 	if o.state == stateZombie {
 		s.freeObjectLocked(slot, now)
 	}
+	return true
 }
 
 // viewKey names the views one client holds on one lease period.
@@ -1571,7 +1578,9 @@ func (s *Service) HoldLeases(ctx context.Context, req HoldReq) (_ HoldResult, er
 				s.mu.views[k] = v
 			}
 		}
-		s.releaseLeaseLocked(id, now)
+		if s.releaseLeaseLocked(id, now) {
+			s.met.leaseReleases.Inc()
+		}
 	}
 	return res, nil
 }
