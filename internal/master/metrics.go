@@ -158,8 +158,16 @@ func (m *metrics) op(op opKind, start time.Time, errp *error) {
 	}
 }
 
-// items records the results of a batch's n items.
-func (m *metrics) items(op opKind, n int, errAt func(int) error) {
+// items records the results of a batch's n items, of which nok (when the
+// caller counted them; else -1) succeeded: an all-ok batch is then one
+// counter add, with no pass over its items.
+func (m *metrics) items(op opKind, n, nok int, errAt func(int) error) {
+	if nok == n {
+		if n > 0 {
+			m.ops[op][resOK].Add(float64(n))
+		}
+		return
+	}
 	m.recordItemErr(op, n, errAt)
 	var counts [nResults]int
 	for i := range n {

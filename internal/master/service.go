@@ -67,7 +67,9 @@ type object struct {
 	stamp      int64 // visible: last access; pending: put deadline (unix ns)
 	leaseUntil int64 // unix ns; 0 when not leased
 	// leaseID names the current lease period (from the first lease granted
-	// while none was held to the release or end of the last one).
+	// while none was held to the release or end of the last one). While
+	// the object is pending it is its index in Service.mu.pending instead
+	// (a lease period needs a visible object, and starts with aux 0).
 	leaseID uint64
 	reps    [inlineReps]replica
 	// aux is the writer's registration (clientState.seq) while pending or
@@ -186,12 +188,16 @@ type Service struct {
 		nextSeq uint32
 		retired map[uint32]retiredReg // expired registrations whose puts still reserve ranges, by seq
 
-		objs     objTable             // records, keys, index of visible and pending keys
-		extra    map[uint32][]replica // all replicas of objects with > inlineReps
-		pending  map[uint32]struct{}  // slots of puts in progress
-		timedOut map[uint64]uint32    // put token → slot of puts past their timeout (stateTimedOut)
-		leaseQ   map[int64][]uint32   // lease wheel: bucket → slots to look at
-		leases   map[uint64]uint32    // lease period id → slot, while it has unreleased leases
+		objs  objTable             // records, keys, index of visible and pending keys
+		extra map[uint32][]replica // all replicas of objects with > inlineReps
+		// pending are the slots of puts in progress (statePending), in
+		// no order; each one's index here is its object.leaseID
+		// (addPendingLocked). A slice rather than a set: a put adds and
+		// ends one entry with no hashing and no allocation.
+		pending  []uint32
+		timedOut map[uint64]uint32  // put token → slot of puts past their timeout (stateTimedOut)
+		leaseQ   map[int64][]uint32 // lease wheel: bucket → slots to look at
+		leases   map[uint64]uint32  // lease period id → slot, while it has unreleased leases
 		// views are the read leases clients hold as views (HoldLeases):
 		// how many views each holds on a lease period, and until when
 		// it last renewed them. Entries whose lease ended are pruned by
@@ -238,7 +244,6 @@ func New(cfg Config) (*Service, error) {
 	m.place = newPlaceIndex()
 	m.objs = newObjTable()
 	m.extra = map[uint32][]replica{}
-	m.pending = map[uint32]struct{}{}
 	m.timedOut = map[uint64]uint32{}
 	m.leaseQ = map[int64][]uint32{}
 	m.leases = map[uint64]uint32{}
@@ -470,8 +475,10 @@ func (s *Service) expireClientLocked(id string, now int64) {
 // stay reserved (retiredReg) for copies it may have queued before.
 func (s *Service) retireClientLocked(c *clientState, now int64, gone bool) (puts, segs int) {
 	delete(s.mu.bySeq, c.seq)
-	for slot := range s.mu.pending {
-		if s.mu.objs.at(slot).aux == c.seq {
+	// Backwards: timeOutPutLocked moves the last entry into the one it
+	// removes, and every entry after i has been seen.
+	for i := len(s.mu.pending) - 1; i >= 0; i-- {
+		if slot := s.mu.pending[i]; s.mu.objs.at(slot).aux == c.seq {
 			s.timeOutPutLocked(slot)
 			puts++
 		}
@@ -749,7 +756,7 @@ func (s *Service) freeObjectLocked(slot uint32, now int64) {
 	switch o.state {
 	case statePending:
 		s.mu.objs.unindex(slot)
-		delete(s.mu.pending, slot)
+		s.removePendingLocked(slot)
 		s.unchargeLocked(o)
 	case stateTimedOut:
 		delete(s.mu.timedOut, o.token)
@@ -847,10 +854,12 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 		return nil, err
 	}
 	out := make([]PutStartResult, len(reqs))
-	nrep := 0
+	nrep, nok := 0, 0
+	var valid *Placement // the last placement validated: a batch's puts usually share one
 	for i := range reqs {
-		if out[i].Err = validatePutStart(&reqs[i], s.cfg.MaxKeyLen); out[i].Err == nil {
+		if out[i].Err = validatePutStartAfter(&reqs[i], s.cfg.MaxKeyLen, valid); out[i].Err == nil {
 			nrep += max(reqs[i].Replicas, 1)
+			valid = &reqs[i].Placement
 		}
 	}
 	who, err := s.callerOf(ctx)
@@ -865,6 +874,7 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 	backing := make([]Replica, 0, nrep)
 	var scratch []replica
 	var writer *clientState
+	f := newBatchFinder(&s.mu.objs, len(reqs), func(i int) string { return reqs[i].Key })
 	for i := range reqs {
 		if out[i].Err != nil {
 			continue
@@ -888,8 +898,9 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 			out[i].Err = fmt.Errorf("key %q: %w", r.Key, err)
 			continue
 		}
-		h := s.mu.objs.hash(r.Key)
-		if old, ok := s.mu.objs.find(h, r.Key); ok {
+		h := f.hash(i)
+		old, found := s.mu.objs.find(h, r.Key)
+		if found {
 			switch {
 			case !r.Upsert:
 				out[i].Err = fmt.Errorf("%w: key %q", ErrAlreadyExists, r.Key)
@@ -907,11 +918,14 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 		}
 		// An upsert retires the old object only now that the new one has
 		// its space (placing may have evicted it): until then a failure
-		// leaves the old value in place.
+		// leaves the old value in place. Placing only removes keys, so a
+		// key absent before it is still absent.
 		var keep softPin
-		if old, ok := s.mu.objs.find(h, r.Key); ok {
-			keep = s.softPinOfLocked(old, now)
-			_ = s.removeLocked(old, true, now) // visible: freed, or a zombie until its leases end
+		if found {
+			if old, ok := s.mu.objs.find(h, r.Key); ok {
+				keep = s.softPinOfLocked(old, now)
+				_ = s.removeLocked(old, true, now) // visible: freed, or a zombie until its leases end
+			}
 		}
 		o := s.mu.objs.at(slot)
 		*o = object{key: noKey, size: r.Size, token: s.newTokenLocked(), stamp: now + int64(s.cfg.PutTimeout), state: statePending, aux: writer.seq}
@@ -928,16 +942,17 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 		}
 		s.setRepsLocked(slot, scratch)
 		s.mu.objs.insert(h, slot, r.Key)
-		s.mu.pending[slot] = struct{}{}
+		s.addPendingLocked(slot)
 		start := len(backing)
 		for _, rp := range scratch {
 			backing = append(backing, s.replicaLocked(rp))
 		}
 		out[i].Token = o.token
 		out[i].Replicas = backing[start:len(backing):len(backing)]
+		nok++
 	}
 	s.evictToWatermarksLocked(now)
-	s.met.items(opPutStart, len(reqs), func(i int) error { return out[i].Err })
+	s.met.items(opPutStart, len(reqs), nok, func(i int) error { return out[i].Err })
 	return out, nil
 }
 
@@ -984,6 +999,7 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 	}
 	defer s.mu.Unlock()
 	now := s.now()
+	f := newBatchFinder(&s.mu.objs, len(puts), func(i int) string { return puts[i].Key })
 	for i, p := range puts {
 		if out[i] != nil {
 			continue
@@ -992,7 +1008,7 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 			out[i] = err
 			continue
 		}
-		slot, ok := s.mu.objs.lookup(p.Key)
+		slot, ok := f.find(i)
 		var o *object
 		if ok {
 			o = s.mu.objs.at(slot)
@@ -1026,8 +1042,8 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 			}
 			o.state = stateVisible
 			o.stamp = now
+			s.removePendingLocked(slot)
 			o.aux = 0 // from writer to reader count
-			delete(s.mu.pending, slot)
 			s.mu.visible++
 			s.mu.flow.putBytes += o.size
 		case o.state == stateVisible:
@@ -1037,7 +1053,7 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 		}
 	}
 	s.met.op(op, start, &err)
-	s.met.items(op, len(puts), func(i int) error { return out[i] })
+	s.met.items(op, len(puts), -1, func(i int) error { return out[i] })
 	return out
 }
 
@@ -1067,11 +1083,24 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 	expiry := time.Unix(0, until)
 	rd := s.readerReachLocked(ctx)
 	var backing []Replica
+	f := newBatchFinder(&s.mu.objs, len(keys), func(i int) string { return keys[i] })
+	var sink uint64
+	f.warm = func(slot uint32) {
+		// A visible candidate's replicas: replicaLocked reads their
+		// allocator blocks.
+		if s.mu.objs.at(slot).state != stateVisible {
+			return
+		}
+		for _, r := range s.repsLocked(slot) {
+			_, n, _ := s.mu.segs[r.seg].al.Span(r.ref)
+			sink += n
+		}
+	}
 	for i, k := range keys {
 		if out[i].Err != nil {
 			continue
 		}
-		slot, ok := s.mu.objs.lookup(k)
+		slot, ok := f.find(i)
 		if !ok || s.mu.objs.at(slot).state != stateVisible {
 			out[i].Err = fmt.Errorf("%w: key %q", ErrNotFound, k)
 			continue
@@ -1105,7 +1134,8 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 		s.mu.flow.getBytes += o.size
 		out[i] = GetResult{Size: o.size, Replicas: backing[start:len(backing):len(backing)], LeaseExpiry: expiry, LeaseTTL: s.cfg.LeaseTTL, LeaseID: id}
 	}
-	s.met.items(opGet, len(keys), func(i int) error { return out[i].Err })
+	s.mu.objs.sink += sink
+	s.met.items(opGet, len(keys), -1, func(i int) error { return out[i].Err })
 	return out, nil
 }
 
@@ -1208,7 +1238,7 @@ func (s *Service) Remove(ctx context.Context, keys []string, force bool) []error
 		out[i] = s.removeLocked(slot, force, now)
 	}
 	s.met.op(opRemove, start, &err)
-	s.met.items(opRemove, len(keys), func(i int) error { return out[i] })
+	s.met.items(opRemove, len(keys), -1, func(i int) error { return out[i] })
 	return out
 }
 
@@ -1283,8 +1313,8 @@ func (s *Service) Reap() {
 			s.expireClientLocked(id, now)
 		}
 	}
-	for slot := range s.mu.pending {
-		if o := s.mu.objs.at(slot); o.stamp <= now {
+	for i := len(s.mu.pending) - 1; i >= 0; i-- { // backwards: see retireClientLocked
+		if slot := s.mu.pending[i]; s.mu.objs.at(slot).stamp <= now {
 			s.timeOutPutLocked(slot)
 		}
 	}
@@ -1396,10 +1426,28 @@ func (s *Service) timeOutPutLocked(slot uint32) {
 		"key", s.mu.objs.key(slot), "writer", s.writerLocked(o.aux))
 	s.met.errs.add("put_timeout", "revoked", fmt.Sprintf("put of key %q by %q revoked (put timeout %v, or its writer's registration ended)", s.mu.objs.key(slot), s.writerLocked(o.aux), s.cfg.PutTimeout))
 	s.mu.objs.unindex(slot)
-	delete(s.mu.pending, slot)
+	s.removePendingLocked(slot)
 	o.state = stateTimedOut
 	s.mu.timedOut[o.token] = slot
 	s.met.putTimeouts.Inc()
+}
+
+// addPendingLocked adds slot, a put just started, to Service.mu.pending.
+func (s *Service) addPendingLocked(slot uint32) {
+	s.mu.objs.at(slot).leaseID = uint64(len(s.mu.pending))
+	s.mu.pending = append(s.mu.pending, slot)
+}
+
+// removePendingLocked takes slot, a put that is no longer in progress, out
+// of Service.mu.pending: the last entry moves into its place.
+func (s *Service) removePendingLocked(slot uint32) {
+	o := s.mu.objs.at(slot)
+	i, last := o.leaseID, len(s.mu.pending)-1
+	moved := s.mu.pending[last]
+	s.mu.pending[i] = moved
+	s.mu.objs.at(moved).leaseID = i
+	s.mu.pending = s.mu.pending[:last]
+	o.leaseID = 0
 }
 
 func (s *Service) writerLocked(seq uint32) string {
@@ -1430,25 +1478,32 @@ func (s *Service) ReleaseLeases(ctx context.Context, ids []uint64) (err error) {
 	}
 	defer s.mu.Unlock()
 	now := s.now()
+	ended := 0
 	for _, id := range ids {
-		s.releaseLeaseLocked(id, now)
+		if s.releaseLeaseLocked(id, now) {
+			ended++
+		}
+	}
+	if ended > 0 {
+		s.met.leaseReleases.Add(float64(ended)) // once: an atomic add per lease was a quarter of the call
 	}
 	return nil
 }
 
-// releaseLeaseLocked ends one read lease of period id. Unknown and ended
-// periods are ignored.
-func (s *Service) releaseLeaseLocked(id uint64, now int64) {
+// releaseLeaseLocked ends one read lease of period id, and reports
+// whether that ended the period (the caller counts it in
+// metrics.leaseReleases). Unknown and ended periods are ignored.
+func (s *Service) releaseLeaseLocked(id uint64, now int64) bool {
 	slot, ok := s.mu.leases[id]
 	if !ok {
-		return // ended (expired, or its object freed) or unknown
+		return false // ended (expired, or its object freed) or unknown
 	}
 	o := s.mu.objs.at(slot)
 	if o.aux == ^uint32(0) {
-		return // saturated count: the period ends by expiry
+		return false // saturated count: the period ends by expiry
 	}
 	if o.aux--; o.aux > 0 {
-		return
+		return false
 	}
 	// The last reader's copy is done: the object is unleased now,
 	// but for an exist check's lease.
@@ -1457,10 +1512,10 @@ func (s *Service) releaseLeaseLocked(id uint64, now int64) {
 	if o.flags&flagExistLease != 0 && o.stamp+int64(s.cfg.LeaseTTL) > now {
 		o.leaseUntil = o.stamp + int64(s.cfg.LeaseTTL) // still queued: flagLeaseQueued stays
 	}
-	s.met.leaseReleases.Inc()
 	if o.state == stateZombie {
 		s.freeObjectLocked(slot, now)
 	}
+	return true
 }
 
 // viewKey names the views one client holds on one lease period.
@@ -1523,7 +1578,9 @@ func (s *Service) HoldLeases(ctx context.Context, req HoldReq) (_ HoldResult, er
 				s.mu.views[k] = v
 			}
 		}
-		s.releaseLeaseLocked(id, now)
+		if s.releaseLeaseLocked(id, now) {
+			s.met.leaseReleases.Inc()
+		}
 	}
 	return res, nil
 }

@@ -59,6 +59,9 @@ type objTable struct {
 	dir     []int32    // fingerprint's top depth bits → table
 	tabs    []idxTable // by table number
 	indexed int        // keys in the index
+
+	// sink takes prefetch's loads, so that the compiler keeps them.
+	sink uint64
 }
 
 // idxTable is one open-addressing table of the index: entries are
@@ -368,3 +371,108 @@ func (t *objTable) unindex(slot uint32) {
 	tb.used--
 	t.indexed--
 }
+
+// ---- batches ----
+
+// prefetchGroup is how many keys prefetch takes at once: enough
+// independent cache misses to overlap, few enough that their lines are
+// still cached when the keys are then found one by one.
+const prefetchGroup = 16
+
+// prefetch computes the index hashes of keys (at most prefetchGroup) into
+// hs and pulls into the cache what finding them will read. A find in a
+// large table reads three lines that depend on each other — the index
+// slot, the record of the slot it names, that record's key bytes — so a
+// lookup at a time waits for three misses in a row; here each step is
+// taken for the whole group before the next, so the group's misses
+// overlap. It changes nothing: callers then find the keys as before.
+//
+// cand[j] is set to the slot+1 of the first record whose fingerprint
+// matches key j (0: none), usually the key's: a caller may warm what it
+// reads of those records next.
+func (t *objTable) prefetch(keys []string, hs []uint64, cand *[prefetchGroup]uint32) {
+	var pos [prefetchGroup]uint32 // home positions
+	var sink uint64
+	for j, k := range keys {
+		hs[j] = t.hash(k)
+	}
+	for j := range keys {
+		fp := fingerprint(hs[j])
+		tb := t.tableOf(fp)
+		pos[j] = fp & uint32(len(tb.slots)-1)
+		sink += tb.slots[pos[j]]
+	}
+	for j := range keys {
+		cand[j] = 0
+		fp := fingerprint(hs[j])
+		tb := t.tableOf(fp)
+		mask := uint32(len(tb.slots) - 1)
+		for i := pos[j]; ; i = (i + 1) & mask {
+			e := tb.slots[i]
+			if e == 0 {
+				break
+			}
+			if uint32(e>>32) == fp {
+				cand[j] = uint32(e)
+				// Both ends: a 72-byte record may span two lines.
+				o := t.at(uint32(e) - 1)
+				sink += o.key + uint64(o.flags)
+				break
+			}
+		}
+	}
+	for j := range keys {
+		if cand[j] == 0 {
+			continue
+		}
+		if ref := t.at(cand[j] - 1).key; ref != noKey {
+			sink += uint64(t.keys[ref>>32][uint32(ref)])
+		}
+	}
+	t.sink += sink
+}
+
+// batchFinder finds the keys of a batch by index, in increasing order
+// (skipping some is fine), prefetching them a group at a time.
+type batchFinder struct {
+	t   *objTable
+	n   int                // keys in the batch
+	key func(i int) string // the batch's i-th key
+	// warm, if not nil, is called with the slot of each key's candidate
+	// record (see prefetch) once the group is prefetched: to load what
+	// the caller reads next, the misses of one group overlapping again.
+	warm  func(slot uint32)
+	base  int // index of the group's first key
+	ready bool
+	keys  [prefetchGroup]string // the group's
+	hs    [prefetchGroup]uint64 // and their hashes
+}
+
+func newBatchFinder(t *objTable, n int, key func(i int) string) batchFinder {
+	return batchFinder{t: t, n: n, key: key}
+}
+
+// hash returns the index hash of key i, prefetching its group first if it
+// is a new one.
+func (f *batchFinder) hash(i int) uint64 {
+	if g := i - i%prefetchGroup; !f.ready || g != f.base {
+		m := min(prefetchGroup, f.n-g)
+		for j := range m {
+			f.keys[j] = f.key(g + j)
+		}
+		var cand [prefetchGroup]uint32
+		f.t.prefetch(f.keys[:m], f.hs[:m], &cand)
+		if f.warm != nil {
+			for _, c := range cand[:m] {
+				if c != 0 {
+					f.warm(c - 1)
+				}
+			}
+		}
+		f.base, f.ready = g, true
+	}
+	return f.hs[i-f.base]
+}
+
+// find is objTable.find of key i.
+func (f *batchFinder) find(i int) (uint32, bool) { return f.t.find(f.hash(i), f.keys[i-f.base]) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -217,4 +218,67 @@ func TestObjTableChunks(t *testing.T) {
 		t.Fatalf("%d chunks and tables for 200k objects", n)
 	}
 	runtime.KeepAlive(tb)
+}
+
+// TestBatchFinder: finding a batch's keys through batchFinder (prefetched
+// a group at a time, some keys skipped, the table changing between finds)
+// answers as lookup does, and prefetch names each indexed key's own slot
+// as its candidate.
+func TestBatchFinder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	tb := newObjTable()
+	slots := map[string]uint32{}
+	add := func(k string) {
+		slot := tb.alloc()
+		*tb.at(slot) = object{key: noKey, state: stateVisible}
+		tb.insert(tb.hash(k), slot, k)
+		slots[k] = slot
+	}
+	for i := range 50_000 {
+		add("key-" + strconv.Itoa(i))
+	}
+	for _, n := range []int{1, prefetchGroup - 1, prefetchGroup, 3*prefetchGroup + 5, 1000} {
+		batch := make([]string, n)
+		for i := range batch {
+			batch[i] = "key-" + strconv.Itoa(rng.IntN(60_000)) // some absent
+		}
+		f := newBatchFinder(&tb, n, func(i int) string { return batch[i] })
+		var warmed []uint32
+		f.warm = func(slot uint32) { warmed = append(warmed, slot) }
+		for i, k := range batch {
+			if rng.IntN(5) == 0 {
+				continue // skipped: an invalid key, say
+			}
+			if rng.IntN(7) == 0 {
+				add(fmt.Sprintf("new-%d-%d", n, i)) // the table changes between finds
+			}
+			got, ok := f.find(i)
+			want, wantOK := tb.lookup(k)
+			if ok != wantOK || got != want {
+				t.Fatalf("batch of %d, key %d (%q): find = %d, %v; lookup = %d, %v", n, i, k, got, ok, want, wantOK)
+			}
+			if f.hash(i) != tb.hash(k) {
+				t.Fatalf("batch of %d, key %d: hash differs from the table's", n, i)
+			}
+		}
+		for _, slot := range warmed {
+			if int(slot) >= tb.len() || tb.at(slot).key == noKey {
+				t.Fatalf("batch of %d: warmed slot %d holds no key", n, slot)
+			}
+		}
+	}
+	// The candidates prefetch names are the keys' slots.
+	keys := []string{"key-1", "absent", "key-49999", "key-7"}
+	var hs [prefetchGroup]uint64
+	var cand [prefetchGroup]uint32
+	tb.prefetch(keys, hs[:len(keys)], &cand)
+	for j, k := range keys {
+		slot, ok := slots[k]
+		switch {
+		case ok && cand[j] != slot+1:
+			t.Errorf("prefetch: candidate of %q is %d, want slot %d + 1", k, cand[j], slot)
+		case !ok && cand[j] != 0:
+			t.Errorf("prefetch: absent %q has candidate %d", k, cand[j])
+		}
+	}
 }

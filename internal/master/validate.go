@@ -141,6 +141,13 @@ func validateSegmentKey(k segment.Key) error {
 }
 
 func validatePutStart(r *PutStartReq, maxKeyLen int) error {
+	return validatePutStartAfter(r, maxKeyLen, nil)
+}
+
+// validatePutStartAfter is validatePutStart where prev, if not nil, is a
+// placement that passed it: a writer id and node equal to prev's are not
+// checked again (a batch's puts usually share them).
+func validatePutStartAfter(r *PutStartReq, maxKeyLen int, prev *Placement) error {
 	if err := validateKey(r.Key, maxKeyLen); err != nil {
 		return err
 	}
@@ -171,11 +178,15 @@ func validatePutStart(r *PutStartReq, maxKeyLen int) error {
 	case len(p.Segments) > maxPreferredSegments:
 		return fmt.Errorf("%w: key %q: %d preferred segments, limit %d", ErrInvalid, r.Key, len(p.Segments), maxPreferredSegments)
 	}
-	if err := validateID("client id", p.Client); err != nil {
-		return err
+	if prev == nil || p.Client != prev.Client {
+		if err := validateID("client id", p.Client); err != nil {
+			return err
+		}
 	}
-	if err := validateID("node", p.Node); err != nil {
-		return err
+	if prev == nil || p.Node != prev.Node {
+		if err := validateID("node", p.Node); err != nil {
+			return err
+		}
 	}
 	for _, id := range p.Segments {
 		if err := validateID("preferred segment", id); err != nil {
