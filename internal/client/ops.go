@@ -338,10 +338,14 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 	}()
 	ch := s.chunker()
 	hi := ch.next(0, len(reqs))
-	next = s.prefetchPutStart(ctx, reqs[:hi])
+	// The first chunk's call runs here: a batch of one chunk (a single
+	// put) makes no goroutine hand-off.
+	m := s.putStart(ctx, reqs[:hi])
 	for lo := 0; lo < len(reqs); lo, hi = hi, nhi {
-		m := <-next
-		next = nil
+		if next != nil {
+			m = <-next
+			next = nil
+		}
 		nlo, nhi = hi, hi
 		if m.err == nil && hi < len(reqs) {
 			nhi = ch.next(hi, len(reqs))
@@ -684,10 +688,14 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	}()
 	ch := s.chunker()
 	hi := ch.next(0, len(q))
-	next = s.prefetchReplicas(ctx, q[:hi])
+	// The first chunk's call runs here: a batch of one chunk (a single
+	// get) makes no goroutine hand-off.
+	m := s.getReplicas(ctx, q[:hi])
 	for lo := 0; lo < len(q); {
-		m := <-next
-		next = nil
+		if next != nil {
+			m = <-next
+			next = nil
+		}
 		nhi := hi
 		if m.err == nil && hi < len(q) {
 			nhi = ch.next(hi, len(q))
@@ -766,12 +774,15 @@ type putMeta struct {
 // caller must receive it (and end or revoke every put it started).
 func (s *Store) prefetchPutStart(ctx context.Context, reqs []master.PutStartReq) chan putMeta {
 	ch := make(chan putMeta, 1)
-	go func() {
-		sent := timeNow()
-		res, err := s.m.PutStart(ctx, reqs)
-		ch <- putMeta{sent, res, err}
-	}()
+	go func() { ch <- s.putStart(ctx, reqs) }()
 	return ch
+}
+
+// putStart starts reqs' puts.
+func (s *Store) putStart(ctx context.Context, reqs []master.PutStartReq) putMeta {
+	sent := timeNow()
+	res, err := s.m.PutStart(ctx, reqs)
+	return putMeta{sent, res, err}
 }
 
 // getMeta is the answer of one chunk's GetReplicas.
@@ -787,11 +798,14 @@ type getMeta struct {
 // release).
 func (s *Store) prefetchReplicas(ctx context.Context, keys []string) chan getMeta {
 	ch := make(chan getMeta, 1)
-	go func() {
-		res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), keys)
-		ch <- getMeta{res, err}
-	}()
+	go func() { ch <- s.getReplicas(ctx, keys) }()
 	return ch
+}
+
+// getReplicas asks the master for keys' replicas, named as the reader.
+func (s *Store) getReplicas(ctx context.Context, keys []string) getMeta {
+	res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), keys)
+	return getMeta{res, err}
 }
 
 // appendLeases appends the lease ids res granted.
