@@ -151,11 +151,12 @@ func cpuTime() time.Duration {
 // BenchmarkLoopback: see the top of this file. client=embedded is the
 // same load on the Service without gRPC, for the remote master's own
 // cost (the difference); client=grpc-window the remote Client with 4 MiB
-// HTTP/2 flow-control windows and 1 MiB socket buffers on both sides.
+// HTTP/2 flow-control windows and 1 MiB socket buffers on both sides;
+// client=fast the remote Client over the master's fast path.
 func BenchmarkLoopback(b *testing.B) {
 	const mib = 1 << 20
 	for _, rpc := range []string{"GetReplicas", "PutStart"} {
-		for _, client := range []string{"grpc", "embedded", "grpc-window"} {
+		for _, client := range []string{"grpc", "embedded", "grpc-window", "fast"} {
 			b.Run(fmt.Sprintf("rpc=%s/client=%s/keys=%d", rpc, client, loopbackKeys), func(b *testing.B) {
 				var srvOpts []grpc.ServerOption
 				var dialOpts []grpc.DialOption
@@ -166,8 +167,11 @@ func BenchmarkLoopback(b *testing.B) {
 						grpc.WithReadBufferSize(mib), grpc.WithWriteBufferSize(mib)}
 				}
 				l := newLoopback(b, srvOpts, dialOpts)
-				if client == "embedded" {
+				switch client {
+				case "embedded":
 					l.c = NewEmbedded(l.svc)
+				case "fast": // the master's fast path (fastpath.go), same Service
+					l.c = dialFast(b, serveFast(b, NewServer(l.svc, nil), nil), FastPath{})
 				}
 				benchLoopback(b, l, rpc)
 			})
