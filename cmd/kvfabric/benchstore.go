@@ -53,6 +53,7 @@ type storeBenchFlags struct {
 	iters   int
 	paths   string
 	maxKeys int
+	chunk   int
 	json    string
 	plot    string
 	python  string // the python3 executable
@@ -68,6 +69,7 @@ type storeParams struct {
 	roundBytes uint64 // bytes each GPU puts (and gets) per round, at most
 	iters      int    // timed rounds per size, after one warm-up round
 	maxKeys    int    // keys per BatchPut/BatchGet
+	chunk      int    // client.Options.PipelineChunk of the Go paths (0: default)
 	capacity   uint64 // global_segment_size of each GPU's store
 	maxMR      uint64
 	socketDir  string
@@ -113,6 +115,7 @@ type storeReport struct {
 	RoundBytes    uint64         `json:"round_bytes"`
 	Iters         int            `json:"iters"`
 	MaxKeys       int            `json:"max_keys_per_batch"`
+	PipelineChunk int            `json:"pipeline_chunk,omitempty"` // --pipeline-chunk; 0: the client's default
 	Ceilings      []storeCeiling `json:"ceilings"`
 	Results       []storeResult  `json:"results"`
 	Skipped       []storeSkip    `json:"skipped"`
@@ -157,6 +160,12 @@ type storePhases struct {
 	Meta    float64 `json:"meta"`
 	Resolve float64 `json:"resolve"`
 	Copy    float64 `json:"copy"`
+	// The breakdown (overlapping the phases; see client.PhaseStats):
+	// time inside the master's calls wherever they ran, blocked on copies,
+	// in PutEnd.
+	Master float64 `json:"master"`
+	Wait   float64 `json:"wait"`
+	End    float64 `json:"end"`
 }
 
 func phasesPerKey(p client.PhaseStats) *storePhases {
@@ -164,7 +173,8 @@ func phasesPerKey(p client.PhaseStats) *storePhases {
 		return nil
 	}
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(p.Keys) }
-	return &storePhases{Check: us(p.Check), Meta: us(p.Meta), Resolve: us(p.Resolve), Copy: us(p.Copy)}
+	return &storePhases{Check: us(p.Check), Meta: us(p.Meta), Resolve: us(p.Resolve), Copy: us(p.Copy),
+		Master: us(p.Master), Wait: us(p.Wait), End: us(p.End)}
 }
 
 type storeSkip struct {
@@ -190,7 +200,10 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 		ctx = context.Background()
 	}
 	isSim := drv.Name() == "sim"
-	p := storeParams{maxKeys: f.maxKeys, iters: f.iters}
+	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk}
+	if p.chunk < 0 {
+		return fmt.Errorf("--pipeline-chunk %d: want 0 (the default) or more", p.chunk)
+	}
 	if f.sizes == "" {
 		f.sizes = defaultStoreSizes
 	}
@@ -269,7 +282,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 
 	ver, _ := drv.DriverVersion()
 	rep := storeReport{Kind: "kvfabric-bench-store", Driver: why, DriverVersion: ver, Sizes: p.sizes,
-		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
+		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
 	for _, d := range devs {
 		rep.Devices = append(rep.Devices, int(d))
 	}
@@ -395,7 +408,7 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 						t, rph = r.get, r.getPh
 					}
 					sec += t.Seconds()
-					ph = sumPhases(ph, rph)
+					ph = ph.Add(rph)
 					if gi == 0 {
 						aggSec += maxRound(gpus, si, ri, dir)
 					}
@@ -441,11 +454,6 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 	return rows, errs
 }
 
-func sumPhases(a, b client.PhaseStats) client.PhaseStats {
-	return client.PhaseStats{Calls: a.Calls + b.Calls, Keys: a.Keys + b.Keys, Check: a.Check + b.Check,
-		Meta: a.Meta + b.Meta, Resolve: a.Resolve + b.Resolve, Copy: a.Copy + b.Copy}
-}
-
 // maxRound is the slowest GPU's time for round ri of size si in dir.
 func maxRound(gpus []storeGPU, si, ri int, dir string) float64 {
 	var m time.Duration
@@ -465,7 +473,7 @@ func maxRound(gpus []storeGPU, si, ri int, dir string) float64 {
 
 func writeStoreTable(w io.Writer, rows []storeResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tpath\tdir\tobject\tgpu\tkeys/round\tbatches\tGB/s\tceiling GB/s\tratio\tbytes ok\tus/key: check meta resolve copy\t")
+	fmt.Fprintln(tw, "mode\tpath\tdir\tobject\tgpu\tkeys/round\tbatches\tGB/s\tceiling GB/s\tratio\tbytes ok\tus/key: check meta resolve copy | master wait end\t")
 	for _, r := range rows {
 		gpu := strconv.Itoa(r.GPU)
 		if r.GPU < 0 {
@@ -480,7 +488,7 @@ func writeStoreTable(w io.Writer, rows []storeResult) {
 		}
 		ph := "-"
 		if p := r.PhaseUs; p != nil {
-			ph = fmt.Sprintf("%.3f %.3f %.3f %.3f", p.Check, p.Meta, p.Resolve, p.Copy)
+			ph = fmt.Sprintf("%.3f %.3f %.3f %.3f | %.3f %.3f %.3f", p.Check, p.Meta, p.Resolve, p.Copy, p.Master, p.Wait, p.End)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.2f\t%.2f\t%.3f\t%s\t%s\t\n", r.Mode, r.Path, r.Dir, sizeLabel(r.Size), gpu,
 			r.Keys, r.Batches, r.GBps, r.CeilingGBps, r.Ratio, ok, ph)
@@ -578,7 +586,7 @@ func runStoreGo(ctx context.Context, drv cuda.Driver, path string, m storeMode, 
 			return nil, err
 		}
 		id := fmt.Sprintf("bench-%s-%s-gpu%d-%d", path, m.name, dev, os.Getpid())
-		if stores[i], err = client.Open(ctx, cfg, client.Options{Driver: drv, Master: mc, ClientID: id}); err != nil {
+		if stores[i], err = client.Open(ctx, cfg, client.Options{Driver: drv, Master: mc, ClientID: id, PipelineChunk: p.chunk}); err != nil {
 			return nil, fmt.Errorf("gpu %d: open store: %w", dev, err)
 		}
 	}

@@ -387,8 +387,8 @@ func runDemoOn(ctx context.Context, out io.Writer, drv cuda.Driver, why string, 
 		if o.rounds > 1 {
 			steady = ", steady state"
 		}
-		fmt.Fprintf(tw, "%s\tper key: check %s, master %s, resolve %s, copy %s (%d batches%s)\n",
-			p.name, per(p.ph.Check), per(p.ph.Meta), per(p.ph.Resolve), per(p.ph.Copy), p.ph.Calls, steady)
+		fmt.Fprintf(tw, "%s\tper key: check %s, master %s, resolve %s, copy %s (%d batches%s); inside the master's calls %s, blocked on copies %s, put end %s\n",
+			p.name, per(p.ph.Check), per(p.ph.Meta), per(p.ph.Resolve), per(p.ph.Copy), p.ph.Calls, steady, per(p.ph.Master), per(p.ph.Wait), per(p.ph.End))
 	}
 	if ms.Imports > 0 {
 		fmt.Fprintf(tw, "segment imports\t%d, mean %.2f ms (fetch handle + import + map + access); cached lookups %d\n",

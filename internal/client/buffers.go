@@ -88,13 +88,13 @@ func (s *Store) pin(reg *registration) error {
 // holdLocked finds the registrations [p, p+n) overlaps and adds those not
 // in held yet to it, taking a use of each (released by release), so that
 // no UnregisterBuffer of them completes before the batch's copies. inside
-// reports whether the region lies within one registered buffer (then the
+// is the registered buffer the region lies within, if one (then the
 // driver need not classify it). A region touching a buffer that is being
 // unregistered is ErrNotRegistered, and nothing is taken for it.
 // Registrations do not overlap and are kept sorted by address (regsByPtr),
 // so the ones a region touches are found by binary search: a batch of
 // thousands of regions costs a lookup each, whatever the registrations.
-func (s *Store) holdLocked(p uintptr, n uint64, held *[]*registration) (inside bool, err error) {
+func (s *Store) holdLocked(p uintptr, n uint64, held *[]*registration) (inside *registration, err error) {
 	lo, hi := uint64(p), uint64(p)+n
 	regs := s.mu.regsByPtr
 	// The first registration that ends after lo; those before it cannot
@@ -112,9 +112,11 @@ func (s *Store) holdLocked(p uintptr, n uint64, held *[]*registration) (inside b
 			continue
 		}
 		if r.unregistering > 0 {
-			return false, fmt.Errorf("%w: [%#x, +%d) is in buffer %#x, which is being unregistered", ErrNotRegistered, p, n, r.ptr)
+			return nil, fmt.Errorf("%w: [%#x, +%d) is in buffer %#x, which is being unregistered", ErrNotRegistered, p, n, r.ptr)
 		}
-		inside = inside || (lo >= r.ptr && hi <= r.ptr+r.size)
+		if lo >= r.ptr && hi <= r.ptr+r.size {
+			inside = r
+		}
 	}
 	for _, r := range regs[first:end] {
 		if r.pending || slices.Contains(*held, r) {

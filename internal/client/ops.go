@@ -109,6 +109,11 @@ func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) (held
 		ptrs []cuda.DevicePtr // two per probe: first and last byte
 		who  []probe
 	)
+	// last is the registered buffer the previous region lay within: held
+	// already, and not being unregistered (that needs s.mu). Registrations
+	// do not overlap, so a region within it touches no other one — the
+	// common case (a KV cache is one registered buffer) costs no search.
+	var last *registration
 	s.mu.Lock()
 	for i, k := range keys {
 		if errs[i] = s.checkRegions(k, bufs[i]); errs[i] != nil {
@@ -116,13 +121,17 @@ func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) (held
 		}
 		n0 := len(who)
 		for j, r := range bufs[i] {
+			if last != nil && uint64(r.Ptr) >= last.ptr && uint64(r.Ptr)+r.Len <= last.ptr+last.size {
+				continue
+			}
 			inside, err := s.holdLocked(r.Ptr, r.Len, &held)
 			if err != nil {
 				errs[i] = fmt.Errorf("key %q: region %d: %w", k, j, err)
 				who, ptrs = who[:n0], ptrs[:2*n0]
 				break
 			}
-			if inside {
+			if inside != nil {
+				last = inside
 				continue
 			}
 			ptrs = append(ptrs, cuda.DevicePtr(r.Ptr), cuda.DevicePtr(uint64(r.Ptr)+r.Len-1))
@@ -495,17 +504,22 @@ func (p *putPipe) finish() {
 		return
 	}
 	p.prev = nil
-	if err := c.h.Wait(); err != nil {
+	t0 := time.Now()
+	err := c.h.Wait()
+	since(&p.s.phases.put.wait, t0)
+	if err != nil {
 		p.err = fmt.Errorf("%w: put of %d objects: %w", ErrTransfer, len(c.refs), err)
 		p.s.drain(p.stream)
 		p.fail(*c, p.err)
 		return
 	}
+	t0 = time.Now()
 	for j, e := range p.s.m.PutEnd(p.ctx, c.refs) {
 		if e != nil {
 			p.errs[c.idx[j]] = putEndErr(p.keys[c.idx[j]], e)
 		}
 	}
+	since(&p.s.phases.put.end, t0)
 }
 
 // fail revokes c's puts (their copies are complete or were never
@@ -781,7 +795,9 @@ func (s *Store) prefetchPutStart(ctx context.Context, reqs []master.PutStartReq)
 // putStart starts reqs' puts.
 func (s *Store) putStart(ctx context.Context, reqs []master.PutStartReq) putMeta {
 	sent := timeNow()
+	t0 := time.Now()
 	res, err := s.m.PutStart(ctx, reqs)
+	since(&s.phases.put.master, t0)
 	return putMeta{sent, res, err}
 }
 
@@ -804,7 +820,9 @@ func (s *Store) prefetchReplicas(ctx context.Context, keys []string) chan getMet
 
 // getReplicas asks the master for keys' replicas, named as the reader.
 func (s *Store) getReplicas(ctx context.Context, keys []string) getMeta {
+	t0 := time.Now()
 	res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), keys)
+	since(&s.phases.get.master, t0)
 	return getMeta{res, err}
 }
 
@@ -872,7 +890,10 @@ func (g *getPipe) finish() {
 		return
 	}
 	g.prev = nil
-	if err := c.h.Wait(); err != nil {
+	t0 := time.Now()
+	err := c.h.Wait()
+	since(&g.s.phases.get.wait, t0)
+	if err != nil {
 		g.err = fmt.Errorf("%w: get of %d objects: %w", ErrTransfer, len(c.idx), err)
 		g.s.drain(g.stream)
 		g.fail(*c, g.err)

@@ -17,15 +17,39 @@ type PhaseStats struct {
 	// Resolve turns replicas into local addresses (mapping cache lookups,
 	// imports on first use).
 	Resolve time.Duration
-	// Copy is the transfer engine: enqueue and wait for completion.
+	// Copy is the transfer engine: enqueue and wait for completion (and,
+	// for puts, ending the previous chunk's puts).
 	Copy time.Duration
+
+	// A breakdown that overlaps the phases above and is not part of Total:
+	// with the batch pipelined, the master call of one chunk runs while
+	// another chunk copies, so the wall time of a phase says little about
+	// what bounds it.
+	//
+	// Master is the time spent inside the master's metadata calls
+	// (PutStart or GetReplicas), on whichever goroutine they ran: more
+	// than Meta means the pipeline hid the difference.
+	Master time.Duration
+	// Wait is the time the caller was blocked on copies completing (part
+	// of Copy): the GPU was busy while it waited.
+	Wait time.Duration
+	// End is the time in PutEnd (part of Copy; puts only).
+	End time.Duration
 }
 
 // Sub returns p minus an earlier snapshot q of the same counters: the
 // phases of the calls made in between.
 func (p PhaseStats) Sub(q PhaseStats) PhaseStats {
 	return PhaseStats{Calls: p.Calls - q.Calls, Keys: p.Keys - q.Keys, Check: p.Check - q.Check,
-		Meta: p.Meta - q.Meta, Resolve: p.Resolve - q.Resolve, Copy: p.Copy - q.Copy}
+		Meta: p.Meta - q.Meta, Resolve: p.Resolve - q.Resolve, Copy: p.Copy - q.Copy,
+		Master: p.Master - q.Master, Wait: p.Wait - q.Wait, End: p.End - q.End}
+}
+
+// Add returns the sum of p and q.
+func (p PhaseStats) Add(q PhaseStats) PhaseStats {
+	return PhaseStats{Calls: p.Calls + q.Calls, Keys: p.Keys + q.Keys, Check: p.Check + q.Check,
+		Meta: p.Meta + q.Meta, Resolve: p.Resolve + q.Resolve, Copy: p.Copy + q.Copy,
+		Master: p.Master + q.Master, Wait: p.Wait + q.Wait, End: p.End + q.End}
 }
 
 // Total is the sum of the phases.
@@ -34,6 +58,7 @@ func (p PhaseStats) Total() time.Duration { return p.Check + p.Meta + p.Resolve 
 type phaseCounters struct {
 	calls, keys                atomic.Uint64
 	check, meta, resolve, copy atomic.Int64
+	master, wait, end          atomic.Int64
 }
 
 func (c *phaseCounters) snapshot() PhaseStats {
@@ -41,6 +66,7 @@ func (c *phaseCounters) snapshot() PhaseStats {
 		Calls: c.calls.Load(), Keys: c.keys.Load(),
 		Check: time.Duration(c.check.Load()), Meta: time.Duration(c.meta.Load()),
 		Resolve: time.Duration(c.resolve.Load()), Copy: time.Duration(c.copy.Load()),
+		Master: time.Duration(c.master.Load()), Wait: time.Duration(c.wait.Load()), End: time.Duration(c.end.Load()),
 	}
 }
 
@@ -63,3 +89,6 @@ func (t *phaseTimer) lap(into *atomic.Int64) {
 func (s *Store) Phases() (put, get PhaseStats) {
 	return s.phases.put.snapshot(), s.phases.get.snapshot()
 }
+
+// since adds the time since t0 to into.
+func since(into *atomic.Int64, t0 time.Time) { into.Add(int64(time.Since(t0))) }
