@@ -460,21 +460,31 @@ type putChunk struct {
 	h      *transfer.Handle
 }
 
-// putPipe runs a BatchPut's chunks: at most two in flight, the previous
-// one ended (PutEnd) while the current one copies.
+// pipeDepth is how many chunks of one batch may be enqueued on the GPU at
+// once. The caller ends (or finishes) the oldest chunk only when this many
+// are in flight, so while it waits for a master answer, resolves a chunk or
+// ends the oldest one the GPU still has the chunks after it queued: a late
+// master answer or a slow wake-up does not leave the link idle.
+const pipeDepth = 3
+
+// putPipe runs a BatchPut's chunks: up to pipeDepth in flight, the oldest
+// ended (PutEnd) while the later ones copy.
 type putPipe struct {
 	s      *Store
 	ctx    context.Context
 	stream cuda.Stream
 	keys   []string
 	errs   []error
-	prev   *putChunk
-	err    error // the copy failure that stopped the pipeline
+	queue  []putChunk // enqueued, oldest first
+	err    error      // the failure that stopped the pipeline
+	// broken is a copy failure: the stream was drained, and no chunk
+	// enqueued after it is trusted (their puts are revoked).
+	broken error
 }
 
-// submit enqueues c's copies and then ends the previous chunk. On a failure
-// everything enqueued is drained first, the puts concerned are revoked and
-// false is returned.
+// submit enqueues c's copies and then, with pipeDepth chunks in flight,
+// ends the oldest. On a failure everything enqueued is drained first, the
+// puts concerned are revoked and false is returned.
 func (p *putPipe) submit(c putChunk) bool {
 	h, err := p.s.xfer.SubmitAsync(p.stream, c.copies)
 	if err != nil {
@@ -485,32 +495,40 @@ func (p *putPipe) submit(c putChunk) bool {
 		return false
 	}
 	c.h = h
-	p.finish()
-	if p.err != nil { // the previous chunk's copies failed: drain this one
-		p.s.drain(p.stream)
-		_ = h.Wait()
-		p.fail(c, p.err)
+	p.queue = append(p.queue, c)
+	for len(p.queue) >= pipeDepth {
+		p.endOldest()
+	}
+	if p.broken != nil { // an earlier chunk's copies failed: end the rest
+		p.finish()
 		return false
 	}
-	p.prev = &c
 	return true
 }
 
-// finish waits for the chunk in flight and ends its puts (or revokes them
-// if its copies failed).
+// finish waits for every chunk in flight and ends its puts.
 func (p *putPipe) finish() {
-	c := p.prev
-	if c == nil {
-		return
+	for len(p.queue) > 0 {
+		p.endOldest()
 	}
-	p.prev = nil
+}
+
+// endOldest waits for the oldest chunk in flight and ends its puts — or,
+// when its copies or an earlier chunk's failed, drains the stream and
+// revokes them.
+func (p *putPipe) endOldest() {
+	c := p.queue[0]
+	p.queue = p.queue[1:]
 	t0 := time.Now()
 	err := c.h.Wait()
 	since(&p.s.phases.put.wait, t0)
-	if err != nil {
-		p.err = fmt.Errorf("%w: put of %d objects: %w", ErrTransfer, len(c.refs), err)
+	if err != nil && p.broken == nil {
+		p.broken = fmt.Errorf("%w: put of %d objects: %w", ErrTransfer, len(c.refs), err)
+		p.err = p.broken
 		p.s.drain(p.stream)
-		p.fail(*c, p.err)
+	}
+	if p.broken != nil {
+		p.fail(c, p.broken)
 		return
 	}
 	t0 = time.Now()
@@ -849,19 +867,23 @@ type getChunk struct {
 	h      *transfer.Handle
 }
 
-// getPipe runs a batch get's chunks, at most two in flight.
+// getPipe runs a batch get's chunks, up to pipeDepth in flight.
 type getPipe struct {
 	s      *Store
 	stream cuda.Stream
 	sizes  []uint64
 	errs   []error
 	leases []keyLease
-	prev   *getChunk
-	err    error // the copy failure that stopped the pipeline
+	queue  []getChunk // enqueued, oldest first
+	err    error      // the failure that stopped the pipeline
+	// broken is a copy failure: the stream was drained, and no chunk
+	// enqueued after it is trusted (its keys fail).
+	broken error
 }
 
-// submit enqueues c's copies, then waits for the previous chunk. On a
-// failure everything enqueued is drained first and false is returned.
+// submit enqueues c's copies, then, with pipeDepth chunks in flight, waits
+// for the oldest. On a failure everything enqueued is drained first and
+// false is returned.
 func (g *getPipe) submit(c getChunk) bool {
 	h, err := g.s.xfer.SubmitAsync(g.stream, c.copies)
 	if err != nil {
@@ -872,31 +894,39 @@ func (g *getPipe) submit(c getChunk) bool {
 		return false
 	}
 	c.h = h
-	g.finish()
-	if g.err != nil {
-		g.s.drain(g.stream)
-		_ = h.Wait()
-		g.fail(c, g.err)
+	g.queue = append(g.queue, c)
+	for len(g.queue) >= pipeDepth {
+		g.waitOldest()
+	}
+	if g.broken != nil {
+		g.finish()
 		return false
 	}
-	g.prev = &c
 	return true
 }
 
-// finish waits for the chunk in flight.
+// finish waits for every chunk in flight.
 func (g *getPipe) finish() {
-	c := g.prev
-	if c == nil {
-		return
+	for len(g.queue) > 0 {
+		g.waitOldest()
 	}
-	g.prev = nil
+}
+
+// waitOldest waits for the oldest chunk in flight; when its copies or an
+// earlier chunk's failed, the stream is drained and its keys fail.
+func (g *getPipe) waitOldest() {
+	c := g.queue[0]
+	g.queue = g.queue[1:]
 	t0 := time.Now()
 	err := c.h.Wait()
 	since(&g.s.phases.get.wait, t0)
-	if err != nil {
-		g.err = fmt.Errorf("%w: get of %d objects: %w", ErrTransfer, len(c.idx), err)
+	if err != nil && g.broken == nil {
+		g.broken = fmt.Errorf("%w: get of %d objects: %w", ErrTransfer, len(c.idx), err)
+		g.err = g.broken
 		g.s.drain(g.stream)
-		g.fail(*c, g.err)
+	}
+	if g.broken != nil {
+		g.fail(c, g.broken)
 	}
 }
 
