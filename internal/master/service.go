@@ -1818,3 +1818,7 @@ func errResult(err error) result {
 	}
 	return resError
 }
+
+// leasesHeldLocked returns the number of lease periods with unreleased
+// leases.
+func (s *Service) leasesHeldLocked() int { return len(s.mu.leases) }
