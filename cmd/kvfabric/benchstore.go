@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -54,6 +55,7 @@ type storeBenchFlags struct {
 	paths   string
 	maxKeys int
 	chunk   int
+	parts   int
 	json    string
 	plot    string
 	python  string // the python3 executable
@@ -70,6 +72,7 @@ type storeParams struct {
 	iters      int    // timed rounds per size, after one warm-up round
 	maxKeys    int    // keys per BatchPut/BatchGet
 	chunk      int    // client.Options.PipelineChunk of the Go paths (0: default)
+	parts      int    // client.Options.GetParts of the Go paths (0: default)
 	capacity   uint64 // global_segment_size of each GPU's store
 	maxMR      uint64
 	socketDir  string
@@ -116,6 +119,7 @@ type storeReport struct {
 	Iters         int            `json:"iters"`
 	MaxKeys       int            `json:"max_keys_per_batch"`
 	PipelineChunk int            `json:"pipeline_chunk,omitempty"` // --pipeline-chunk; 0: the client's default
+	GetParts      int            `json:"get_parts"`                // the Go paths' client.Options.GetParts (--get-parts, or the default it resolved to)
 	Ceilings      []storeCeiling `json:"ceilings"`
 	Results       []storeResult  `json:"results"`
 	Skipped       []storeSkip    `json:"skipped"`
@@ -200,9 +204,12 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 		ctx = context.Background()
 	}
 	isSim := drv.Name() == "sim"
-	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk}
+	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts}
 	if p.chunk < 0 {
 		return fmt.Errorf("--pipeline-chunk %d: want 0 (the default) or more", p.chunk)
+	}
+	if p.parts < 0 {
+		return fmt.Errorf("--get-parts %d: want 0 (the default) or more", p.parts)
 	}
 	if f.sizes == "" {
 		f.sizes = defaultStoreSizes
@@ -282,7 +289,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 
 	ver, _ := drv.DriverVersion()
 	rep := storeReport{Kind: "kvfabric-bench-store", Driver: why, DriverVersion: ver, Sizes: p.sizes,
-		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
+		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, GetParts: cmp.Or(p.parts, client.DefaultGetParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
 	for _, d := range devs {
 		rep.Devices = append(rep.Devices, int(d))
 	}
@@ -586,7 +593,7 @@ func runStoreGo(ctx context.Context, drv cuda.Driver, path string, m storeMode, 
 			return nil, err
 		}
 		id := fmt.Sprintf("bench-%s-%s-gpu%d-%d", path, m.name, dev, os.Getpid())
-		if stores[i], err = client.Open(ctx, cfg, client.Options{Driver: drv, Master: mc, ClientID: id, PipelineChunk: p.chunk}); err != nil {
+		if stores[i], err = client.Open(ctx, cfg, client.Options{Driver: drv, Master: mc, ClientID: id, PipelineChunk: p.chunk, GetParts: p.parts}); err != nil {
 			return nil, fmt.Errorf("gpu %d: open store: %w", dev, err)
 		}
 	}

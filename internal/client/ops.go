@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -700,10 +702,47 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 		return errs
 	}
 	// Every lease granted is released once the copies are complete (or
-	// failed): objects removed meanwhile are freed at once. Deferred first,
-	// so it runs after the mappings are released.
-	leases := make([]uint64, 0, len(q))
+	// failed) and the mappings released: objects removed meanwhile are
+	// freed at once.
+	var leases []uint64
 	defer func() { s.releaseIDs(ctx, leases) }()
+	// A large batch is split over cores: each part runs its own pipeline
+	// (master calls, resolution, submission on the caller's stream), so
+	// the per-key work of the master's read path and of this process runs
+	// on several cores at once.
+	n := s.getParts(len(q))
+	if n == 1 {
+		leases = s.getPart(ctx, keys, q, idx, stream, sizes, plan, errs)
+	} else {
+		parts := make([][]uint64, n)
+		var wg sync.WaitGroup
+		for p := range n {
+			lo, hi := p*len(q)/n, (p+1)*len(q)/n
+			wg.Go(func() { parts[p] = s.getPart(ctx, keys, q[lo:hi], idx[lo:hi], stream, sizes, plan, errs) })
+		}
+		wg.Wait()
+		leases = slices.Concat(parts...)
+	}
+	ph = phaseTimer{last: time.Now()} // the parts timed themselves
+	s.release(held)
+	held = nil
+	ph.lap(&s.phases.get.copy)
+	return errs
+}
+
+// getParts returns how many parts a batch get of n keys is split into: at
+// most Options.GetParts, each of at least two pipeline chunks.
+func (s *Store) getParts(n int) int {
+	return max(1, min(s.parts, n/(2*s.pipeChunk())))
+}
+
+// getPart runs the pipelined get of the stored keys q (the batch's keys
+// idx, whose destinations are checked and held) and returns the lease ids
+// it was granted, for the caller to release. It writes errs and sizes at
+// idx only: parts of one batch run concurrently.
+func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream cuda.Stream, sizes []uint64, plan copyPlan, errs []error) (leases []uint64) {
+	ph := phaseTimer{last: time.Now()}
+	leases = make([]uint64, 0, len(q))
 	cache := newSegCache()
 	defer cache.release()
 	g := getPipe{s: s, stream: stream, sizes: sizes, errs: errs, leases: make([]keyLease, 0, len(q))}
@@ -711,7 +750,7 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	// resolved and submitted: three stages overlap — the master, this
 	// goroutine, the GPU. A prefetch still running when the loop stops is
 	// waited for and its leases go with the others (deferred after the
-	// release, so it runs first).
+	// cache's release, so it runs first).
 	var next chan getMeta
 	defer func() {
 		if next != nil {
@@ -778,19 +817,17 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 		lo, hi = hi, nhi
 	}
 	g.finish()
-	s.release(held)
-	held = nil
 	ph.lap(&s.phases.get.copy)
 	// Only the keys whose own lease ended before their copy finished may
-	// have torn bytes (checked once, after the last copy: stricter for the
-	// earlier chunks).
+	// have torn bytes (checked once, after the part's last copy: stricter
+	// for the earlier chunks).
 	now := timeNow()
 	for _, l := range g.leases {
 		if errs[l.i] == nil && now.After(l.expiry) {
 			errs[l.i] = fmt.Errorf("%w: get %q: lease ended %v before the copy finished", ErrLeaseExpired, keys[l.i], now.Sub(l.expiry))
 		}
 	}
-	return errs
+	return leases
 }
 
 // putMeta is the answer of one chunk's PutStart, and when it was sent (the

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,12 @@ type Options struct {
 	// fetched and resolved while chunk k copies. 0 means
 	// DefaultPipelineChunk.
 	PipelineChunk int
+	// GetParts is how many parts a large BatchGet is split into, each
+	// pipelined on its own goroutine (a part has at least two pipeline
+	// chunks): the master's read path and this process's per-key work then
+	// run on that many cores. 0 means DefaultGetParts; 1 keeps every batch
+	// in one pipeline.
+	GetParts int
 	// CloseTimeout bounds each wait of Close: for the operations in
 	// flight, and for the master to accept the provider's unmounts, which
 	// Close retries while readers hold leases or the master cannot be
@@ -138,6 +145,7 @@ type Store struct {
 
 	closeTimeout time.Duration
 	chunk        int // Options.PipelineChunk
+	parts        int // Options.GetParts, resolved
 	rel          releaser
 	keeper       viewKeeper // renews held Views' leases (views.go)
 	exitOnClose  bool
@@ -198,6 +206,12 @@ type registration struct {
 
 var storeSeq atomic.Int64
 
+// DefaultGetParts is the default Options.GetParts: a quarter of the cores
+// this process may use (GOMAXPROCS), between 1 and 4 — each part keeps about
+// two cores busy (its pipeline and its master calls), and the rest are
+// the engine's.
+func DefaultGetParts() int { return min(4, max(1, runtime.GOMAXPROCS(0)/4)) }
+
 // Open builds a Store from cfg: the driver (cfg.Driver), the master
 // (embedded or remote), provider capacity when cfg.GlobalSegmentSize > 0
 // (the EGM DRAM pool, or HBM when it is off), the mapping cache and the
@@ -219,12 +233,18 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
 	}
+	if opts.GetParts < 0 {
+		return nil, fmt.Errorf("%w: Options.GetParts=%d (want 0 for the default, or a count of at least 1)", ErrInvalidArgument, opts.GetParts)
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Store{cfg: cfg, log: log, dev: cuda.Device(cfg.Device), numa: -1, closeTimeout: opts.CloseTimeout, exitOnClose: opts.ExitOnClose, chunk: opts.PipelineChunk,
-		hbKick: make(chan struct{}, 1)}
+		hbKick: make(chan struct{}, 1), parts: opts.GetParts}
+	if s.parts == 0 {
+		s.parts = DefaultGetParts()
+	}
 	if s.closeTimeout <= 0 {
 		s.closeTimeout = CloseTimeout
 	}

@@ -66,6 +66,15 @@ func newEnv(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg master
 // wrap(drv) (a test hook around some driver calls); nil means no wrapper.
 func newEnvWrapped(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg master.Config, wrap func(*sim.Driver) cuda.Driver) *env {
 	t.Helper()
+	return newEnvParts(t, simCfg, provCfg, mcfg, wrap, 1)
+}
+
+// newEnvParts is newEnvWrapped with the consumer splitting its large batch
+// gets into up to parts parts (client.Options.GetParts). The other
+// constructors keep every batch in one pipeline, so that a test's chunk
+// order does not depend on the machine's cores.
+func newEnvParts(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg master.Config, wrap func(*sim.Driver) cuda.Driver, parts int) *env {
+	t.Helper()
 	drv, err := sim.New(simCfg)
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +95,7 @@ func newEnvWrapped(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg
 			t.Fatal(err)
 		}
 	}
-	e.cons, err = client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: consDrv, Master: e.mc, ClientID: "cons", PipelineChunk: testPipelineChunk})
+	e.cons, err = client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: consDrv, Master: e.mc, ClientID: "cons", PipelineChunk: testPipelineChunk, GetParts: parts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -156,9 +156,11 @@ type quarantine struct {
 const leaseBucket = int64(100 * time.Millisecond)
 
 // Service is the master's state machine. It is safe for concurrent use: one
-// mutex serialises all operations (each is short and allocation-light;
-// batching amortises the lock). Close stops the background reaper and makes
-// later calls fail with ErrClosed.
+// lock serialises all operations (each is short and allocation-light;
+// batching amortises the lock) but the read path — GetReplicas and
+// ReleaseLeases — which holds it shared and runs in parallel (readpath.go).
+// Close stops the background reaper and makes later calls fail with
+// ErrClosed.
 type Service struct {
 	cfg   Config
 	clock Clock
@@ -171,9 +173,13 @@ type Service struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
-	// mu guards all mutable state below it.
+	// rd is what the read path changes while it holds mu shared.
+	rd readPath
+
+	// mu guards all mutable state below it: held exclusively, or shared
+	// by the read path under the rules of readPath.
 	mu struct {
-		sync.Mutex
+		sync.RWMutex
 		closed   bool
 		clients  map[string]*clientState
 		segIndex map[string]uint32   // segment id → slot
@@ -196,8 +202,7 @@ type Service struct {
 		// ends one entry with no hashing and no allocation.
 		pending  []uint32
 		timedOut map[uint64]uint32  // put token → slot of puts past their timeout (stateTimedOut)
-		leaseQ   map[int64][]uint32 // lease wheel: bucket → slots to look at
-		leases   map[uint64]uint32  // lease period id → slot, while it has unreleased leases
+		leaseQ   map[int64][]uint32 // lease wheel: bucket → slots to look at (shared holders: readPath.wheel)
 		// views are the read leases clients hold as views (HoldLeases):
 		// how many views each holds on a lease period, and until when
 		// it last renewed them. Entries whose lease ended are pruned by
@@ -212,7 +217,6 @@ type Service struct {
 		quarantine map[string]quarantine // segment id → dropped allocation not to be remounted yet
 		segVersion uint64                // changes on every mount and unmount
 
-		nextLease  uint64
 		nextClient uint64
 		evictions  uint64
 		rng        *rand.Rand
@@ -246,7 +250,7 @@ func New(cfg Config) (*Service, error) {
 	m.extra = map[uint32][]replica{}
 	m.timedOut = map[uint64]uint32{}
 	m.leaseQ = map[int64][]uint32{}
-	m.leases = map[uint64]uint32{}
+	s.rd.init()
 	m.views = map[viewKey]viewHold{}
 	m.softUntil = map[uint32]int64{}
 	m.bySeq = map[uint32]*clientState{}
@@ -254,7 +258,7 @@ func New(cfg Config) (*Service, error) {
 	m.quarantine = map[string]quarantine{}
 	seed := uint64(time.Now().UnixNano())
 	m.rng = rand.New(rand.NewPCG(seed, seed>>17|1))
-	m.nextLease = m.rng.Uint64()>>1 | 1
+	s.rd.nextLease.Store(m.rng.Uint64()>>1 | 1)
 	// Another master process starts from another version, so its clients
 	// compare their mappings with its segments at their first heartbeat.
 	m.segVersion = m.rng.Uint64()
@@ -768,7 +772,7 @@ func (s *Service) freeObjectLocked(slot uint32, now int64) {
 		s.mu.zombies--
 	}
 	if (o.state == stateVisible || o.state == stateZombie) && o.aux > 0 {
-		delete(s.mu.leases, o.leaseID)
+		s.rd.dropLease(o.leaseID)
 	}
 	if o.flags&flagLeaseQueued != 0 && o.leaseUntil != 0 && o.leaseUntil <= now {
 		s.met.leaseExpiries.Inc()
@@ -1074,17 +1078,23 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 	for i, k := range keys {
 		out[i].Err = validateKey(k, s.cfg.MaxKeyLen)
 	}
-	if err := s.lock(ctx); err != nil {
+	// Shared: the read path (readpath.go). Below, only the lease fields of
+	// the objects found change, each under its stripe.
+	if err := s.rlock(ctx); err != nil {
 		return nil, err
 	}
-	defer s.mu.Unlock()
+	defer s.mu.RUnlock()
 	now := s.now()
 	until := now + int64(s.cfg.LeaseTTL)
 	expiry := time.Unix(0, until)
 	rd := s.readerReachLocked(ctx)
 	var backing []Replica
 	f := newBatchFinder(&s.mu.objs, len(keys), func(i int) string { return keys[i] })
-	var sink uint64
+	var sink, getBytes uint64
+	// The slots this call puts on the lease wheel, all at until's bucket:
+	// appended to the wheel once, at the end (still under the lock, so the
+	// wheel cannot look at them before).
+	var queued []uint32
 	f.warm = func(slot uint32) {
 		// A visible candidate's replicas: replicaLocked reads their
 		// allocator blocks.
@@ -1129,20 +1139,34 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 			continue
 		}
 		o := s.mu.objs.at(slot)
+		mu := s.rd.stripe(slot)
+		mu.Lock()
 		o.stamp = now
-		id := s.leaseLocked(slot, now, until)
-		s.mu.flow.getBytes += o.size
+		var id uint64
+		id, queued = s.leaseLocked(slot, now, until, queued)
+		mu.Unlock()
+		getBytes += o.size
 		out[i] = GetResult{Size: o.size, Replicas: backing[start:len(backing):len(backing)], LeaseExpiry: expiry, LeaseTTL: s.cfg.LeaseTTL, LeaseID: id}
 	}
-	s.mu.objs.sink += sink
+	if len(queued) > 0 {
+		s.rd.wheel.Lock()
+		b := bucketOf(until)
+		s.mu.leaseQ[b] = append(s.mu.leaseQ[b], queued...)
+		s.rd.wheel.Unlock()
+	}
+	s.rd.getBytes.Add(getBytes)
+	s.rd.sink.Add(sink)
 	s.met.items(opGet, len(keys), -1, func(i int) error { return out[i].Err })
 	return out, nil
 }
 
 // leaseLocked grants visible object slot a read lease until until and
 // returns its lease period id: until then (or until all leases of the
-// period are released) the object is neither evicted nor freed.
-func (s *Service) leaseLocked(slot uint32, now, until int64) uint64 {
+// period are released) the object is neither evicted nor freed. The caller
+// holds the lock exclusively, or shared and slot's stripe. A slot that
+// goes on the lease wheel at until's bucket is appended to queued instead,
+// for the caller to put there before it unlocks.
+func (s *Service) leaseLocked(slot uint32, now, until int64, queued []uint32) (uint64, []uint32) {
 	o := s.mu.objs.at(slot)
 	if o.leaseUntil <= now {
 		s.endLeasePeriodLocked(slot) // ended, the wheel just has not seen it yet
@@ -1150,22 +1174,31 @@ func (s *Service) leaseLocked(slot uint32, now, until int64) uint64 {
 	o.leaseUntil = max(o.leaseUntil, until)
 	if o.flags&flagLeaseQueued == 0 {
 		o.flags |= flagLeaseQueued
-		s.queueLeaseLocked(slot, o.leaseUntil)
+		if bucketOf(o.leaseUntil) == bucketOf(until) {
+			queued = append(queued, slot)
+		} else {
+			s.queueLeaseLocked(slot, o.leaseUntil)
+		}
 	}
 	if o.aux == 0 {
-		o.leaseID = s.mu.nextLease
-		s.mu.nextLease++
-		s.mu.leases[o.leaseID] = slot
+		o.leaseID = s.rd.nextLease.Add(1)
+		s.rd.setLease(o.leaseID, slot)
 	}
 	if o.aux < ^uint32(0) { // saturated: the period then ends only by expiry
 		o.aux++
 	}
-	return o.leaseID
+	return o.leaseID, queued
 }
 
+// bucketOf is the lease wheel's bucket for an expiry at until.
+func bucketOf(until int64) int64 { return (until + leaseBucket - 1) / leaseBucket }
+
+// queueLeaseLocked puts slot on the lease wheel at until's bucket.
 func (s *Service) queueLeaseLocked(slot uint32, until int64) {
-	b := (until + leaseBucket - 1) / leaseBucket
+	b := bucketOf(until)
+	s.rd.wheel.Lock()
 	s.mu.leaseQ[b] = append(s.mu.leaseQ[b], slot)
+	s.rd.wheel.Unlock()
 }
 
 // Exists implements Client.
@@ -1458,64 +1491,105 @@ func (s *Service) writerLocked(seq uint32) string {
 }
 
 // endLeasePeriodLocked forgets slot's current lease period: all its leases
-// were released or have ended.
+// were released or have ended. The caller holds the lock exclusively, or
+// shared and slot's stripe.
 func (s *Service) endLeasePeriodLocked(slot uint32) {
 	o := s.mu.objs.at(slot)
 	if (o.state == stateVisible || o.state == stateZombie) && o.aux > 0 {
-		delete(s.mu.leases, o.leaseID)
+		s.rd.dropLease(o.leaseID)
 		o.aux = 0
 	}
 }
 
-// ReleaseLeases implements Client.
+// ReleaseLeases implements Client. It holds the lock shared (the read
+// path, readpath.go); zombies whose last lease it released are freed after
+// it takes the lock exclusively.
 func (s *Service) ReleaseLeases(ctx context.Context, ids []uint64) (err error) {
 	defer s.met.op(opReleaseLeases, time.Now(), &err)
 	if err := s.checkBatch(len(ids)); err != nil {
 		return err
 	}
-	if err := s.lock(ctx); err != nil {
+	if err := s.rlock(ctx); err != nil {
 		return err
 	}
-	defer s.mu.Unlock()
 	now := s.now()
 	ended := 0
+	var zombies []zombieRef
 	for _, id := range ids {
-		if s.releaseLeaseLocked(id, now) {
+		e, z := s.releaseLeaseLocked(id, now)
+		if e {
 			ended++
 		}
+		if z.token != 0 {
+			zombies = append(zombies, z)
+		}
 	}
+	s.mu.RUnlock()
 	if ended > 0 {
 		s.met.leaseReleases.Add(float64(ended)) // once: an atomic add per lease was a quarter of the call
+	}
+	if len(zombies) > 0 {
+		s.mu.Lock()
+		for _, z := range zombies {
+			s.freeZombieLocked(z, now)
+		}
+		s.mu.Unlock()
 	}
 	return nil
 }
 
+// zombieRef names a zombie whose last lease was released: its slot, and
+// its put's token, which tells it from whatever the slot holds later.
+type zombieRef struct {
+	slot  uint32
+	token uint64 // 0: none
+}
+
+// freeZombieLocked frees z if its slot still holds it, unleased (the lease
+// wheel or a segment's drop may have freed it since its last release).
+func (s *Service) freeZombieLocked(z zombieRef, now int64) {
+	if o := s.mu.objs.at(z.slot); o.state == stateZombie && o.token == z.token && o.aux == 0 {
+		s.freeObjectLocked(z.slot, now)
+	}
+}
+
 // releaseLeaseLocked ends one read lease of period id, and reports
 // whether that ended the period (the caller counts it in
-// metrics.leaseReleases). Unknown and ended periods are ignored.
-func (s *Service) releaseLeaseLocked(id uint64, now int64) bool {
-	slot, ok := s.mu.leases[id]
+// metrics.leaseReleases) and, when that period was a zombie's, the zombie,
+// for the caller to free with the lock held exclusively. Unknown and ended
+// periods are ignored. The caller holds the lock, shared or exclusively;
+// releaseLeaseLocked takes the object's stripe.
+func (s *Service) releaseLeaseLocked(id uint64, now int64) (ended bool, z zombieRef) {
+	slot, ok := s.rd.leaseSlot(id)
 	if !ok {
-		return false // ended (expired, or its object freed) or unknown
+		return false, z // ended (expired, or its object freed) or unknown
 	}
+	mu := s.rd.stripe(slot)
+	mu.Lock()
+	defer mu.Unlock()
 	o := s.mu.objs.at(slot)
+	// Between the lookup and the stripe, another release may have ended
+	// the period (and a get begun a new one).
+	if o.aux == 0 || o.leaseID != id || (o.state != stateVisible && o.state != stateZombie) {
+		return false, z
+	}
 	if o.aux == ^uint32(0) {
-		return false // saturated count: the period ends by expiry
+		return false, z // saturated count: the period ends by expiry
 	}
 	if o.aux--; o.aux > 0 {
-		return false
+		return false, z
 	}
 	// The last reader's copy is done: the object is unleased now,
 	// but for an exist check's lease.
-	delete(s.mu.leases, id)
+	s.rd.dropLease(id)
 	o.leaseUntil = 0
 	if o.flags&flagExistLease != 0 && o.stamp+int64(s.cfg.LeaseTTL) > now {
 		o.leaseUntil = o.stamp + int64(s.cfg.LeaseTTL) // still queued: flagLeaseQueued stays
 	}
 	if o.state == stateZombie {
-		s.freeObjectLocked(slot, now)
+		z = zombieRef{slot: slot, token: o.token}
 	}
-	return true
+	return true, z
 }
 
 // viewKey names the views one client holds on one lease period.
@@ -1578,8 +1652,12 @@ func (s *Service) HoldLeases(ctx context.Context, req HoldReq) (_ HoldResult, er
 				s.mu.views[k] = v
 			}
 		}
-		if s.releaseLeaseLocked(id, now) {
+		ended, z := s.releaseLeaseLocked(id, now)
+		if ended {
 			s.met.leaseReleases.Inc()
+		}
+		if z.token != 0 {
+			s.freeZombieLocked(z, now)
 		}
 	}
 	return res, nil
@@ -1591,7 +1669,7 @@ func (s *Service) HoldLeases(ctx context.Context, req HoldReq) (_ HoldResult, er
 // the object is on a segment that is draining or was reported unreachable:
 // the lease then ends at its expiry, so that the segment can drain.
 func (s *Service) renewLeaseLocked(id uint64, now, until int64) error {
-	slot, ok := s.mu.leases[id]
+	slot, ok := s.rd.leaseSlot(id)
 	if !ok {
 		return fmt.Errorf("%w: lease %d ended", ErrNotFound, id)
 	}
@@ -1626,7 +1704,7 @@ func (s *Service) viewsLocked(now int64) (total int, per map[string]int) {
 // holder stopped renewing.
 func (s *Service) pruneViewsLocked(now int64) {
 	for k, v := range s.mu.views {
-		if _, ok := s.mu.leases[k.lease]; !ok || v.until <= now {
+		if _, ok := s.rd.leaseSlot(k.lease); !ok || v.until <= now {
 			delete(s.mu.views, k)
 		}
 	}
@@ -1818,7 +1896,3 @@ func errResult(err error) result {
 	}
 	return resError
 }
-
-// leasesHeldLocked returns the number of lease periods with unreleased
-// leases.
-func (s *Service) leasesHeldLocked() int { return len(s.mu.leases) }

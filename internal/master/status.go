@@ -196,8 +196,8 @@ var evictReasonNames = [nEvictReasons]string{"watermark", "put", "watermark_soft
 // flowCounters are byte and eviction counters kept under Service.mu by
 // the hot paths (an add each, under the lock they hold anyway).
 type flowCounters struct {
-	putBytes, getBytes uint64
-	evicted            [3][nEvictReasons]uint64 // by segment.Tier
+	putBytes uint64                   // getBytes is readPath.getBytes (an atomic: gets hold the lock shared)
+	evicted  [3][nEvictReasons]uint64 // by segment.Tier
 }
 
 func evictReason(forPut, soft bool) int {
@@ -414,7 +414,7 @@ func (s *Service) statusLocked() Status {
 		UptimeSeconds: now.Sub(s.started).Seconds(),
 		Objects:       s.mu.visible,
 		PendingPuts:   len(s.mu.pending) + len(s.mu.timedOut),
-		LeasesHeld:    len(s.mu.leases),
+		LeasesHeld:    s.rd.leasesHeld(),
 		Segments:      len(s.mu.segIndex),
 		Clients:       len(s.mu.clients),
 		Tiers:         []TierStatus{},
@@ -521,7 +521,7 @@ func (s *Service) statusLocked() Status {
 
 	st.Counters = s.met.counters()
 	st.Counters.PutBytes = s.mu.flow.putBytes
-	st.Counters.GetBytes = s.mu.flow.getBytes
+	st.Counters.GetBytes = s.rd.getBytes.Load()
 	st.Counters.Evictions = s.mu.evictions
 	for t := segment.TierDRAM; t <= segment.TierHBM; t++ {
 		for r, n := range s.mu.flow.evicted[t] {
@@ -558,11 +558,11 @@ func (c *flowCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *flowCollector) Collect(ch chan<- prometheus.Metric) {
 	c.s.mu.Lock()
 	f := c.s.mu.flow
-	leases := len(c.s.mu.leases)
+	leases := c.s.rd.leasesHeld()
 	views, _ := c.s.viewsLocked(c.s.now())
 	c.s.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descPutBytes, prometheus.CounterValue, float64(f.putBytes))
-	ch <- prometheus.MustNewConstMetric(descGetBytes, prometheus.CounterValue, float64(f.getBytes))
+	ch <- prometheus.MustNewConstMetric(descGetBytes, prometheus.CounterValue, float64(c.s.rd.getBytes.Load()))
 	ch <- prometheus.MustNewConstMetric(descLeasesHeld, prometheus.GaugeValue, float64(leases))
 	ch <- prometheus.MustNewConstMetric(descViewsHeld, prometheus.GaugeValue, float64(views))
 	for t := segment.TierDRAM; t <= segment.TierHBM; t++ {

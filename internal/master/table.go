@@ -3,6 +3,7 @@ package master
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"sync/atomic"
 )
 
 // The object table is built to stay cheap for the garbage collector at tens
@@ -61,7 +62,8 @@ type objTable struct {
 	indexed int        // keys in the index
 
 	// sink takes prefetch's loads, so that the compiler keeps them.
-	sink uint64
+	// An atomic: the read path prefetches with the Service's lock shared.
+	sink atomic.Uint64
 }
 
 // idxTable is one open-addressing table of the index: entries are
@@ -416,7 +418,9 @@ func (t *objTable) prefetch(keys []string, hs []uint64, cand *[prefetchGroup]uin
 				cand[j] = uint32(e)
 				// Both ends: a 72-byte record may span two lines.
 				o := t.at(uint32(e) - 1)
-				sink += o.key + uint64(o.flags)
+				// (nrep, not flags: readers change lease bits of flags
+				// under a stripe, see readpath.go.)
+				sink += o.key + uint64(o.nrep)
 				break
 			}
 		}
@@ -429,7 +433,7 @@ func (t *objTable) prefetch(keys []string, hs []uint64, cand *[prefetchGroup]uin
 			sink += uint64(t.keys[ref>>32][uint32(ref)])
 		}
 	}
-	t.sink += sink
+	t.sink.Add(sink)
 }
 
 // batchFinder finds the keys of a batch by index, in increasing order

@@ -217,7 +217,7 @@ func TestObjTableChunks(t *testing.T) {
 	if n := len(tb.chunks) + len(tb.keys) + len(tb.tabs); n > 64 {
 		t.Fatalf("%d chunks and tables for 200k objects", n)
 	}
-	runtime.KeepAlive(tb)
+	runtime.KeepAlive(&tb)
 }
 
 // TestBatchFinder: finding a batch's keys through batchFinder (prefetched

@@ -1,0 +1,180 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvfabric/kvfabric/internal/client"
+	"github.com/kvfabric/kvfabric/internal/cuda"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim"
+	"github.com/kvfabric/kvfabric/internal/master"
+)
+
+// leasesHeld is the master's count of lease periods not yet released,
+// once the consumer's background releases have gone out.
+func leasesHeld(t *testing.T, e *env) int {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := e.svc.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.LeasesHeld == 0 || time.Now().After(deadline) {
+			return st.LeasesHeld
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestBatchGetParts: a batch get split into parts (Options.GetParts), run
+// by two callers at once, returns every key's own bytes, size and error at
+// its own position — missing keys and too-small buffers interleaved with
+// the rest — and leaves no lease behind.
+func TestBatchGetParts(t *testing.T) {
+	e := newEnvParts(t, sim.Config{}, egmProvider("32MiB"), master.Config{LeaseTTL: time.Hour}, nil, 4)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 4))
+	const n, slot = 203, 8192 // 203 keys: four parts of 50-51 keys, each of several chunks
+	src := devBuf(t, e, n*slot)
+	want := fillRandom(t, e, src, n*slot, rng)
+	keys := make([]string, n)
+	sizes := make([]uint64, n)
+	var putKeys []string
+	var putSrcs [][]client.Region
+	for i := range keys {
+		keys[i] = fmt.Sprintf("parts/%d", i)
+		sizes[i] = uint64(1 + rng.IntN(slot))
+		if i%7 != 3 { // every seventh key is never put
+			putKeys = append(putKeys, keys[i])
+			putSrcs = append(putSrcs, client.Bytes(uintptr(src)+uintptr(i*slot), sizes[i]))
+		}
+	}
+	for i, err := range e.cons.BatchPut(ctx, putKeys, putSrcs, 0, client.PutOptions{}) {
+		if err != nil {
+			t.Fatalf("put %s: %v", putKeys[i], err)
+		}
+	}
+	var wg sync.WaitGroup
+	for c, dst := range []cuda.DevicePtr{devBuf(t, e, n*slot), devBuf(t, e, n*slot)} {
+		wg.Go(func() {
+			poison := make([]byte, n*slot)
+			for i := range poison {
+				poison[i] = 0xee
+			}
+			if err := e.drv.MemcpyHtoD(e.cons.Context(), dst, poison); err != nil {
+				t.Error(err)
+				return
+			}
+			dsts := make([][]client.Region, n)
+			for i := range dsts {
+				room := uint64(slot)
+				if i%11 == 5 { // too small, unless the object is tiny
+					room = 1
+				}
+				dsts[i] = client.Bytes(uintptr(dst)+uintptr(i*slot), room)
+			}
+			got, errs := e.cons.BatchGet(ctx, keys, dsts, 0)
+			back := readBack(t, e, dst, n*slot)
+			for i, err := range errs {
+				switch {
+				case i%7 == 3:
+					if !errors.Is(err, client.ErrNotFound) {
+						t.Errorf("caller %d: get %s (never put): %v, want ErrNotFound", c, keys[i], err)
+					}
+				case i%11 == 5 && sizes[i] > 1:
+					if !errors.Is(err, client.ErrBufferTooSmall) {
+						t.Errorf("caller %d: get %s into 1 byte: %v, want ErrBufferTooSmall", c, keys[i], err)
+					}
+				case err != nil:
+					t.Errorf("caller %d: get %s: %v", c, keys[i], err)
+				case got[i] != sizes[i]:
+					t.Errorf("caller %d: get %s: size %d, want %d", c, keys[i], got[i], sizes[i])
+				default:
+					lo := i * slot
+					if string(back[lo:lo+int(sizes[i])]) != string(want[lo:lo+int(sizes[i])]) {
+						t.Errorf("caller %d: get %s: wrong bytes", c, keys[i])
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := leasesHeld(t, e); n != 0 {
+		t.Fatalf("%d lease periods held after the gets", n)
+	}
+	for i, err := range e.cons.BatchRemove(ctx, putKeys, false) {
+		if err != nil {
+			t.Fatalf("plain remove of %s: %v", putKeys[i], err)
+		}
+	}
+	e.close()
+}
+
+// TestBatchGetPartsStoppedReleasesLeases: when a copy of one part fails,
+// that part's remaining keys fail with ErrTransfer, the keys that
+// succeeded have their bytes, and every lease any part took — including
+// the prefetched chunks of parts that stopped — is released.
+func TestBatchGetPartsStoppedReleasesLeases(t *testing.T) {
+	e := newEnvParts(t, sim.Config{}, egmProvider("16MiB"), master.Config{LeaseTTL: time.Hour}, nil, 4)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(5, 6))
+	const n, size = 120, 4096
+	src := devBuf(t, e, n*size)
+	dst := devBuf(t, e, n*size)
+	want := fillRandom(t, e, src, n*size, rng)
+	keys := make([]string, n)
+	srcs, dsts := make([][]client.Region, n), make([][]client.Region, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("parts-fail/%d", i)
+		srcs[i] = client.Bytes(uintptr(src)+uintptr(i*size), size)
+		dsts[i] = client.Bytes(uintptr(dst)+uintptr(i*size), size)
+	}
+	for i, err := range e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
+		if err != nil {
+			t.Fatalf("put %s: %v", keys[i], err)
+		}
+	}
+	e.drv.Fail("LaunchKernel", 2, cuda.ErrorLaunchFailed)
+	_, errs := e.cons.BatchGet(ctx, keys, dsts, 0)
+	back := readBack(t, e, dst, n*size)
+	failed := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			if lo := i * size; string(back[lo:lo+size]) != string(want[lo:lo+size]) {
+				t.Errorf("get %s succeeded with wrong bytes", keys[i])
+			}
+		case errors.Is(err, client.ErrTransfer):
+			failed++
+		default:
+			t.Errorf("get %s: %v, want success or ErrTransfer", keys[i], err)
+		}
+	}
+	if failed == 0 || failed == n {
+		t.Fatalf("%d of %d keys failed: want the failed launch to stop one part only", failed, n)
+	}
+	if n := leasesHeld(t, e); n != 0 {
+		t.Fatalf("%d lease periods held after the failed batch", n)
+	}
+	for i, err := range e.cons.BatchRemove(ctx, keys, false) {
+		if err != nil {
+			t.Fatalf("plain remove of %s after the failed batch (a lease left behind?): %v", keys[i], err)
+		}
+	}
+	e.close()
+}
+
+// TestGetPartsOption: a negative Options.GetParts is refused by name.
+func TestGetPartsOption(t *testing.T) {
+	_, err := client.Open(context.Background(), cfgFor(t, map[string]any{}), client.Options{GetParts: -2})
+	if !errors.Is(err, client.ErrInvalidArgument) || !strings.Contains(err.Error(), "GetParts=-2") {
+		t.Fatalf("Open with GetParts -2: %v", err)
+	}
+}
