@@ -144,7 +144,7 @@ engine moving only the selected bytes and the link's ceiling, on the first of
 	cmd.Flags().StringVar(&sf.paths, "paths", strings.Join(storePaths, ","), "--store: client paths to measure")
 	cmd.Flags().IntVar(&sf.maxKeys, "max-keys", 4096, "--store: keys per BatchPut/BatchGet at most")
 	cmd.Flags().IntVar(&sf.chunk, "pipeline-chunk", 0, "--store: the Go paths' client.Options.PipelineChunk (keys per master call and copy submission; default client.DefaultPipelineChunk)")
-	cmd.Flags().IntVar(&sf.parts, "get-parts", 0, "--store: the Go paths' client.Options.GetParts (parts a large batch get is split into, each on its own goroutine; default client.DefaultGetParts, 1: no split)")
+	cmd.Flags().IntVar(&sf.parts, "batch-parts", 0, "--store: the Go paths' client.Options.BatchParts (parts a large batch put or get is split into, each on its own goroutine; default client.DefaultBatchParts, 1: no split)")
 	cmd.Flags().StringVar(&sf.json, "json", "", "--store: write the results as JSON to this file")
 	cmd.Flags().StringVar(&sf.plot, "plot", "", "--store: plot ratio to the ceiling vs object size to this .svg or .png file")
 	cmd.Flags().StringVar(&sf.replot, "replot", "", "--store: do not measure; draw --plot from this --json file of an earlier run")

@@ -72,7 +72,7 @@ type storeParams struct {
 	iters      int    // timed rounds per size, after one warm-up round
 	maxKeys    int    // keys per BatchPut/BatchGet
 	chunk      int    // client.Options.PipelineChunk of the Go paths (0: default)
-	parts      int    // client.Options.GetParts of the Go paths (0: default)
+	parts      int    // client.Options.BatchParts of the Go paths (0: default)
 	capacity   uint64 // global_segment_size of each GPU's store
 	maxMR      uint64
 	socketDir  string
@@ -119,7 +119,7 @@ type storeReport struct {
 	Iters         int            `json:"iters"`
 	MaxKeys       int            `json:"max_keys_per_batch"`
 	PipelineChunk int            `json:"pipeline_chunk,omitempty"` // --pipeline-chunk; 0: the client's default
-	GetParts      int            `json:"get_parts"`                // the Go paths' client.Options.GetParts (--get-parts, or the default it resolved to)
+	BatchParts      int            `json:"batch_parts"`                // the Go paths' client.Options.BatchParts (--batch-parts, or the default it resolved to)
 	Ceilings      []storeCeiling `json:"ceilings"`
 	Results       []storeResult  `json:"results"`
 	Skipped       []storeSkip    `json:"skipped"`
@@ -209,7 +209,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 		return fmt.Errorf("--pipeline-chunk %d: want 0 (the default) or more", p.chunk)
 	}
 	if p.parts < 0 {
-		return fmt.Errorf("--get-parts %d: want 0 (the default) or more", p.parts)
+		return fmt.Errorf("--batch-parts %d: want 0 (the default) or more", p.parts)
 	}
 	if f.sizes == "" {
 		f.sizes = defaultStoreSizes
@@ -289,7 +289,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 
 	ver, _ := drv.DriverVersion()
 	rep := storeReport{Kind: "kvfabric-bench-store", Driver: why, DriverVersion: ver, Sizes: p.sizes,
-		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, GetParts: cmp.Or(p.parts, client.DefaultGetParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
+		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
 	for _, d := range devs {
 		rep.Devices = append(rep.Devices, int(d))
 	}
@@ -593,7 +593,7 @@ func runStoreGo(ctx context.Context, drv cuda.Driver, path string, m storeMode, 
 			return nil, err
 		}
 		id := fmt.Sprintf("bench-%s-%s-gpu%d-%d", path, m.name, dev, os.Getpid())
-		if stores[i], err = client.Open(ctx, cfg, client.Options{Driver: drv, Master: mc, ClientID: id, PipelineChunk: p.chunk, GetParts: p.parts}); err != nil {
+		if stores[i], err = client.Open(ctx, cfg, client.Options{Driver: drv, Master: mc, ClientID: id, PipelineChunk: p.chunk, BatchParts: p.parts}); err != nil {
 			return nil, fmt.Errorf("gpu %d: open store: %w", dev, err)
 		}
 	}

@@ -147,7 +147,7 @@ func TestOpenConfigErrors(t *testing.T) {
 	}
 }
 
-func TestPutGetParts(t *testing.T) {
+func TestPutBatchParts(t *testing.T) {
 	f := newFake(1 << 20)
 	h := openFake(t, f)
 	a, b := []byte("hello, "), []byte("world")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"sync"
 	"syscall"
@@ -312,6 +313,57 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 	s.reg.RLock()
 	inc := s.reg.incarnation
 	s.reg.RUnlock()
+	// A large batch is split over cores, as a get's (batchGet). Equal keys
+	// go to the same part, which keeps their batch order: what a batch
+	// that names a key twice does is what it did in one pipeline.
+	if n := s.batchParts(len(reqs)); n == 1 {
+		s.putPart(ctx, keys, srcs, reqs, idx, stream, inc, errs)
+	} else {
+		var wg sync.WaitGroup
+		for _, part := range splitByKey(reqs, idx, n) {
+			wg.Go(func() { s.putPart(ctx, keys, srcs, part.reqs, part.idx, stream, inc, errs) })
+		}
+		wg.Wait()
+	}
+	ph = phaseTimer{last: time.Now()} // the parts timed themselves
+	s.release(held)
+	held = nil
+	ph.lap(&s.phases.put.copy)
+	return errs
+}
+
+// putBatchPart is one part of a split BatchPut: its requests and their
+// keys' positions in the batch.
+type putBatchPart struct {
+	reqs []master.PutStartReq
+	idx  []int
+}
+
+// splitByKey deals reqs (at positions idx) into n parts by a hash of their
+// stored keys, keeping their order within each part.
+func splitByKey(reqs []master.PutStartReq, idx []int, n int) []putBatchPart {
+	parts := make([]putBatchPart, n)
+	for p := range parts {
+		parts[p].reqs = make([]master.PutStartReq, 0, len(reqs)/n+len(reqs)/(4*n)+1)
+		parts[p].idx = make([]int, 0, cap(parts[p].reqs))
+	}
+	seed := partSeed
+	for j := range reqs {
+		p := maphash.String(seed, reqs[j].Key) % uint64(n)
+		parts[p].reqs = append(parts[p].reqs, reqs[j])
+		parts[p].idx = append(parts[p].idx, idx[j])
+	}
+	return parts
+}
+
+// partSeed hashes keys to the parts of a split BatchPut.
+var partSeed = maphash.MakeSeed()
+
+// putPart runs the pipelined put of reqs (the batch's keys idx, whose
+// sources are checked and held) as registration incarnation inc. It
+// writes errs at idx only: parts of one batch run concurrently.
+func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, reqs []master.PutStartReq, idx []int, stream cuda.Stream, inc uint64, errs []error) {
+	ph := phaseTimer{last: time.Now()}
 	cache := newSegCache()
 	defer cache.release()
 	p := putPipe{s: s, ctx: ctx, stream: stream, keys: keys, errs: errs}
@@ -415,10 +467,7 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		ph.lap(&s.phases.put.copy)
 	}
 	p.finish() // the last chunk: wait, end
-	s.release(held)
-	held = nil
 	ph.lap(&s.phases.put.copy)
-	return errs
 }
 
 // chunker cuts a batch into pipelined chunks: the metadata of chunk k+1 is
@@ -710,7 +759,7 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	// (master calls, resolution, submission on the caller's stream), so
 	// the per-key work of the master's read path and of this process runs
 	// on several cores at once.
-	n := s.getParts(len(q))
+	n := s.batchParts(len(q))
 	if n == 1 {
 		leases = s.getPart(ctx, keys, q, idx, stream, sizes, plan, errs)
 	} else {
@@ -730,9 +779,9 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	return errs
 }
 
-// getParts returns how many parts a batch get of n keys is split into: at
-// most Options.GetParts, each of at least two pipeline chunks.
-func (s *Store) getParts(n int) int {
+// batchParts returns how many parts a batch put or get of n keys is split
+// into: at most Options.BatchParts, each of at least two pipeline chunks.
+func (s *Store) batchParts(n int) int {
 	return max(1, min(s.parts, n/(2*s.pipeChunk())))
 }
 

@@ -33,7 +33,7 @@ func leasesHeld(t *testing.T, e *env) int {
 	}
 }
 
-// TestBatchGetParts: a batch get split into parts (Options.GetParts), run
+// TestBatchGetParts: a batch get split into parts (Options.BatchParts), run
 // by two callers at once, returns every key's own bytes, size and error at
 // its own position — missing keys and too-small buffers interleaved with
 // the rest — and leaves no lease behind.
@@ -171,10 +171,122 @@ func TestBatchGetPartsStoppedReleasesLeases(t *testing.T) {
 	e.close()
 }
 
-// TestGetPartsOption: a negative Options.GetParts is refused by name.
-func TestGetPartsOption(t *testing.T) {
-	_, err := client.Open(context.Background(), cfgFor(t, map[string]any{}), client.Options{GetParts: -2})
-	if !errors.Is(err, client.ErrInvalidArgument) || !strings.Contains(err.Error(), "GetParts=-2") {
-		t.Fatalf("Open with GetParts -2: %v", err)
+// TestBatchPartsOption: a negative Options.BatchParts is refused by name.
+func TestBatchPartsOption(t *testing.T) {
+	_, err := client.Open(context.Background(), cfgFor(t, map[string]any{}), client.Options{BatchParts: -2})
+	if !errors.Is(err, client.ErrInvalidArgument) || !strings.Contains(err.Error(), "BatchParts=-2") {
+		t.Fatalf("Open with BatchParts -2: %v", err)
 	}
+}
+
+// TestBatchPutParts: a batch put split into parts stores every key's own
+// bytes; a key named twice in the batch is put by its first occurrence
+// and refused at its second (equal keys share a part, in batch order), as
+// in one pipeline.
+func TestBatchPutParts(t *testing.T) {
+	e := newEnvParts(t, sim.Config{}, egmProvider("32MiB"), master.Config{}, nil, 4)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 8))
+	const n, slot = 203, 8192
+	src := devBuf(t, e, n*slot)
+	want := fillRandom(t, e, src, n*slot, rng)
+	keys := make([]string, n)
+	srcs := make([][]client.Region, n)
+	sizes := make([]uint64, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("put-parts/%d", i)
+		switch {
+		case i%17 == 16:
+			keys[i] = keys[i-9] // named again, later in the batch
+		case i%23 == 22 && i >= 100:
+			keys[i] = keys[i-100] // and much later
+		}
+		sizes[i] = uint64(1 + rng.IntN(slot))
+		srcs[i] = client.Bytes(uintptr(src)+uintptr(i*slot), sizes[i])
+	}
+	first := map[string]int{}
+	for i, err := range e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
+		if j, seen := first[keys[i]]; seen {
+			if !errors.Is(err, client.ErrAlreadyExists) {
+				t.Fatalf("put %s again (first at %d): %v, want ErrAlreadyExists", keys[i], j, err)
+			}
+			continue
+		}
+		first[keys[i]] = i
+		if err != nil {
+			t.Fatalf("put %s: %v", keys[i], err)
+		}
+	}
+	dst := devBuf(t, e, n*slot)
+	var getKeys []string
+	var dsts [][]client.Region
+	for k, i := range first {
+		getKeys = append(getKeys, k)
+		dsts = append(dsts, client.Bytes(uintptr(dst)+uintptr(i*slot), slot))
+	}
+	got, errs := e.cons.BatchGet(ctx, getKeys, dsts, 0)
+	back := readBack(t, e, dst, n*slot)
+	for j, err := range errs {
+		i := first[getKeys[j]]
+		if err != nil || got[j] != sizes[i] {
+			t.Fatalf("get %s: size %d, %v (want %d)", getKeys[j], got[j], err, sizes[i])
+		}
+		if lo := i * slot; string(back[lo:lo+int(sizes[i])]) != string(want[lo:lo+int(sizes[i])]) {
+			t.Fatalf("get %s: not the bytes of its first put", getKeys[j])
+		}
+	}
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
+
+// TestBatchPutPartsStoppedRevokes: when a copy of one part fails, that
+// part's remaining puts are revoked and the other parts' complete: the
+// store holds exactly the bytes of the keys reported put, and the failed
+// keys can be put again at once.
+func TestBatchPutPartsStoppedRevokes(t *testing.T) {
+	e := newEnvParts(t, sim.Config{}, egmProvider("16MiB"), master.Config{}, nil, 4)
+	ctx := context.Background()
+	const n, size = 120, 4096
+	src := devBuf(t, e, n*size)
+	keys := make([]string, n)
+	srcs := make([][]client.Region, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("put-parts-fail/%d", i)
+		srcs[i] = client.Bytes(uintptr(src)+uintptr(i*size), size)
+	}
+	e.drv.Fail("LaunchKernel", 2, cuda.ErrorLaunchFailed)
+	var okKeys, failKeys []string
+	var failSrcs [][]client.Region
+	for i, err := range e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
+		switch {
+		case err == nil:
+			okKeys = append(okKeys, keys[i])
+		case errors.Is(err, client.ErrTransfer):
+			failKeys = append(failKeys, keys[i])
+			failSrcs = append(failSrcs, srcs[i])
+		default:
+			t.Fatalf("put %s: %v, want success or ErrTransfer", keys[i], err)
+		}
+	}
+	if len(failKeys) == 0 || len(okKeys) == 0 {
+		t.Fatalf("%d of %d puts failed: want the failed launch to stop one part only", len(failKeys), n)
+	}
+	st, err := e.mc.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := st.Tiers[0].Used; used != uint64(len(okKeys))*size {
+		t.Fatalf("the store holds %d bytes after the failed batch, want %d (%d puts ended): a started put was left behind", used, len(okKeys)*size, len(okKeys))
+	}
+	for i, err := range e.cons.BatchPut(ctx, failKeys, failSrcs, 0, client.PutOptions{}) {
+		if err != nil {
+			t.Fatalf("put %s again after the failed batch: %v", failKeys[i], err)
+		}
+	}
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
 }

@@ -63,12 +63,13 @@ type Options struct {
 	// fetched and resolved while chunk k copies. 0 means
 	// DefaultPipelineChunk.
 	PipelineChunk int
-	// GetParts is how many parts a large BatchGet is split into, each
-	// pipelined on its own goroutine (a part has at least two pipeline
-	// chunks): the master's read path and this process's per-key work then
-	// run on that many cores. 0 means DefaultGetParts; 1 keeps every batch
-	// in one pipeline.
-	GetParts int
+	// BatchParts is how many parts a large BatchPut or BatchGet is split
+	// into, each pipelined on its own goroutine (a part has at least two
+	// pipeline chunks): the master's read path (gets run in parallel
+	// there) and this process's per-key work then run on that many cores.
+	// A put's equal keys go to the same part, in batch order. 0 means
+	// DefaultBatchParts; 1 keeps every batch in one pipeline.
+	BatchParts int
 	// CloseTimeout bounds each wait of Close: for the operations in
 	// flight, and for the master to accept the provider's unmounts, which
 	// Close retries while readers hold leases or the master cannot be
@@ -145,7 +146,7 @@ type Store struct {
 
 	closeTimeout time.Duration
 	chunk        int // Options.PipelineChunk
-	parts        int // Options.GetParts, resolved
+	parts        int // Options.BatchParts, resolved
 	rel          releaser
 	keeper       viewKeeper // renews held Views' leases (views.go)
 	exitOnClose  bool
@@ -206,11 +207,11 @@ type registration struct {
 
 var storeSeq atomic.Int64
 
-// DefaultGetParts is the default Options.GetParts: a quarter of the cores
+// DefaultBatchParts is the default Options.BatchParts: a quarter of the cores
 // this process may use (GOMAXPROCS), between 1 and 4 — each part keeps about
 // two cores busy (its pipeline and its master calls), and the rest are
 // the engine's.
-func DefaultGetParts() int { return min(4, max(1, runtime.GOMAXPROCS(0)/4)) }
+func DefaultBatchParts() int { return min(4, max(1, runtime.GOMAXPROCS(0)/4)) }
 
 // Open builds a Store from cfg: the driver (cfg.Driver), the master
 // (embedded or remote), provider capacity when cfg.GlobalSegmentSize > 0
@@ -233,17 +234,17 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
 	}
-	if opts.GetParts < 0 {
-		return nil, fmt.Errorf("%w: Options.GetParts=%d (want 0 for the default, or a count of at least 1)", ErrInvalidArgument, opts.GetParts)
+	if opts.BatchParts < 0 {
+		return nil, fmt.Errorf("%w: Options.BatchParts=%d (want 0 for the default, or a count of at least 1)", ErrInvalidArgument, opts.BatchParts)
 	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Store{cfg: cfg, log: log, dev: cuda.Device(cfg.Device), numa: -1, closeTimeout: opts.CloseTimeout, exitOnClose: opts.ExitOnClose, chunk: opts.PipelineChunk,
-		hbKick: make(chan struct{}, 1), parts: opts.GetParts}
+		hbKick: make(chan struct{}, 1), parts: opts.BatchParts}
 	if s.parts == 0 {
-		s.parts = DefaultGetParts()
+		s.parts = DefaultBatchParts()
 	}
 	if s.closeTimeout <= 0 {
 		s.closeTimeout = CloseTimeout

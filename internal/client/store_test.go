@@ -70,7 +70,7 @@ func newEnvWrapped(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg
 }
 
 // newEnvParts is newEnvWrapped with the consumer splitting its large batch
-// gets into up to parts parts (client.Options.GetParts). The other
+// gets into up to parts parts (client.Options.BatchParts). The other
 // constructors keep every batch in one pipeline, so that a test's chunk
 // order does not depend on the machine's cores.
 func newEnvParts(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg master.Config, wrap func(*sim.Driver) cuda.Driver, parts int) *env {
@@ -95,7 +95,7 @@ func newEnvParts(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg m
 			t.Fatal(err)
 		}
 	}
-	e.cons, err = client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: consDrv, Master: e.mc, ClientID: "cons", PipelineChunk: testPipelineChunk, GetParts: parts})
+	e.cons, err = client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: consDrv, Master: e.mc, ClientID: "cons", PipelineChunk: testPipelineChunk, BatchParts: parts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -187,6 +187,53 @@ func BenchmarkReleaseLeases(b *testing.B) {
 	}
 }
 
+// BenchmarkGetRelease measures what a Store's batch get asks of the master
+// (100k objects, embedded): GetReplicas of batch keys, each beginning a
+// new lease period, then ReleaseLeases of their leases. Goroutines
+// (-cpu) run at once on disjoint key ranges — the parts of large batches,
+// or several engines — with the lock shared (the read path, readpath.go).
+// ns/op is per batch of all goroutines; keys/s counts gets.
+func BenchmarkGetRelease(b *testing.B) {
+	const objects = 100_000
+	for _, n := range []int{512, 4096} {
+		b.Run(fmt.Sprintf("embedded/batch=%d", n), func(b *testing.B) {
+			svc, c := benchService(b, "embedded")
+			fill(b, svc, objects)
+			var worker atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				w := int(worker.Add(1) - 1)
+				keys := make([]string, n)
+				ids := make([]uint64, 0, n)
+				base := (w * 16384) % objects
+				for i := range keys {
+					keys[i] = "key-" + strconv.Itoa((base+i)%objects)
+				}
+				for pb.Next() {
+					res, err := c.GetReplicas(ctx, keys)
+					if err != nil {
+						b.Fatal(err)
+					}
+					ids = ids[:0]
+					for _, r := range res {
+						if r.Err != nil {
+							b.Fatal(r.Err)
+						}
+						ids = append(ids, r.LeaseID)
+					}
+					if err := c.ReleaseLeases(ctx, ids); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			reportKeys(b, start, n)
+		})
+	}
+}
+
 // parallelism: the embedded Service is one lock, so one goroutine per
 // core; over gRPC several calls in flight per core hide the round trip.
 func parallelism(kind string) int {

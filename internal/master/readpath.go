@@ -17,11 +17,15 @@ import (
 //     leaseUntil, leaseID, aux and the flagLeaseQueued bit): only with the
 //     object's stripe (readPath.stripe) held. An exclusive holder changes
 //     them without it: it excludes every shared holder;
-//   - the lease table (lease period id → slot): always through leaseSlot,
-//     setLease and dropLease, which take the id's shard;
+//   - the lease table (lease period id → slot): with the id's shard held
+//     (leaseSlot and dropLease take it);
 //   - the lease wheel (Service.mu.leaseQ): always through queueLeaseLocked,
 //     which takes readPath.wheel;
 //   - counters: atomics (readPath.nextLease, readPath.getBytes).
+//
+// A shared holder holds at most one shard and one stripe at a time, taken
+// in that order (heldLocks), and waits for no other lock while it holds a
+// stripe: the read path cannot deadlock.
 //
 // Nothing else: no object changes state, no allocator block, index entry,
 // segment or client changes. A shared holder that must free an object (a
@@ -30,15 +34,21 @@ import (
 type readPath struct {
 	stripes   [nStripes]paddedMutex
 	leases    [nLeaseShards]leaseShard
-	wheel     sync.Mutex // guards Service.mu.leaseQ for shared holders
-	nextLease atomic.Uint64
+	wheel     sync.Mutex    // guards Service.mu.leaseQ for shared holders
+	nextLease atomic.Uint64 // lease period ids are nextLease<<leaseShardBits | shard
+	calls     atomic.Uint64 // picks each GetReplicas call's lease shard
 	getBytes  atomic.Uint64 // bytes of objects leased to readers (flowCounters)
-	sink      atomic.Uint64 // takes the loads of the gets' prefetches
+	sink      atomic.Uint64 // takes the loads of the batch finders' prefetches (once per call)
 }
 
 const (
-	nStripes     = 256
-	nLeaseShards = 64
+	nStripes = 256
+	// stripeSpan consecutive slots share a stripe: a batch's objects,
+	// mostly consecutive slots, then take few stripes, and concurrent
+	// batches rarely the same ones — a stripe's line stays on one core.
+	stripeSpan     = 64
+	leaseShardBits = 6
+	nLeaseShards   = 1 << leaseShardBits
 )
 
 // paddedMutex is a mutex on a cache line of its own: the stripes of
@@ -63,9 +73,15 @@ func (r *readPath) init() {
 
 // stripe returns the mutex that guards slot's lease fields for shared
 // holders of the Service's lock.
-func (r *readPath) stripe(slot uint32) *sync.Mutex { return &r.stripes[slot%nStripes].Mutex }
+func (r *readPath) stripe(slot uint32) *sync.Mutex {
+	return &r.stripes[slot/stripeSpan%nStripes].Mutex
+}
 
-func (r *readPath) shard(id uint64) *leaseShard { return &r.leases[id%nLeaseShards] }
+// shard returns the lease table's shard of period id: its low bits, which
+// name the shard of the GetReplicas call that began the period (see
+// leaseGrant) — a call's inserts, and the release of its leases, stay in
+// one shard's lines.
+func (r *readPath) shard(id uint64) *leaseShard { return &r.leases[id&(nLeaseShards-1)] }
 
 // leaseSlot returns the slot of lease period id.
 func (r *readPath) leaseSlot(id uint64) (uint32, bool) {
@@ -76,18 +92,54 @@ func (r *readPath) leaseSlot(id uint64) (uint32, bool) {
 	return slot, ok
 }
 
-func (r *readPath) setLease(id uint64, slot uint32) {
-	sh := r.shard(id)
-	sh.mu.Lock()
-	sh.m[id] = slot
-	sh.mu.Unlock()
-}
-
 func (r *readPath) dropLease(id uint64) {
 	sh := r.shard(id)
 	sh.mu.Lock()
 	delete(sh.m, id)
 	sh.mu.Unlock()
+}
+
+// heldLocks are the lease shard and the stripe one read-path call holds:
+// at most one of each, the shard taken first. Not safe for concurrent use.
+type heldLocks struct {
+	sh *leaseShard
+	st *sync.Mutex
+}
+
+// lockShard makes sh the shard held (first releasing the stripe and the
+// shard held, if another).
+func (h *heldLocks) lockShard(sh *leaseShard) {
+	if h.sh == sh {
+		return
+	}
+	h.unlock()
+	sh.mu.Lock()
+	h.sh = sh
+}
+
+// lockStripe makes mu the stripe held (first releasing the one held, if
+// another), keeping the shard.
+func (h *heldLocks) lockStripe(mu *sync.Mutex) {
+	if h.st == mu {
+		return
+	}
+	if h.st != nil {
+		h.st.Unlock()
+	}
+	mu.Lock()
+	h.st = mu
+}
+
+// unlock releases what is held.
+func (h *heldLocks) unlock() {
+	if h.st != nil {
+		h.st.Unlock()
+		h.st = nil
+	}
+	if h.sh != nil {
+		h.sh.mu.Unlock()
+		h.sh = nil
+	}
 }
 
 // leasesHeld returns the number of lease periods with unreleased leases.

@@ -258,7 +258,7 @@ func New(cfg Config) (*Service, error) {
 	m.quarantine = map[string]quarantine{}
 	seed := uint64(time.Now().UnixNano())
 	m.rng = rand.New(rand.NewPCG(seed, seed>>17|1))
-	s.rd.nextLease.Store(m.rng.Uint64()>>1 | 1)
+	s.rd.nextLease.Store(m.rng.Uint64() >> (leaseShardBits + 2))
 	// Another master process starts from another version, so its clients
 	// compare their mappings with its segments at their first heartbeat.
 	m.segVersion = m.rng.Uint64()
@@ -955,6 +955,7 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 		out[i].Replicas = backing[start:len(backing):len(backing)]
 		nok++
 	}
+	s.rd.sink.Add(f.sink)
 	s.evictToWatermarksLocked(now)
 	s.met.items(opPutStart, len(reqs), nok, func(i int) error { return out[i].Err })
 	return out, nil
@@ -1056,6 +1057,7 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 			s.freeObjectLocked(slot, now)
 		}
 	}
+	s.rd.sink.Add(f.sink)
 	s.met.op(op, start, &err)
 	s.met.items(op, len(puts), -1, func(i int) error { return out[i] })
 	return out
@@ -1091,10 +1093,10 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 	var backing []Replica
 	f := newBatchFinder(&s.mu.objs, len(keys), func(i int) string { return keys[i] })
 	var sink, getBytes uint64
-	// The slots this call puts on the lease wheel, all at until's bucket:
-	// appended to the wheel once, at the end (still under the lock, so the
-	// wheel cannot look at them before).
-	var queued []uint32
+	// The call's lease shard is held for the whole loop, and the stripe
+	// of the object at hand until the next object is in another one.
+	g := leaseGrant{now: now, until: until, shard: s.rd.calls.Add(1) % nLeaseShards}
+	g.locks.lockShard(&s.rd.leases[g.shard])
 	f.warm = func(slot uint32) {
 		// A visible candidate's replicas: replicaLocked reads their
 		// allocator blocks.
@@ -1139,55 +1141,91 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 			continue
 		}
 		o := s.mu.objs.at(slot)
-		mu := s.rd.stripe(slot)
-		mu.Lock()
+		g.locks.lockStripe(s.rd.stripe(slot))
 		o.stamp = now
-		var id uint64
-		id, queued = s.leaseLocked(slot, now, until, queued)
-		mu.Unlock()
+		id := s.leaseLocked(slot, &g, len(keys)-i)
 		getBytes += o.size
 		out[i] = GetResult{Size: o.size, Replicas: backing[start:len(backing):len(backing)], LeaseExpiry: expiry, LeaseTTL: s.cfg.LeaseTTL, LeaseID: id}
 	}
-	if len(queued) > 0 {
+	g.locks.unlock()
+	for _, id := range g.stale {
+		s.rd.dropLease(id)
+	}
+	if len(g.queued) > 0 {
 		s.rd.wheel.Lock()
 		b := bucketOf(until)
-		s.mu.leaseQ[b] = append(s.mu.leaseQ[b], queued...)
+		s.mu.leaseQ[b] = append(s.mu.leaseQ[b], g.queued...)
 		s.rd.wheel.Unlock()
 	}
 	s.rd.getBytes.Add(getBytes)
-	s.rd.sink.Add(sink)
+	s.rd.sink.Add(sink + f.sink)
 	s.met.items(opGet, len(keys), -1, func(i int) error { return out[i].Err })
 	return out, nil
 }
 
-// leaseLocked grants visible object slot a read lease until until and
+// leaseGrant is what the leases of one GetReplicas call share: when they
+// are granted and end; the call's shard of the lease table, held by the
+// call, where the periods it begins go, with ids reserved for the call
+// (one atomic add per call, and one shard's lines and lock per call: per
+// key, the shared counter, the shards and their locks would bounce between
+// the cores of concurrent calls); the periods found ended, to drop from
+// their shards after the call's locks are released; and the slots the
+// call puts on the lease wheel at until's bucket — appended to the wheel
+// once, before the call unlocks the Service, so the wheel cannot look at
+// them before.
+type leaseGrant struct {
+	now, until int64
+	locks      heldLocks
+	shard      uint64 // 0 … nLeaseShards-1
+	next, end  uint64 // ids (next+1 … end)<<leaseShardBits | shard are this call's
+	stale      []uint64
+	queued     []uint32
+}
+
+// newID returns a lease period id no one else has, reserving up to n more
+// when the call's are used up. Ids never repeat: the counter starts below
+// 2^56 and would take centuries to reach 2^58.
+func (g *leaseGrant) newID(r *readPath, n int) uint64 {
+	if g.next == g.end {
+		g.end = r.nextLease.Add(uint64(n))
+		g.next = g.end - uint64(n)
+	}
+	g.next++
+	return g.next<<leaseShardBits | g.shard
+}
+
+// leaseLocked grants visible object slot a read lease until g.until and
 // returns its lease period id: until then (or until all leases of the
 // period are released) the object is neither evicted nor freed. The caller
-// holds the lock exclusively, or shared and slot's stripe. A slot that
-// goes on the lease wheel at until's bucket is appended to queued instead,
-// for the caller to put there before it unlocks.
-func (s *Service) leaseLocked(slot uint32, now, until int64, queued []uint32) (uint64, []uint32) {
+// holds the Service's lock shared, g's shard and slot's stripe; left is
+// how many leases the call may still grant, this one included.
+func (s *Service) leaseLocked(slot uint32, g *leaseGrant, left int) uint64 {
 	o := s.mu.objs.at(slot)
-	if o.leaseUntil <= now {
-		s.endLeasePeriodLocked(slot) // ended, the wheel just has not seen it yet
+	if o.leaseUntil <= g.now && o.aux > 0 {
+		// Ended, the wheel just has not seen it yet. Its id leaves the
+		// lease table after the call (its shard may be another one); a
+		// release of it meanwhile finds another period on the object and
+		// changes nothing.
+		g.stale = append(g.stale, o.leaseID)
+		o.aux = 0
 	}
-	o.leaseUntil = max(o.leaseUntil, until)
+	o.leaseUntil = max(o.leaseUntil, g.until)
 	if o.flags&flagLeaseQueued == 0 {
 		o.flags |= flagLeaseQueued
-		if bucketOf(o.leaseUntil) == bucketOf(until) {
-			queued = append(queued, slot)
+		if bucketOf(o.leaseUntil) == bucketOf(g.until) {
+			g.queued = append(g.queued, slot)
 		} else {
 			s.queueLeaseLocked(slot, o.leaseUntil)
 		}
 	}
 	if o.aux == 0 {
-		o.leaseID = s.rd.nextLease.Add(1)
-		s.rd.setLease(o.leaseID, slot)
+		o.leaseID = g.newID(&s.rd, left)
+		g.locks.sh.m[o.leaseID] = slot
 	}
 	if o.aux < ^uint32(0) { // saturated: the period then ends only by expiry
 		o.aux++
 	}
-	return o.leaseID, queued
+	return o.leaseID
 }
 
 // bucketOf is the lease wheel's bucket for an expiry at until.
@@ -1515,8 +1553,11 @@ func (s *Service) ReleaseLeases(ctx context.Context, ids []uint64) (err error) {
 	now := s.now()
 	ended := 0
 	var zombies []zombieRef
+	// A batch's ids come in runs of one shard (the call that began their
+	// periods): its lock is taken once per run.
+	var locks heldLocks
 	for _, id := range ids {
-		e, z := s.releaseLeaseLocked(id, now)
+		e, z := s.releaseLeaseLocked(id, now, &locks)
 		if e {
 			ended++
 		}
@@ -1524,6 +1565,7 @@ func (s *Service) ReleaseLeases(ctx context.Context, ids []uint64) (err error) {
 			zombies = append(zombies, z)
 		}
 	}
+	locks.unlock()
 	s.mu.RUnlock()
 	if ended > 0 {
 		s.met.leaseReleases.Add(float64(ended)) // once: an atomic add per lease was a quarter of the call
@@ -1557,19 +1599,21 @@ func (s *Service) freeZombieLocked(z zombieRef, now int64) {
 // whether that ended the period (the caller counts it in
 // metrics.leaseReleases) and, when that period was a zombie's, the zombie,
 // for the caller to free with the lock held exclusively. Unknown and ended
-// periods are ignored. The caller holds the lock, shared or exclusively;
-// releaseLeaseLocked takes the object's stripe.
-func (s *Service) releaseLeaseLocked(id uint64, now int64) (ended bool, z zombieRef) {
-	slot, ok := s.rd.leaseSlot(id)
+// periods are ignored. The caller holds the Service's lock, shared or
+// exclusively, and passes the shard and stripe locks it holds (locks
+// unlock them when done): releaseLeaseLocked takes id's shard and the
+// object's stripe through them.
+func (s *Service) releaseLeaseLocked(id uint64, now int64, locks *heldLocks) (ended bool, z zombieRef) {
+	sh := s.rd.shard(id)
+	locks.lockShard(sh)
+	slot, ok := sh.m[id]
 	if !ok {
 		return false, z // ended (expired, or its object freed) or unknown
 	}
-	mu := s.rd.stripe(slot)
-	mu.Lock()
-	defer mu.Unlock()
+	locks.lockStripe(s.rd.stripe(slot))
 	o := s.mu.objs.at(slot)
-	// Between the lookup and the stripe, another release may have ended
-	// the period (and a get begun a new one).
+	// A period found ended by a get leaves the table after that get's
+	// call: the object may have begun another since.
 	if o.aux == 0 || o.leaseID != id || (o.state != stateVisible && o.state != stateZombie) {
 		return false, z
 	}
@@ -1581,7 +1625,7 @@ func (s *Service) releaseLeaseLocked(id uint64, now int64) (ended bool, z zombie
 	}
 	// The last reader's copy is done: the object is unleased now,
 	// but for an exist check's lease.
-	s.rd.dropLease(id)
+	delete(sh.m, id)
 	o.leaseUntil = 0
 	if o.flags&flagExistLease != 0 && o.stamp+int64(s.cfg.LeaseTTL) > now {
 		o.leaseUntil = o.stamp + int64(s.cfg.LeaseTTL) // still queued: flagLeaseQueued stays
@@ -1652,7 +1696,9 @@ func (s *Service) HoldLeases(ctx context.Context, req HoldReq) (_ HoldResult, er
 				s.mu.views[k] = v
 			}
 		}
-		ended, z := s.releaseLeaseLocked(id, now)
+		var locks heldLocks
+		ended, z := s.releaseLeaseLocked(id, now, &locks)
+		locks.unlock()
 		if ended {
 			s.met.leaseReleases.Inc()
 		}

@@ -3,7 +3,6 @@ package master
 import (
 	"encoding/binary"
 	"hash/maphash"
-	"sync/atomic"
 )
 
 // The object table is built to stay cheap for the garbage collector at tens
@@ -61,9 +60,6 @@ type objTable struct {
 	tabs    []idxTable // by table number
 	indexed int        // keys in the index
 
-	// sink takes prefetch's loads, so that the compiler keeps them.
-	// An atomic: the read path prefetches with the Service's lock shared.
-	sink atomic.Uint64
 }
 
 // idxTable is one open-addressing table of the index: entries are
@@ -392,7 +388,10 @@ const prefetchGroup = 16
 // cand[j] is set to the slot+1 of the first record whose fingerprint
 // matches key j (0: none), usually the key's: a caller may warm what it
 // reads of those records next.
-func (t *objTable) prefetch(keys []string, hs []uint64, cand *[prefetchGroup]uint32) {
+//
+// It returns the sum of what it loaded, for the caller to keep (so that
+// the compiler keeps the loads).
+func (t *objTable) prefetch(keys []string, hs []uint64, cand *[prefetchGroup]uint32) uint64 {
 	var pos [prefetchGroup]uint32 // home positions
 	var sink uint64
 	for j, k := range keys {
@@ -433,7 +432,7 @@ func (t *objTable) prefetch(keys []string, hs []uint64, cand *[prefetchGroup]uin
 			sink += uint64(t.keys[ref>>32][uint32(ref)])
 		}
 	}
-	t.sink.Add(sink)
+	return sink
 }
 
 // batchFinder finds the keys of a batch by index, in increasing order
@@ -450,6 +449,9 @@ type batchFinder struct {
 	ready bool
 	keys  [prefetchGroup]string // the group's
 	hs    [prefetchGroup]uint64 // and their hashes
+	// sink sums the prefetches' loads: the caller hands it to
+	// readPath.sink once per call (done).
+	sink uint64
 }
 
 func newBatchFinder(t *objTable, n int, key func(i int) string) batchFinder {
@@ -465,7 +467,7 @@ func (f *batchFinder) hash(i int) uint64 {
 			f.keys[j] = f.key(g + j)
 		}
 		var cand [prefetchGroup]uint32
-		f.t.prefetch(f.keys[:m], f.hs[:m], &cand)
+		f.sink += f.t.prefetch(f.keys[:m], f.hs[:m], &cand)
 		if f.warm != nil {
 			for _, c := range cand[:m] {
 				if c != 0 {
