@@ -119,7 +119,7 @@ type storeReport struct {
 	Iters         int            `json:"iters"`
 	MaxKeys       int            `json:"max_keys_per_batch"`
 	PipelineChunk int            `json:"pipeline_chunk,omitempty"` // --pipeline-chunk; 0: the client's default
-	BatchParts      int            `json:"batch_parts"`                // the Go paths' client.Options.BatchParts (--batch-parts, or the default it resolved to)
+	BatchParts    int            `json:"batch_parts"`              // the Go paths' client.Options.BatchParts (--batch-parts, or the default it resolved to)
 	Ceilings      []storeCeiling `json:"ceilings"`
 	Results       []storeResult  `json:"results"`
 	Skipped       []storeSkip    `json:"skipped"`
