@@ -316,7 +316,7 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 	// A large batch is split over cores, as a get's (batchGet). Equal keys
 	// go to the same part, which keeps their batch order: what a batch
 	// that names a key twice does is what it did in one pipeline.
-	if n := s.batchParts(len(reqs)); n == 1 {
+	if n := s.batchParts(s.putParts, len(reqs)); n == 1 {
 		s.putPart(ctx, keys, srcs, reqs, idx, stream, inc, errs)
 	} else {
 		var wg sync.WaitGroup
@@ -759,7 +759,7 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	// (master calls, resolution, submission on the caller's stream), so
 	// the per-key work of the master's read path and of this process runs
 	// on several cores at once.
-	n := s.batchParts(len(q))
+	n := s.batchParts(s.parts, len(q))
 	if n == 1 {
 		leases = s.getPart(ctx, keys, q, idx, stream, sizes, plan, errs)
 	} else {
@@ -780,9 +780,10 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 }
 
 // batchParts returns how many parts a batch put or get of n keys is split
-// into: at most Options.BatchParts, each of at least two pipeline chunks.
-func (s *Store) batchParts(n int) int {
-	return max(1, min(s.parts, n/(2*s.pipeChunk())))
+// into: at most parts (Options.BatchParts, resolved for puts or gets), each
+// of at least two pipeline chunks.
+func (s *Store) batchParts(parts, n int) int {
+	return max(1, min(parts, n/(2*s.pipeChunk())))
 }
 
 // getPart runs the pipelined get of the stored keys q (the batch's keys
