@@ -121,6 +121,9 @@ engine moving only the selected bytes and the link's ceiling, on the first of
 				if fl.Changed("bytes") {
 					sb.bytes = f.bytes
 				}
+				if fl.Changed("copy-engine-min") {
+					sb.ceMin = f.ceMin // the Go paths' copy_engine_min_bytes
+				}
 				return runStoreBench(cmd.Context(), cmd.OutOrStdout(), sb)
 			}
 			if sf.json != "" || sf.plot != "" || cmd.Flags().Changed("paths") {

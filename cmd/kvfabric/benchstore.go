@@ -56,6 +56,7 @@ type storeBenchFlags struct {
 	maxKeys int
 	chunk   int
 	parts   int
+	ceMin   string // copy_engine_min_bytes of the Go paths' Stores; "" keeps the default
 	json    string
 	plot    string
 	python  string // the python3 executable
@@ -73,6 +74,7 @@ type storeParams struct {
 	maxKeys    int    // keys per BatchPut/BatchGet
 	chunk      int    // client.Options.PipelineChunk of the Go paths (0: default)
 	parts      int    // client.Options.BatchParts of the Go paths (0: default)
+	ceMin      string // copy_engine_min_bytes of the Go paths ("": the default)
 	capacity   uint64 // global_segment_size of each GPU's store
 	maxMR      uint64
 	socketDir  string
@@ -118,8 +120,9 @@ type storeReport struct {
 	RoundBytes    uint64         `json:"round_bytes"`
 	Iters         int            `json:"iters"`
 	MaxKeys       int            `json:"max_keys_per_batch"`
-	PipelineChunk int            `json:"pipeline_chunk,omitempty"` // --pipeline-chunk; 0: the client's default
-	BatchParts    int            `json:"batch_parts"`              // the Go paths' client.Options.BatchParts (--batch-parts, or the default it resolved to)
+	PipelineChunk int            `json:"pipeline_chunk,omitempty"`  // --pipeline-chunk; 0: the client's default
+	BatchParts    int            `json:"batch_parts"`               // the Go paths' client.Options.BatchParts (--batch-parts, or the default it resolved to)
+	CopyEngineMin string         `json:"copy_engine_min,omitempty"` // --copy-engine-min given with --store: the Go paths' copy_engine_min_bytes
 	Ceilings      []storeCeiling `json:"ceilings"`
 	Results       []storeResult  `json:"results"`
 	Skipped       []storeSkip    `json:"skipped"`
@@ -204,7 +207,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 		ctx = context.Background()
 	}
 	isSim := drv.Name() == "sim"
-	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts}
+	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin}
 	if p.chunk < 0 {
 		return fmt.Errorf("--pipeline-chunk %d: want 0 (the default) or more", p.chunk)
 	}
@@ -289,7 +292,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 
 	ver, _ := drv.DriverVersion()
 	rep := storeReport{Kind: "kvfabric-bench-store", Driver: why, DriverVersion: ver, Sizes: p.sizes,
-		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
+		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, CopyEngineMin: p.ceMin, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
 	for _, d := range devs {
 		rep.Devices = append(rep.Devices, int(d))
 	}
@@ -584,11 +587,15 @@ func runStoreGo(ctx context.Context, drv cuda.Driver, path string, m storeMode, 
 		}
 	}()
 	for i, dev := range m.devs {
-		cfg, err := config.FromMap(map[string]any{
+		keys := map[string]any{
 			"protocol": "nvlink", "driver": drv.Name(), "master_server_addr": addr, "device": int(dev),
 			"global_segment_size": p.capacity, "enable_egm_store_pool": true, "local_buffer_size": 0,
 			"max_mr_size": p.maxMR, "socket_dir": p.socketDir,
-		})
+		}
+		if p.ceMin != "" {
+			keys["copy_engine_min_bytes"] = p.ceMin
+		}
+		cfg, err := config.FromMap(keys)
 		if err != nil {
 			return nil, err
 		}
