@@ -972,7 +972,7 @@ type getPipe struct {
 // for the oldest. On a failure everything enqueued is drained first and
 // false is returned.
 func (g *getPipe) submit(c getChunk) bool {
-	h, err := g.s.xfer.SubmitAsync(g.stream, c.copies)
+	h, err := g.s.xfer.SubmitAsyncWith(g.stream, c.copies, transfer.SubmitOptions{CopyEngineMinBytes: g.s.cfg.GetCopyEngineMinBytes})
 	if err != nil {
 		g.err = fmt.Errorf("%w: get of %d objects: %w", ErrTransfer, len(c.idx), err)
 		g.s.drain(g.stream)

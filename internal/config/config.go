@@ -98,6 +98,10 @@ type Config struct {
 	// CopyEngineMinBytes is the block size from which copies go to the copy
 	// engine (cuMemcpyBatchAsync) instead of the SM kernel.
 	CopyEngineMinBytes uint64 `json:"copy_engine_min_bytes"`
+	// GetCopyEngineMinBytes is the same for the copies of gets (into this
+	// GPU): on H200 the copy engine overtakes the SM kernel at 64 KiB that
+	// way and at 128 KiB the other (docs/perf/store.md).
+	GetCopyEngineMinBytes uint64 `json:"get_copy_engine_min_bytes"`
 	// SocketDir is where posix_fd providers create their fd-exchange socket,
 	// and the only directory whose sockets a consumer imports from.
 	SocketDir string `json:"socket_dir"`
@@ -147,16 +151,17 @@ func Defaults() Config {
 		host = "localhost"
 	}
 	return Config{
-		Protocol:           ProtocolNVLink,
-		MaxMRSize:          1 << 30,
-		MasterServerAddr:   MasterEmbedded,
-		MasterFastPath:     true,
-		HandleType:         HandleAuto,
-		Driver:             DriverAuto,
-		LocalHostname:      host,
-		CopyEngineMinBytes: 128 << 10, // measured crossover, see transfer.DefaultCopyEngineMinBytes
-		SocketDir:          os.TempDir(),
-		RPCTimeout:         DefaultRPCTimeout,
+		Protocol:              ProtocolNVLink,
+		MaxMRSize:             1 << 30,
+		MasterServerAddr:      MasterEmbedded,
+		MasterFastPath:        true,
+		HandleType:            HandleAuto,
+		Driver:                DriverAuto,
+		LocalHostname:         host,
+		CopyEngineMinBytes:    128 << 10, // measured crossover, see transfer.DefaultCopyEngineMinBytes
+		GetCopyEngineMinBytes: 64 << 10,  // measured for gets, docs/perf/store.md
+		SocketDir:             os.TempDir(),
+		RPCTimeout:            DefaultRPCTimeout,
 	}
 }
 
@@ -243,6 +248,9 @@ func (c *Config) Validate() error {
 	if c.CopyEngineMinBytes == 0 {
 		return invalid("copy_engine_min_bytes", c.CopyEngineMinBytes, "must be > 0")
 	}
+	if c.GetCopyEngineMinBytes == 0 {
+		return invalid("get_copy_engine_min_bytes", c.GetCopyEngineMinBytes, "must be > 0")
+	}
 	if c.EGMNUMANodes != nil {
 		if len(c.EGMNUMANodes) == 0 {
 			return invalid("egm_numa_nodes", "", "empty list (use auto)")
@@ -308,27 +316,28 @@ func Keys() []string {
 type setter func(c *Config, v any) error
 
 var setters = map[string]setter{
-	"protocol":              stringKey("protocol", func(c *Config, s string) { c.Protocol = strings.ToLower(s) }),
-	"global_segment_size":   sizeKey("global_segment_size", func(c *Config, n uint64) { c.GlobalSegmentSize = n }),
-	"local_buffer_size":     sizeKey("local_buffer_size", func(c *Config, n uint64) { c.LocalBufferSize = n }),
-	"max_mr_size":           sizeKey("max_mr_size", func(c *Config, n uint64) { c.MaxMRSize = n }),
-	"copy_engine_min_bytes": sizeKey("copy_engine_min_bytes", func(c *Config, n uint64) { c.CopyEngineMinBytes = n }),
-	"enable_egm_store_pool": boolKey("enable_egm_store_pool", func(c *Config, b bool) { c.EnableEGMStorePool = b }),
-	"master_server_addr":    stringKey("master_server_addr", func(c *Config, s string) { c.MasterServerAddr = s }),
-	"master_fast_path":      boolKey("master_fast_path", func(c *Config, b bool) { c.MasterFastPath = b }),
-	"handle_type":           stringKey("handle_type", func(c *Config, s string) { c.HandleType = strings.ToLower(s) }),
-	"driver":                stringKey("driver", func(c *Config, s string) { c.Driver = strings.ToLower(s) }),
-	"local_hostname":        stringKey("local_hostname", func(c *Config, s string) { c.LocalHostname = s }),
-	"client_id":             stringKey("client_id", func(c *Config, s string) { c.ClientID = s }),
-	"socket_dir":            stringKey("socket_dir", func(c *Config, s string) { c.SocketDir = s }),
-	"lease_ttl":             durationKey("lease_ttl", func(c *Config, d time.Duration) { c.LeaseTTL = d }),
-	"put_timeout":           durationKey("put_timeout", func(c *Config, d time.Duration) { c.PutTimeout = d }),
-	"client_ttl":            durationKey("client_ttl", func(c *Config, d time.Duration) { c.ClientTTL = d }),
-	"tls_ca_file":           stringKey("tls_ca_file", func(c *Config, s string) { c.TLSCAFile = s }),
-	"tls_cert_file":         stringKey("tls_cert_file", func(c *Config, s string) { c.TLSCertFile = s }),
-	"tls_key_file":          stringKey("tls_key_file", func(c *Config, s string) { c.TLSKeyFile = s }),
-	"tls_server_name":       stringKey("tls_server_name", func(c *Config, s string) { c.TLSServerName = s }),
-	"auth_token_file":       stringKey("auth_token_file", func(c *Config, s string) { c.AuthTokenFile = s }),
+	"protocol":                  stringKey("protocol", func(c *Config, s string) { c.Protocol = strings.ToLower(s) }),
+	"global_segment_size":       sizeKey("global_segment_size", func(c *Config, n uint64) { c.GlobalSegmentSize = n }),
+	"local_buffer_size":         sizeKey("local_buffer_size", func(c *Config, n uint64) { c.LocalBufferSize = n }),
+	"max_mr_size":               sizeKey("max_mr_size", func(c *Config, n uint64) { c.MaxMRSize = n }),
+	"copy_engine_min_bytes":     sizeKey("copy_engine_min_bytes", func(c *Config, n uint64) { c.CopyEngineMinBytes = n }),
+	"get_copy_engine_min_bytes": sizeKey("get_copy_engine_min_bytes", func(c *Config, n uint64) { c.GetCopyEngineMinBytes = n }),
+	"enable_egm_store_pool":     boolKey("enable_egm_store_pool", func(c *Config, b bool) { c.EnableEGMStorePool = b }),
+	"master_server_addr":        stringKey("master_server_addr", func(c *Config, s string) { c.MasterServerAddr = s }),
+	"master_fast_path":          boolKey("master_fast_path", func(c *Config, b bool) { c.MasterFastPath = b }),
+	"handle_type":               stringKey("handle_type", func(c *Config, s string) { c.HandleType = strings.ToLower(s) }),
+	"driver":                    stringKey("driver", func(c *Config, s string) { c.Driver = strings.ToLower(s) }),
+	"local_hostname":            stringKey("local_hostname", func(c *Config, s string) { c.LocalHostname = s }),
+	"client_id":                 stringKey("client_id", func(c *Config, s string) { c.ClientID = s }),
+	"socket_dir":                stringKey("socket_dir", func(c *Config, s string) { c.SocketDir = s }),
+	"lease_ttl":                 durationKey("lease_ttl", func(c *Config, d time.Duration) { c.LeaseTTL = d }),
+	"put_timeout":               durationKey("put_timeout", func(c *Config, d time.Duration) { c.PutTimeout = d }),
+	"client_ttl":                durationKey("client_ttl", func(c *Config, d time.Duration) { c.ClientTTL = d }),
+	"tls_ca_file":               stringKey("tls_ca_file", func(c *Config, s string) { c.TLSCAFile = s }),
+	"tls_cert_file":             stringKey("tls_cert_file", func(c *Config, s string) { c.TLSCertFile = s }),
+	"tls_key_file":              stringKey("tls_key_file", func(c *Config, s string) { c.TLSKeyFile = s }),
+	"tls_server_name":           stringKey("tls_server_name", func(c *Config, s string) { c.TLSServerName = s }),
+	"auth_token_file":           stringKey("auth_token_file", func(c *Config, s string) { c.AuthTokenFile = s }),
 	"device": func(c *Config, v any) error {
 		n, err := toInt(v)
 		if err != nil || n < 0 {
@@ -448,32 +457,33 @@ func FromFile(path string) (Config, error) {
 // FromMap.
 func (c *Config) Map() map[string]any {
 	return map[string]any{
-		"protocol":              c.Protocol,
-		"global_segment_size":   c.GlobalSegmentSize,
-		"local_buffer_size":     c.LocalBufferSize,
-		"enable_egm_store_pool": c.EnableEGMStorePool,
-		"egm_numa_nodes":        c.NUMANodesString(),
-		"max_mr_size":           c.MaxMRSize,
-		"master_server_addr":    c.MasterServerAddr,
-		"master_fast_path":      c.MasterFastPath,
-		"handle_type":           c.HandleType,
-		"driver":                c.Driver,
-		"local_hostname":        c.LocalHostname,
-		"client_id":             c.ClientID,
-		"device":                c.Device,
-		"copy_engine_min_bytes": c.CopyEngineMinBytes,
-		"socket_dir":            c.SocketDir,
-		"lease_ttl":             c.LeaseTTL.String(),
-		"put_timeout":           c.PutTimeout.String(),
-		"client_ttl":            c.ClientTTL.String(),
-		"tls_ca_file":           c.TLSCAFile,
-		"tls_cert_file":         c.TLSCertFile,
-		"tls_key_file":          c.TLSKeyFile,
-		"tls_server_name":       c.TLSServerName,
-		"auth_token_file":       c.AuthTokenFile,
-		"fabric_domain":         c.FabricDomain,
-		"rpc_timeout":           c.RPCTimeout.String(),
-		"tenant":                c.Tenant,
+		"protocol":                  c.Protocol,
+		"global_segment_size":       c.GlobalSegmentSize,
+		"local_buffer_size":         c.LocalBufferSize,
+		"enable_egm_store_pool":     c.EnableEGMStorePool,
+		"egm_numa_nodes":            c.NUMANodesString(),
+		"max_mr_size":               c.MaxMRSize,
+		"master_server_addr":        c.MasterServerAddr,
+		"master_fast_path":          c.MasterFastPath,
+		"handle_type":               c.HandleType,
+		"driver":                    c.Driver,
+		"local_hostname":            c.LocalHostname,
+		"client_id":                 c.ClientID,
+		"device":                    c.Device,
+		"copy_engine_min_bytes":     c.CopyEngineMinBytes,
+		"get_copy_engine_min_bytes": c.GetCopyEngineMinBytes,
+		"socket_dir":                c.SocketDir,
+		"lease_ttl":                 c.LeaseTTL.String(),
+		"put_timeout":               c.PutTimeout.String(),
+		"client_ttl":                c.ClientTTL.String(),
+		"tls_ca_file":               c.TLSCAFile,
+		"tls_cert_file":             c.TLSCertFile,
+		"tls_key_file":              c.TLSKeyFile,
+		"tls_server_name":           c.TLSServerName,
+		"auth_token_file":           c.AuthTokenFile,
+		"fabric_domain":             c.FabricDomain,
+		"rpc_timeout":               c.RPCTimeout.String(),
+		"tenant":                    c.Tenant,
 	}
 }
 

@@ -146,6 +146,8 @@ func TestFieldRules(t *testing.T) {
 		{"max_mr_size", "-1", "max_mr_size=-1"},
 		{"copy_engine_min_bytes", "64KiB", ""},
 		{"copy_engine_min_bytes", 0, "copy_engine_min_bytes=0"},
+		{"get_copy_engine_min_bytes", "32KiB", ""},
+		{"get_copy_engine_min_bytes", 0, "get_copy_engine_min_bytes=0"},
 		{"global_segment_size", "junk", "global_segment_size=junk"},
 		{"global_segment_size", -5, "global_segment_size=-5"},
 		{"global_segment_size", true, "global_segment_size=true"},

@@ -466,7 +466,7 @@ func (e *Engine) Submit(s cuda.Stream, copies []cuda.Copy) error {
 	if e.closed {
 		return ErrClosed
 	}
-	return e.submitLocked(s, copies)
+	return e.submitLocked(s, copies, 0)
 }
 
 // Do submits copies on s, then waits for them (and everything before them
@@ -486,7 +486,7 @@ func (e *Engine) Do(s cuda.Stream, copies []cuda.Copy) error {
 		}
 		return err
 	}
-	if err := e.submitLocked(s, copies); err != nil {
+	if err := e.submitLocked(s, copies, 0); err != nil {
 		if !errors.Is(err, ErrInvalidCopy) {
 			err = drain(err)
 		}
@@ -511,12 +511,26 @@ func (e *Engine) Do(s cuda.Stream, copies []cuda.Copy) error {
 // completion has been observed; a handle never waited for keeps its event
 // until Close.
 func (e *Engine) SubmitAsync(s cuda.Stream, copies []cuda.Copy) (*Handle, error) {
+	return e.SubmitAsyncWith(s, copies, SubmitOptions{})
+}
+
+// SubmitOptions adjust one submission.
+type SubmitOptions struct {
+	// CopyEngineMinBytes replaces Options.CopyEngineMinBytes for this
+	// batch's routing (RouteAuto only); 0 keeps it. The crossover depends
+	// on the direction: on H200 reads into HBM gain from the copy engine at
+	// 64 KiB, writes from it only at 128 KiB (docs/perf/store.md).
+	CopyEngineMinBytes uint64
+}
+
+// SubmitAsyncWith is SubmitAsync with o applied to this batch.
+func (e *Engine) SubmitAsyncWith(s cuda.Stream, copies []cuda.Copy, o SubmitOptions) (*Handle, error) {
 	e.life.RLock()
 	defer e.life.RUnlock()
 	if e.closed {
 		return nil, ErrClosed
 	}
-	if err := e.submitLocked(s, copies); err != nil {
+	if err := e.submitLocked(s, copies, o.CopyEngineMinBytes); err != nil {
 		return nil, err
 	}
 	return e.handleLocked(s)
@@ -622,8 +636,13 @@ func (e *Engine) putEvent(ev cuda.Event) {
 	e.events.Unlock()
 }
 
-// submitLocked validates, routes and enqueues; the caller holds life.
-func (e *Engine) submitLocked(s cuda.Stream, copies []cuda.Copy) error {
+// submitLocked validates, routes (blocks of at least ceMin bytes to the
+// copy engine; 0 means Options.CopyEngineMinBytes) and enqueues; the caller
+// holds life.
+func (e *Engine) submitLocked(s cuda.Stream, copies []cuda.Copy, ceMin uint64) error {
+	if ceMin == 0 {
+		ceMin = e.opts.CopyEngineMinBytes
+	}
 	var small, large []cuda.Copy
 	for i, c := range copies {
 		if c.Len == 0 {
@@ -645,7 +664,7 @@ func (e *Engine) submitLocked(s cuda.Stream, copies []cuda.Copy) error {
 		// Common cases without allocating: all small or all large.
 		nSmall := 0
 		for _, c := range copies {
-			if c.Len > 0 && c.Len < e.opts.CopyEngineMinBytes {
+			if c.Len > 0 && c.Len < ceMin {
 				nSmall++
 			}
 		}
@@ -658,7 +677,7 @@ func (e *Engine) submitLocked(s cuda.Stream, copies []cuda.Copy) error {
 			small = make([]cuda.Copy, 0, nSmall)
 			large = make([]cuda.Copy, 0, len(copies)-nSmall)
 			for _, c := range copies {
-				if c.Len < e.opts.CopyEngineMinBytes {
+				if c.Len < ceMin {
 					small = append(small, c)
 				} else {
 					large = append(large, c)

@@ -222,6 +222,49 @@ func TestRouting(t *testing.T) {
 	}
 }
 
+// TestSubmitOptionsCrossover: SubmitAsyncWith's CopyEngineMinBytes routes
+// that batch alone — 64 KiB blocks go to the copy engine with 64 KiB, to
+// the kernel with the engine's 128 KiB default — and the bytes arrive
+// either way.
+func TestSubmitOptionsCrossover(t *testing.T) {
+	e := newSimEnv(t, sim.Config{})
+	eng := newEngine(t, e, transfer.Options{})
+	rng := rand.New(rand.NewPCG(9, 10))
+	const n, size = 10, 64 << 10
+	src := &region{base: e.hbm(t, n*size), want: make([]byte, n*size)}
+	src.fill(t, e, rng)
+	for _, tc := range []struct {
+		name          string
+		o             transfer.SubmitOptions
+		launch, batch int
+	}{
+		{"default", transfer.SubmitOptions{}, 1, 0},
+		{"64KiB", transfer.SubmitOptions{CopyEngineMinBytes: 64 << 10}, 0, 1},
+		{"128KiB", transfer.SubmitOptions{CopyEngineMinBytes: 128 << 10}, 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := &region{base: e.dram(t, n*size), want: src.want}
+			var cs []cuda.Copy
+			for i := range n {
+				off := cuda.DevicePtr(i * size)
+				cs = append(cs, cuda.Copy{Dst: dst.base + off, Src: src.base + off, Len: size})
+			}
+			e.sim.ResetCalls()
+			h, err := eng.SubmitAsyncWith(e.s, cs, tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			if got := [2]int{e.sim.CallCount("LaunchKernel"), e.sim.CallCount("MemcpyBatchAsync")}; got != [2]int{tc.launch, tc.batch} {
+				t.Fatalf("calls (launch, batch) = %v, want [%d %d]", got, tc.launch, tc.batch)
+			}
+			dst.check(t, e)
+		})
+	}
+}
+
 func TestForcedBatchWithoutCapability(t *testing.T) {
 	e := newSimEnv(t, sim.Config{NoMemcpyBatch: true})
 	before := e.live()
