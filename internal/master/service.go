@@ -1213,6 +1213,9 @@ func (s *Service) leaseLocked(slot uint32, g *leaseGrant, left int) uint64 {
 	if o.flags&flagLeaseQueued == 0 {
 		o.flags |= flagLeaseQueued
 		if bucketOf(o.leaseUntil) == bucketOf(g.until) {
+			if g.queued == nil {
+				g.queued = make([]uint32, 0, left) // one allocation per call
+			}
 			g.queued = append(g.queued, slot)
 		} else {
 			s.queueLeaseLocked(slot, o.leaseUntil)

@@ -249,7 +249,7 @@ def packed_keys(keys: list[bytes]):
     joined = b"".join(keys)
     base = ctypes.cast(c_char_p(joined), c_void_p).value or 0
     lens = array("Q", map(len, keys))
-    ptrs = array("Q", map(base.__add__, accumulate(lens, initial=0)))  # n + 1: the last is the end
+    ptrs = array("Q", accumulate(lens, initial=base))  # n + 1: the last is the end
     if n == 0:
         return (c_char_p * 0)(), (c_size_t * 0)(), joined
     return (c_char_p * n).from_buffer(ptrs), (c_size_t * n).from_buffer(lens), joined
