@@ -17,15 +17,18 @@ import (
 //     leaseUntil, leaseID, aux and the flagLeaseQueued bit): only with the
 //     object's stripe (readPath.stripe) held. An exclusive holder changes
 //     them without it: it excludes every shared holder;
-//   - the lease table (lease period id → slot): with the id's shard held
-//     (leaseSlot and dropLease take it);
+//   - the lease table (lease period id → slot): through leaseSlot,
+//     setLease and dropLease, which hold the id's shard around the one map
+//     operation;
 //   - the lease wheel (Service.mu.leaseQ): always through queueLeaseLocked,
 //     which takes readPath.wheel;
 //   - counters: atomics (readPath.nextLease, readPath.getBytes).
 //
-// A shared holder holds at most one shard and one stripe at a time, taken
-// in that order (heldLocks), and waits for no other lock while it holds a
-// stripe: the read path cannot deadlock.
+// A shared holder holds at most one stripe at a time (heldStripe), and
+// while it does takes only the innermost locks — a shard, the wheel —
+// which are held around one map or slice operation and never while
+// taking another lock: the read path cannot deadlock, and no call waits
+// for more than one such operation of another.
 //
 // Nothing else: no object changes state, no allocator block, index entry,
 // segment or client changes. A shared holder that must free an object (a
@@ -92,6 +95,13 @@ func (r *readPath) leaseSlot(id uint64) (uint32, bool) {
 	return slot, ok
 }
 
+func (r *readPath) setLease(id uint64, slot uint32) {
+	sh := r.shard(id)
+	sh.mu.Lock()
+	sh.m[id] = slot
+	sh.mu.Unlock()
+}
+
 func (r *readPath) dropLease(id uint64) {
 	sh := r.shard(id)
 	sh.mu.Lock()
@@ -99,46 +109,28 @@ func (r *readPath) dropLease(id uint64) {
 	sh.mu.Unlock()
 }
 
-// heldLocks are the lease shard and the stripe one read-path call holds:
-// at most one of each, the shard taken first. Not safe for concurrent use.
-type heldLocks struct {
-	sh *leaseShard
-	st *sync.Mutex
-}
+// heldStripe is the stripe one read-path call holds: consecutive objects
+// mostly share one, which is then locked once for all of them. Not safe
+// for concurrent use.
+type heldStripe struct{ mu *sync.Mutex }
 
-// lockShard makes sh the shard held (first releasing the stripe and the
-// shard held, if another).
-func (h *heldLocks) lockShard(sh *leaseShard) {
-	if h.sh == sh {
+// lock makes mu the stripe held, first releasing the one held if another.
+func (h *heldStripe) lock(mu *sync.Mutex) {
+	if h.mu == mu {
 		return
 	}
-	h.unlock()
-	sh.mu.Lock()
-	h.sh = sh
-}
-
-// lockStripe makes mu the stripe held (first releasing the one held, if
-// another), keeping the shard.
-func (h *heldLocks) lockStripe(mu *sync.Mutex) {
-	if h.st == mu {
-		return
-	}
-	if h.st != nil {
-		h.st.Unlock()
+	if h.mu != nil {
+		h.mu.Unlock()
 	}
 	mu.Lock()
-	h.st = mu
+	h.mu = mu
 }
 
-// unlock releases what is held.
-func (h *heldLocks) unlock() {
-	if h.st != nil {
-		h.st.Unlock()
-		h.st = nil
-	}
-	if h.sh != nil {
-		h.sh.mu.Unlock()
-		h.sh = nil
+// unlock releases the stripe held, if any.
+func (h *heldStripe) unlock() {
+	if h.mu != nil {
+		h.mu.Unlock()
+		h.mu = nil
 	}
 }
 

@@ -1093,10 +1093,9 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 	var backing []Replica
 	f := newBatchFinder(&s.mu.objs, len(keys), func(i int) string { return keys[i] })
 	var sink, getBytes uint64
-	// The call's lease shard is held for the whole loop, and the stripe
-	// of the object at hand until the next object is in another one.
+	// The stripe of the object at hand is held until the next object is
+	// in another one; the periods the call begins go to a shard of its own.
 	g := leaseGrant{now: now, until: until, shard: s.rd.calls.Add(1) % nLeaseShards}
-	g.locks.lockShard(&s.rd.leases[g.shard])
 	f.warm = func(slot uint32) {
 		// A visible candidate's replicas: replicaLocked reads their
 		// allocator blocks.
@@ -1141,16 +1140,13 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 			continue
 		}
 		o := s.mu.objs.at(slot)
-		g.locks.lockStripe(s.rd.stripe(slot))
+		g.stripe.lock(s.rd.stripe(slot))
 		o.stamp = now
 		id := s.leaseLocked(slot, &g, len(keys)-i)
 		getBytes += o.size
 		out[i] = GetResult{Size: o.size, Replicas: backing[start:len(backing):len(backing)], LeaseExpiry: expiry, LeaseTTL: s.cfg.LeaseTTL, LeaseID: id}
 	}
-	g.locks.unlock()
-	for _, id := range g.stale {
-		s.rd.dropLease(id)
-	}
+	g.stripe.unlock()
 	if len(g.queued) > 0 {
 		s.rd.wheel.Lock()
 		b := bucketOf(until)
@@ -1164,21 +1160,18 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 }
 
 // leaseGrant is what the leases of one GetReplicas call share: when they
-// are granted and end; the call's shard of the lease table, held by the
-// call, where the periods it begins go, with ids reserved for the call
-// (one atomic add per call, and one shard's lines and lock per call: per
-// key, the shared counter, the shards and their locks would bounce between
-// the cores of concurrent calls); the periods found ended, to drop from
-// their shards after the call's locks are released; and the slots the
-// call puts on the lease wheel at until's bucket — appended to the wheel
-// once, before the call unlocks the Service, so the wheel cannot look at
-// them before.
+// are granted and end; the stripe held; the call's shard of the lease
+// table, where the periods it begins go, with ids reserved for the call
+// (one atomic add per call, and one shard's lines per call: per key, the
+// shared counter and the shards' lines would bounce between the cores of
+// concurrent calls); and the slots the call puts on the lease wheel at
+// until's bucket — appended to the wheel once, before the call unlocks the
+// Service, so the wheel cannot look at them before.
 type leaseGrant struct {
 	now, until int64
-	locks      heldLocks
+	stripe     heldStripe
 	shard      uint64 // 0 … nLeaseShards-1
 	next, end  uint64 // ids (next+1 … end)<<leaseShardBits | shard are this call's
-	stale      []uint64
 	queued     []uint32
 }
 
@@ -1197,17 +1190,12 @@ func (g *leaseGrant) newID(r *readPath, n int) uint64 {
 // leaseLocked grants visible object slot a read lease until g.until and
 // returns its lease period id: until then (or until all leases of the
 // period are released) the object is neither evicted nor freed. The caller
-// holds the Service's lock shared, g's shard and slot's stripe; left is
-// how many leases the call may still grant, this one included.
+// holds the Service's lock shared and slot's stripe; left is how many
+// leases the call may still grant, this one included.
 func (s *Service) leaseLocked(slot uint32, g *leaseGrant, left int) uint64 {
 	o := s.mu.objs.at(slot)
-	if o.leaseUntil <= g.now && o.aux > 0 {
-		// Ended, the wheel just has not seen it yet. Its id leaves the
-		// lease table after the call (its shard may be another one); a
-		// release of it meanwhile finds another period on the object and
-		// changes nothing.
-		g.stale = append(g.stale, o.leaseID)
-		o.aux = 0
+	if o.leaseUntil <= g.now {
+		s.endLeasePeriodLocked(slot) // ended, the wheel just has not seen it yet
 	}
 	o.leaseUntil = max(o.leaseUntil, g.until)
 	if o.flags&flagLeaseQueued == 0 {
@@ -1223,7 +1211,7 @@ func (s *Service) leaseLocked(slot uint32, g *leaseGrant, left int) uint64 {
 	}
 	if o.aux == 0 {
 		o.leaseID = g.newID(&s.rd, left)
-		g.locks.sh.m[o.leaseID] = slot
+		s.rd.setLease(o.leaseID, slot)
 	}
 	if o.aux < ^uint32(0) { // saturated: the period then ends only by expiry
 		o.aux++
@@ -1557,10 +1545,10 @@ func (s *Service) ReleaseLeases(ctx context.Context, ids []uint64) (err error) {
 	ended := 0
 	var zombies []zombieRef
 	// A batch's ids come in runs of one shard (the call that began their
-	// periods): its lock is taken once per run.
-	var locks heldLocks
+	// periods), and of a few stripes: the stripe is held across a run.
+	var stripe heldStripe
 	for _, id := range ids {
-		e, z := s.releaseLeaseLocked(id, now, &locks)
+		e, z := s.releaseLeaseLocked(id, now, &stripe)
 		if e {
 			ended++
 		}
@@ -1568,7 +1556,7 @@ func (s *Service) ReleaseLeases(ctx context.Context, ids []uint64) (err error) {
 			zombies = append(zombies, z)
 		}
 	}
-	locks.unlock()
+	stripe.unlock()
 	s.mu.RUnlock()
 	if ended > 0 {
 		s.met.leaseReleases.Add(float64(ended)) // once: an atomic add per lease was a quarter of the call
@@ -1603,20 +1591,18 @@ func (s *Service) freeZombieLocked(z zombieRef, now int64) {
 // metrics.leaseReleases) and, when that period was a zombie's, the zombie,
 // for the caller to free with the lock held exclusively. Unknown and ended
 // periods are ignored. The caller holds the Service's lock, shared or
-// exclusively, and passes the shard and stripe locks it holds (locks
-// unlock them when done): releaseLeaseLocked takes id's shard and the
-// object's stripe through them.
-func (s *Service) releaseLeaseLocked(id uint64, now int64, locks *heldLocks) (ended bool, z zombieRef) {
-	sh := s.rd.shard(id)
-	locks.lockShard(sh)
-	slot, ok := sh.m[id]
+// exclusively, and passes the stripe it holds (stripe.unlock releases it
+// when the caller is done): releaseLeaseLocked takes the object's stripe
+// through it.
+func (s *Service) releaseLeaseLocked(id uint64, now int64, stripe *heldStripe) (ended bool, z zombieRef) {
+	slot, ok := s.rd.leaseSlot(id)
 	if !ok {
 		return false, z // ended (expired, or its object freed) or unknown
 	}
-	locks.lockStripe(s.rd.stripe(slot))
+	stripe.lock(s.rd.stripe(slot))
 	o := s.mu.objs.at(slot)
-	// A period found ended by a get leaves the table after that get's
-	// call: the object may have begun another since.
+	// Between the lookup and the stripe another release may have ended
+	// the period, and a get begun another.
 	if o.aux == 0 || o.leaseID != id || (o.state != stateVisible && o.state != stateZombie) {
 		return false, z
 	}
@@ -1628,7 +1614,7 @@ func (s *Service) releaseLeaseLocked(id uint64, now int64, locks *heldLocks) (en
 	}
 	// The last reader's copy is done: the object is unleased now,
 	// but for an exist check's lease.
-	delete(sh.m, id)
+	s.rd.dropLease(id)
 	o.leaseUntil = 0
 	if o.flags&flagExistLease != 0 && o.stamp+int64(s.cfg.LeaseTTL) > now {
 		o.leaseUntil = o.stamp + int64(s.cfg.LeaseTTL) // still queued: flagLeaseQueued stays
@@ -1699,9 +1685,9 @@ func (s *Service) HoldLeases(ctx context.Context, req HoldReq) (_ HoldResult, er
 				s.mu.views[k] = v
 			}
 		}
-		var locks heldLocks
-		ended, z := s.releaseLeaseLocked(id, now, &locks)
-		locks.unlock()
+		var stripe heldStripe
+		ended, z := s.releaseLeaseLocked(id, now, &stripe)
+		stripe.unlock()
 		if ended {
 			s.met.leaseReleases.Inc()
 		}
