@@ -1709,6 +1709,12 @@ func (s *Service) renewLeaseLocked(id uint64, now, until int64) error {
 		return fmt.Errorf("%w: lease %d ended", ErrNotFound, id)
 	}
 	o := s.mu.objs.at(slot)
+	if o.aux == 0 || o.leaseID != id {
+		// Not reachable while the table and the records agree (they do
+		// whenever the lock is held exclusively); checked so that no
+		// mistake there can renew another period, or another object.
+		return fmt.Errorf("%w: lease %d ended", ErrNotFound, id)
+	}
 	if o.leaseUntil <= now {
 		return fmt.Errorf("%w: lease %d of key %q expired %v ago", ErrNotFound, id, s.mu.objs.key(slot), time.Duration(now-o.leaseUntil))
 	}
