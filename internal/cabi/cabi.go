@@ -270,11 +270,29 @@ func decodeBatch(n uint64, keys, keyLens, ptrs, lens, parts unsafe.Pointer) (bat
 	}
 	kp := unsafe.Slice((*unsafe.Pointer)(keys), n)
 	kl := unsafe.Slice((*uint64)(keyLens), n)
+	// The keys' bytes are copied into one buffer, which the strings share
+	// (never written after): one allocation per batch, not one per key.
+	var size uint64
+	for i := range kp {
+		if kl[i] == 0 {
+			continue
+		}
+		if kp[i] == nil {
+			return batch{}, fmt.Errorf("key %d: %w: key is NULL with length %d", i, client.ErrInvalidArgument, kl[i])
+		}
+		if kl[i] > math.MaxInt32 || size+kl[i] > math.MaxInt32 {
+			return batch{}, fmt.Errorf("key %d: %w: key has length %d (%d bytes of keys before it)", i, client.ErrInvalidArgument, kl[i], size)
+		}
+		size += kl[i]
+	}
+	buf := make([]byte, size)
 	b.keys = make([]string, n)
+	var at uint64
 	for i := range b.keys {
-		var err error
-		if b.keys[i], err = str(kp[i], kl[i], "key"); err != nil {
-			return batch{}, fmt.Errorf("key %d: %w", i, err)
+		if k := kl[i]; k > 0 {
+			copy(buf[at:at+k], unsafe.Slice((*byte)(kp[i]), k))
+			b.keys[i] = unsafe.String(&buf[at], int(k))
+			at += k
 		}
 	}
 	if ptrs == nil && lens == nil {

@@ -1,0 +1,32 @@
+package cabi
+
+import (
+	"strconv"
+	"testing"
+	"unsafe"
+)
+
+// BenchmarkDecodeBatch measures what the C ABI does per key before a batch
+// reaches the Store: the C key pointers and lengths into Go strings, the
+// buffer pointers and lengths into regions (4096 keys, one region each).
+func BenchmarkDecodeBatch(b *testing.B) {
+	const n = 4096
+	keys := make([][]byte, n)
+	kp := make([]unsafe.Pointer, n)
+	kl := make([]uint64, n)
+	ptrs := make([]uint64, n)
+	lens := make([]uint64, n)
+	for i := range keys {
+		keys[i] = []byte("bench/gpu0/r3/" + strconv.Itoa(100000000+i))
+		kp[i], kl[i] = unsafe.Pointer(&keys[i][0]), uint64(len(keys[i]))
+		ptrs[i], lens[i] = 0x7f0000000000+uint64(i)<<16, 1<<16
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		bt, err := decodeBatch(n, unsafe.Pointer(&kp[0]), unsafe.Pointer(&kl[0]), unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), nil)
+		if err != nil || len(bt.keys) != n {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
+}
