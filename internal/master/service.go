@@ -1009,11 +1009,11 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 		if out[i] != nil {
 			continue
 		}
-		if err := s.mayFinishLocked(who, p); err != nil {
+		slot, ok := f.find(i)
+		if err := s.mayFinishLocked(who, p, slot, ok); err != nil {
 			out[i] = err
 			continue
 		}
-		slot, ok := f.find(i)
 		var o *object
 		if ok {
 			o = s.mu.objs.at(slot)
@@ -1438,14 +1438,15 @@ func (s *Service) unchargeLocked(o *object) {
 	}
 }
 
-// mayFinishLocked checks that who may end or revoke put p: its writer's
-// principal (the put's token alone does not suffice with authentication).
-func (s *Service) mayFinishLocked(who caller, p PutRef) error {
+// mayFinishLocked checks that who may end or revoke put p, whose key the
+// index maps to slot (found false: to none): its writer's principal (the
+// put's token alone does not suffice with authentication).
+func (s *Service) mayFinishLocked(who caller, p PutRef, slot uint32, found bool) error {
 	if who.admin() {
 		return nil
 	}
 	var seq uint32
-	if slot, ok := s.mu.objs.lookup(p.Key); ok && s.mu.objs.at(slot).token == p.Token {
+	if found && s.mu.objs.at(slot).token == p.Token {
 		seq = s.mu.objs.at(slot).aux
 		if s.mu.objs.at(slot).state != statePending {
 			return nil // visible: a retried PutEnd changes nothing
