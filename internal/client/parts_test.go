@@ -13,6 +13,7 @@ import (
 	"github.com/kvfabric/kvfabric/internal/client"
 	"github.com/kvfabric/kvfabric/internal/cuda"
 	"github.com/kvfabric/kvfabric/internal/cuda/sim"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim/simtest"
 	"github.com/kvfabric/kvfabric/internal/master"
 )
 
@@ -289,4 +290,76 @@ func TestBatchPutPartsStoppedRevokes(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.close()
+}
+
+// TestBatchPartsRemoteMaster: with a master behind gRPC (in this process),
+// split batches — puts too, parts of half a pipeline chunk — put and get
+// every key's own bytes, and leave no lease, mapping or driver object.
+func TestBatchPartsRemoteMaster(t *testing.T) {
+	addr := startMaster(t, master.Config{LeaseTTL: time.Hour})
+	drv, err := sim.New(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := egmProvider("16MiB")
+	m["master_server_addr"] = addr
+	ctx := context.Background()
+	s, err := client.Open(ctx, cfgFor(t, m), client.Options{Driver: drv, ClientID: "remote-parts", PipelineChunk: 5, BatchParts: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	const n, slot = 90, 8192 // parts of 22-23 keys, each of several chunks
+	src, err := drv.MemAlloc(s.Context(), n*slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := drv.MemAlloc(s.Context(), n*slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, n*slot)
+	for i := range want {
+		want[i] = byte(rng.Uint32())
+	}
+	if err := drv.MemcpyHtoD(s.Context(), src, want); err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, n)
+	srcs, dsts := make([][]client.Region, n), make([][]client.Region, n)
+	sizes := make([]uint64, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("remote-parts/%d", i)
+		sizes[i] = uint64(1 + rng.IntN(slot))
+		srcs[i] = client.Bytes(uintptr(src)+uintptr(i*slot), sizes[i])
+		dsts[i] = client.Bytes(uintptr(dst)+uintptr(i*slot), slot)
+	}
+	for i, err := range s.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
+		if err != nil {
+			t.Fatalf("put %s: %v", keys[i], err)
+		}
+	}
+	got, errs := s.BatchGet(ctx, keys, dsts, 0)
+	back := make([]byte, n*slot)
+	if err := drv.MemcpyDtoH(s.Context(), back, dst); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		lo := i * slot
+		if err != nil || got[i] != sizes[i] || string(back[lo:lo+int(sizes[i])]) != string(want[lo:lo+int(sizes[i])]) {
+			t.Fatalf("get %s: size %d (want %d), %v, or wrong bytes", keys[i], got[i], sizes[i], err)
+		}
+	}
+	if _, err := s.RemoveAll(ctx, false); err != nil {
+		t.Fatalf("plain RemoveAll after the gets (a lease left behind?): %v", err)
+	}
+	for _, p := range []cuda.DevicePtr{src, dst} {
+		if err := drv.MemFree(s.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	simtest.AssertNoLeaks(t, drv)
 }

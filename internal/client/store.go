@@ -149,9 +149,10 @@ type Store struct {
 	mounted atomic.Pointer[pool.Pool]
 
 	closeTimeout time.Duration
-	chunk        int // Options.PipelineChunk
-	parts        int // Options.BatchParts, resolved
-	putParts     int // the same for puts
+	chunk        int  // Options.PipelineChunk
+	parts        int  // Options.BatchParts, resolved
+	putParts     int  // the same for puts
+	embedded     bool // the master is in this process (master.IsEmbedded)
 	rel          releaser
 	keeper       viewKeeper // renews held Views' leases (views.go)
 	exitOnClose  bool
@@ -350,8 +351,9 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		}
 		s.ownMaster = true
 	}
+	s.embedded = master.IsEmbedded(s.m)
 	s.putParts = s.parts
-	if opts.BatchParts == 0 && master.IsEmbedded(s.m) {
+	if opts.BatchParts == 0 && s.embedded {
 		s.putParts = 1
 	}
 	_, s.termFenced = s.m.(interface{ TermFenced() bool })
