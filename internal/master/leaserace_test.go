@@ -200,7 +200,92 @@ func TestLeasedRangesNeverReused(t *testing.T) {
 		}
 		used += sg.al.Used()
 	}
-	if objs := svc.mu.objs.indexed + svc.mu.zombies; used != 0 || objs != 0 || svc.leasesHeldLocked() != 0 {
-		t.Fatalf("leaked: %d bytes, %d objects, %d lease periods", used, objs, svc.leasesHeldLocked())
+	if objs := svc.mu.objs.indexed + svc.mu.zombies; used != 0 || objs != 0 || svc.leasesHeldLocked() != 0 || svc.rd.blocks() != 0 {
+		t.Fatalf("leaked: %d bytes, %d objects, %d lease periods, %d lease blocks", used, objs, svc.leasesHeldLocked(), svc.rd.blocks())
+	}
+}
+
+// TestLeaseBlocks: the lease table keeps a GetReplicas call's periods in
+// blocks of at most leaseBlockMax; a block leaves the table exactly when
+// its call is done and its last period has ended — not at a repeated end
+// of one period — and a released id no longer names a period.
+func TestLeaseBlocks(t *testing.T) {
+	e := newEnvWith(t, testConfig(), transports["embedded"])
+	p := e.registerTTL("prov", time.Hour)
+	e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 1<<30))
+	w := e.register("w", "host-a", -1, -1)
+	const n = leaseBlockMax + 100 // two blocks
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("blk-%05d", i)
+	}
+	for lo := 0; lo < n; lo += 1000 {
+		hi := min(lo+1000, n)
+		reqs := make([]PutStartReq, 0, hi-lo)
+		for _, k := range keys[lo:hi] {
+			reqs = append(reqs, PutStartReq{Key: k, Size: 4096, Placement: Placement{Client: w, NUMANode: -1, Device: -1}})
+		}
+		res, err := e.svc.PutStart(e.ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs := make([]PutRef, len(res))
+		for i, r := range res {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			refs[i] = PutRef{Key: reqs[i].Key, Token: r.Token}
+		}
+		for _, err := range e.svc.PutEnd(e.ctx, refs) {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	res, err := e.svc.GetReplicas(e.ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]uint64, n)
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		ids[i] = r.LeaseID
+	}
+	if b, h := e.svc.rd.blocks(), e.svc.rd.leasesHeld(); b != 2 || h != n {
+		t.Fatalf("after one call of %d gets: %d blocks, %d periods; want 2 and %d", n, b, h, n)
+	}
+	// Ending one period twice counts once: the block keeps its other ones.
+	e.svc.rd.dropLease(ids[0])
+	e.svc.rd.dropLease(ids[0])
+	if _, ok := e.svc.rd.leaseSlot(ids[0]); ok {
+		t.Fatal("an ended period still names a slot")
+	}
+	if _, ok := e.svc.rd.leaseSlot(ids[1]); !ok || e.svc.rd.leasesHeld() != n-1 || e.svc.rd.blocks() != 2 {
+		t.Fatalf("after ending one period twice: period 1 found %v, %d periods, %d blocks; want true, %d, 2", ok, e.svc.rd.leasesHeld(), e.svc.rd.blocks(), n-1)
+	}
+	// The record still counts period 0's lease: release it through the Service.
+	if err := e.svc.ReleaseLeases(e.ctx, ids[1:leaseBlockMax]); err != nil {
+		t.Fatal(err)
+	}
+	if b := e.svc.rd.blocks(); b != 1 {
+		t.Fatalf("after releasing the first block's leases: %d blocks, want 1", b)
+	}
+	if err := e.svc.ReleaseLeases(e.ctx, ids[leaseBlockMax:]); err != nil {
+		t.Fatal(err)
+	}
+	if b, h := e.svc.rd.blocks(), e.svc.rd.leasesHeld(); b != 0 || h != 0 {
+		t.Fatalf("after releasing every lease: %d blocks, %d periods; want none", b, h)
+	}
+	// Object 0's record still holds its lease (its table entry was ended by
+	// hand above): a plain remove is refused until that lease runs out.
+	if errs := e.svc.Remove(e.ctx, keys[:1], false); !errors.Is(errs[0], ErrHasLease) {
+		t.Fatalf("plain remove of a leased object: %v", errs[0])
+	}
+	e.clk.Advance(e.svc.cfg.LeaseTTL + time.Second)
+	e.svc.Reap()
+	if _, err := e.svc.RemoveAll(e.ctx, Filter{}, false); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -17,12 +17,13 @@ import (
 //     leaseUntil, leaseID, aux and the flagLeaseQueued bit): only with the
 //     object's stripe (readPath.stripe) held. An exclusive holder changes
 //     them without it: it excludes every shared holder;
-//   - the lease table (lease period id → slot): through leaseSlot,
-//     setLease and dropLease, which hold the id's shard around the one map
-//     operation;
+//   - the lease table (lease period id → slot): blocks of ids, one per
+//     GetReplicas call (or 4096 of its leases), found by the id through
+//     a shard's map, which its lock guards around one map operation; a
+//     block's entries and count are atomics (leaseBlock);
 //   - the lease wheel (Service.mu.leaseQ): always through queueLeaseLocked,
 //     which takes readPath.wheel;
-//   - counters: atomics (readPath.nextLease, readPath.getBytes).
+//   - counters: atomics (readPath.nextBlock, readPath.getBytes).
 //
 // A shared holder holds at most one stripe at a time (heldStripe), and
 // while it does takes only the innermost locks — a shard, the wheel —
@@ -38,7 +39,7 @@ type readPath struct {
 	stripes   [nStripes]paddedMutex
 	leases    [nLeaseShards]leaseShard
 	wheel     sync.Mutex    // guards Service.mu.leaseQ for shared holders
-	nextLease atomic.Uint64 // lease period ids are nextLease<<leaseShardBits | shard
+	nextBlock atomic.Uint64 // numbers the lease blocks (leaseBlock); starts at random
 	calls     atomic.Uint64 // picks each GetReplicas call's lease shard
 	getBytes  atomic.Uint64 // bytes of objects leased to readers (flowCounters)
 	sink      atomic.Uint64 // takes the loads of the batch finders' prefetches (once per call)
@@ -52,6 +53,13 @@ const (
 	stripeSpan     = 64
 	leaseShardBits = 6
 	nLeaseShards   = 1 << leaseShardBits
+	// A lease period id is block<<(leaseBlockBits+leaseShardBits) |
+	// offset<<leaseShardBits | shard: a block's number, the period's
+	// entry in it and the shard whose map holds it. Block numbers start
+	// below 2^40 at random (ids of an earlier master process do not name
+	// this one's periods) and would take centuries to pass 2^46.
+	leaseBlockBits = 12
+	leaseBlockMax  = 1 << leaseBlockBits
 )
 
 // paddedMutex is a mutex on a cache line of its own: the stripes of
@@ -64,14 +72,67 @@ type paddedMutex struct {
 // leaseShard is one shard of the lease table.
 type leaseShard struct {
 	mu sync.Mutex
-	m  map[uint64]uint32 // lease period id → slot, while it has unreleased leases
+	m  map[uint64]*leaseBlock // block number → block, while it has periods with unreleased leases
 	_  [64 - 16]byte
 }
 
+// leaseBlock holds the lease periods one GetReplicas call began: entry i
+// is the slot (+1) of the period with offset i, 0 once that period ended.
+// Only the call writes entries (each once, before the id can be known to
+// anyone); the end of a period clears its entry with a swap, so exactly one
+// ender counts it. state is the number of periods not ended, plus
+// blockSealed once the call has begun its last one: the block leaves its
+// shard's map when state reaches blockSealed, at the last of those two
+// events.
+type leaseBlock struct {
+	slots []atomic.Uint32
+	state atomic.Int64
+}
+
+const blockSealed = 1 << 62
+
 func (r *readPath) init() {
 	for i := range r.leases {
-		r.leases[i].m = map[uint64]uint32{}
+		r.leases[i].m = map[uint64]*leaseBlock{}
 	}
+}
+
+func leaseBlockNum(id uint64) uint64 { return id >> (leaseBlockBits + leaseShardBits) }
+func leaseOffset(id uint64) uint64   { return id >> leaseShardBits & (leaseBlockMax - 1) }
+
+// block returns the block of lease period id, or nil.
+func (r *readPath) block(id uint64) *leaseBlock {
+	sh := r.shard(id)
+	sh.mu.Lock()
+	b := sh.m[leaseBlockNum(id)]
+	sh.mu.Unlock()
+	return b
+}
+
+// openBlock starts a block of n (≤ leaseBlockMax) periods in shard sh
+// (index si) and returns it with its number.
+func (r *readPath) openBlock(si uint64, n int) (*leaseBlock, uint64) {
+	b := &leaseBlock{slots: make([]atomic.Uint32, n)}
+	num := r.nextBlock.Add(1)
+	sh := &r.leases[si]
+	sh.mu.Lock()
+	sh.m[num] = b
+	sh.mu.Unlock()
+	return b, num
+}
+
+// sealBlock records that block num of shard si gets no more periods.
+func (r *readPath) sealBlock(si, num uint64, b *leaseBlock) {
+	if b.state.Add(blockSealed) == blockSealed {
+		r.dropBlock(si, num)
+	}
+}
+
+func (r *readPath) dropBlock(si, num uint64) {
+	sh := &r.leases[si]
+	sh.mu.Lock()
+	delete(sh.m, num)
+	sh.mu.Unlock()
 }
 
 // stripe returns the mutex that guards slot's lease fields for shared
@@ -86,27 +147,28 @@ func (r *readPath) stripe(slot uint32) *sync.Mutex {
 // one shard's lines.
 func (r *readPath) shard(id uint64) *leaseShard { return &r.leases[id&(nLeaseShards-1)] }
 
-// leaseSlot returns the slot of lease period id.
+// leaseSlot returns the slot of lease period id, while that period has
+// unreleased leases.
 func (r *readPath) leaseSlot(id uint64) (uint32, bool) {
-	sh := r.shard(id)
-	sh.mu.Lock()
-	slot, ok := sh.m[id]
-	sh.mu.Unlock()
-	return slot, ok
+	b := r.block(id)
+	if b == nil || leaseOffset(id) >= uint64(len(b.slots)) {
+		return 0, false
+	}
+	v := b.slots[leaseOffset(id)].Load()
+	return v - 1, v != 0
 }
 
-func (r *readPath) setLease(id uint64, slot uint32) {
-	sh := r.shard(id)
-	sh.mu.Lock()
-	sh.m[id] = slot
-	sh.mu.Unlock()
-}
-
+// dropLease ends lease period id in the table (its leases were all
+// released, or ended): its entry is cleared, and the block dropped when it
+// was the block's last period and the block is sealed.
 func (r *readPath) dropLease(id uint64) {
-	sh := r.shard(id)
-	sh.mu.Lock()
-	delete(sh.m, id)
-	sh.mu.Unlock()
+	b := r.block(id)
+	if b == nil || leaseOffset(id) >= uint64(len(b.slots)) {
+		return
+	}
+	if b.slots[leaseOffset(id)].Swap(0) != 0 && b.state.Add(-1) == blockSealed {
+		r.dropBlock(id&(nLeaseShards-1), leaseBlockNum(id))
+	}
 }
 
 // heldStripe is the stripe one read-path call holds: consecutive objects
@@ -136,6 +198,21 @@ func (h *heldStripe) unlock() {
 
 // leasesHeld returns the number of lease periods with unreleased leases.
 func (r *readPath) leasesHeld() int {
+	n := 0
+	for i := range r.leases {
+		sh := &r.leases[i]
+		sh.mu.Lock()
+		for _, b := range sh.m {
+			n += int(b.state.Load() &^ blockSealed)
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// blocks returns the number of lease blocks in the table (for tests: a
+// block whose periods have all ended and that is sealed must be gone).
+func (r *readPath) blocks() int {
 	n := 0
 	for i := range r.leases {
 		sh := &r.leases[i]

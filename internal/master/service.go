@@ -258,7 +258,7 @@ func New(cfg Config) (*Service, error) {
 	m.quarantine = map[string]quarantine{}
 	seed := uint64(time.Now().UnixNano())
 	m.rng = rand.New(rand.NewPCG(seed, seed>>17|1))
-	s.rd.nextLease.Store(m.rng.Uint64() >> (leaseShardBits + 2))
+	s.rd.nextBlock.Store(m.rng.Uint64() >> 24)
 	// Another master process starts from another version, so its clients
 	// compare their mappings with its segments at their first heartbeat.
 	m.segVersion = m.rng.Uint64()
@@ -1147,6 +1147,7 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 		out[i] = GetResult{Size: o.size, Replicas: backing[start:len(backing):len(backing)], LeaseExpiry: expiry, LeaseTTL: s.cfg.LeaseTTL, LeaseID: id}
 	}
 	g.stripe.unlock()
+	g.seal(&s.rd)
 	if len(g.queued) > 0 {
 		s.rd.wheel.Lock()
 		b := bucketOf(until)
@@ -1161,9 +1162,9 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 
 // leaseGrant is what the leases of one GetReplicas call share: when they
 // are granted and end; the stripe held; the call's shard of the lease
-// table, where the periods it begins go, with ids reserved for the call
-// (one atomic add per call, and one shard's lines per call: per key, the
-// shared counter and the shards' lines would bounce between the cores of
+// table and its block there, where the periods it begins go (one map
+// insert and one counter add per call: per key, the shared counter, the
+// map's buckets and their churn would bounce between the cores of
 // concurrent calls); and the slots the call puts on the lease wheel at
 // until's bucket — appended to the wheel once, before the call unlocks the
 // Service, so the wheel cannot look at them before.
@@ -1171,20 +1172,36 @@ type leaseGrant struct {
 	now, until int64
 	stripe     heldStripe
 	shard      uint64 // 0 … nLeaseShards-1
-	next, end  uint64 // ids (next+1 … end)<<leaseShardBits | shard are this call's
-	queued     []uint32
+	// blk is the block the call's new periods go to (number num), next its
+	// first unused entry.
+	blk    *leaseBlock
+	num    uint64
+	next   int
+	queued []uint32
 }
 
-// newID returns a lease period id no one else has, reserving up to n more
-// when the call's are used up. Ids never repeat: the counter starts below
-// 2^56 and would take centuries to reach 2^58.
-func (g *leaseGrant) newID(r *readPath, n int) uint64 {
-	if g.next == g.end {
-		g.end = r.nextLease.Add(uint64(n))
-		g.next = g.end - uint64(n)
+// newPeriod begins a lease period of slot in the call's block (opening one
+// for up to n more when there is none or it is full) and returns its id.
+// (The entry holds slot+1: slots stay far below 2^32-1, a table of 300 GB.)
+func (g *leaseGrant) newPeriod(r *readPath, slot uint32, n int) uint64 {
+	if g.blk == nil || g.next == len(g.blk.slots) {
+		g.seal(r)
+		g.blk, g.num = r.openBlock(g.shard, min(n, leaseBlockMax))
+		g.next = 0
 	}
+	off := g.next
 	g.next++
-	return g.next<<leaseShardBits | g.shard
+	g.blk.slots[off].Store(slot + 1)
+	g.blk.state.Add(1)
+	return g.num<<(leaseBlockBits+leaseShardBits) | uint64(off)<<leaseShardBits | g.shard
+}
+
+// seal seals the call's block, if any.
+func (g *leaseGrant) seal(r *readPath) {
+	if g.blk != nil {
+		r.sealBlock(g.shard, g.num, g.blk)
+		g.blk = nil
+	}
 }
 
 // leaseLocked grants visible object slot a read lease until g.until and
@@ -1210,8 +1227,7 @@ func (s *Service) leaseLocked(slot uint32, g *leaseGrant, left int) uint64 {
 		}
 	}
 	if o.aux == 0 {
-		o.leaseID = g.newID(&s.rd, left)
-		s.rd.setLease(o.leaseID, slot)
+		o.leaseID = g.newPeriod(&s.rd, slot, left)
 	}
 	if o.aux < ^uint32(0) { // saturated: the period then ends only by expiry
 		o.aux++
