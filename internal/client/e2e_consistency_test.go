@@ -194,7 +194,15 @@ func runWorker(t *testing.T) {
 	}
 	w.spy = &spyMaster{Client: mc}
 	w.spy.mu.owners = map[string]string{}
-	w.s = openChild(t, nil, client.Options{Driver: w.drv, Master: w.spy})
+	opts := client.Options{Driver: w.drv, Master: w.spy}
+	if p := os.Getenv(envParts); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", envParts, p, err)
+		}
+		opts.BatchParts, opts.PipelineChunk = n, 4
+	}
+	w.s = openChild(t, nil, opts)
 	for _, p := range []*cuda.DevicePtr{&w.cmd, &w.loop} {
 		if *p, err = w.drv.MemAlloc(w.s.Context(), keySlot*bufKeys); err != nil {
 			t.Fatal(err)
@@ -449,6 +457,7 @@ type e2e struct {
 	addr    string
 	sockets string
 	simCfg  *sim.Config
+	env     []string // more environment for every child
 }
 
 func newE2E(t *testing.T, mcfg master.Config) *e2e {
@@ -463,6 +472,7 @@ func (e *e2e) start(role, name string, ttl time.Duration) *simtest.Child {
 	if ttl > 0 {
 		env = append(env, envTTL+"="+ttl.String())
 	}
+	env = append(env, e.env...)
 	c := simtest.Spawn(e.t, e.t.Name(), role, simtest.Options{Config: e.simCfg, Env: env, Timeout: 2 * time.Minute})
 	if m := c.Recv(); m != "ready" {
 		e.t.Fatalf("%s %s: %s", role, name, m)
@@ -603,10 +613,26 @@ func TestStoppedWriter(t *testing.T) {
 	if dispatchRole(t) {
 		return
 	}
-	runStoppedWriter(t, putTimeoutTiming, []stopCase{
+	runStoppedWriter(t, putTimeoutTiming, 0, []stopCase{
 		{"stopped after PutStart, registration expired meanwhile", "putstart", time.Second},
 		{"stopped after PutStart, registration alive (put timeout only)", "putstart", 10 * time.Second},
 		{"stopped with its copies enqueued, registration alive", "copy", 10 * time.Second},
+		{"SIGSTOP at an arbitrary moment, registration alive", "random", 10 * time.Second},
+	})
+}
+
+// TestStoppedWriterParts is TestStoppedWriter with the writers' batches
+// split into four parts pipelined at once (client.Options.BatchParts):
+// stopped after one part's PutStart, with one part's copies enqueued, or
+// at any moment, no part's late copies may land in a range handed out
+// since.
+func TestStoppedWriterParts(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	runStoppedWriter(t, putTimeoutTiming, 4, []stopCase{
+		{"stopped after a part's PutStart, registration expired meanwhile", "putstart", time.Second},
+		{"stopped with a part's copies enqueued, registration alive", "copy", 10 * time.Second},
 		{"SIGSTOP at an arbitrary moment, registration alive", "random", 10 * time.Second},
 	})
 }
@@ -629,7 +655,7 @@ func TestStoppedWriterMidCopyExpired(t *testing.T) {
 	// A's registration (TTL 2 s) expires during its 3.5 s stop; B refills
 	// after that; A's revoked ranges stay reserved for the put timeout (6 s)
 	// after the expiry, well past A's resumption.
-	runStoppedWriter(t, stopTiming{putTimeout: 6 * time.Second, stopFor: 3500 * time.Millisecond, refillAfter: 2600 * time.Millisecond},
+	runStoppedWriter(t, stopTiming{putTimeout: 6 * time.Second, stopFor: 3500 * time.Millisecond, refillAfter: 2600 * time.Millisecond}, 0,
 		[]stopCase{{"stopped with its copies enqueued, registration expired meanwhile", "copy", 2 * time.Second}})
 }
 
@@ -642,10 +668,15 @@ type stopTiming struct {
 // putTimeoutTiming: B refills after A's puts passed their timeout.
 var putTimeoutTiming = stopTiming{putTimeout: 2 * time.Second, stopFor: 3 * time.Second, refillAfter: 2300 * time.Millisecond}
 
-func runStoppedWriter(t *testing.T, tm stopTiming, cases []stopCase) {
+// runStoppedWriter runs the rounds of cases; parts > 0 splits every
+// worker's batches into that many parts (envParts).
+func runStoppedWriter(t *testing.T, tm stopTiming, parts int, cases []stopCase) {
 	const refill = 256
 	putTimeout, stopFor := tm.putTimeout, tm.stopFor
 	e := newE2E(t, master.Config{PutTimeout: putTimeout, LeaseTTL: 500 * time.Millisecond, MinClientTTL: 100 * time.Millisecond})
+	if parts > 0 {
+		e.env = []string{envParts + "=" + strconv.Itoa(parts)}
+	}
 	prov := e.start("provider", "provider-a", 0)
 	b := e.start("worker", "refiller", 0)
 	r := e.start("worker", "reader", 0)

@@ -38,6 +38,10 @@ const (
 	// every child log at debug level to stderr (a child's stderr shows when
 	// it fails).
 	envDebug = "KVFABRIC_E2E_DEBUG"
+	// envParts, when set, makes a worker split its batches into that many
+	// parts (client.Options.BatchParts) of pipeline chunks of 4 keys, so
+	// that the real-process tests cover the split path on any machine.
+	envParts = "KVFABRIC_E2E_BATCH_PARTS"
 )
 
 // value is the deterministic content of key: any process can check it.
