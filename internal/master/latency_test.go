@@ -165,6 +165,66 @@ func BenchmarkLatency(b *testing.B) {
 	}
 }
 
+// BenchmarkPutLatency: the latency of the master calls of one small batch
+// put — PutStart then PutEnd of 16 new keys — and of their Remove, on each
+// kind of master (see BenchmarkLatency), for 4 KiB and 16 MiB objects:
+// the calls a batch of large objects makes at its ends, which nothing
+// overlaps. Percentiles are of the PutStart+PutEnd pair.
+func BenchmarkPutLatency(b *testing.B) {
+	for _, kind := range []string{"embedded", "grpc", "fast-proc"} {
+		for _, size := range []uint64{4 << 10, 16 << 20} {
+			b.Run(fmt.Sprintf("%s/size=%s/keys=16", kind, sizeName(size)), func(b *testing.B) {
+				c := latencyMaster(b, kind)
+				ctx := context.Background()
+				place := NoPlacement
+				place.Client = latencyClient
+				reqs := make([]PutStartReq, 16)
+				refs := make([]PutRef, 16)
+				keys := make([]string, 16)
+				round := 0
+				var lat latencies
+				for b.Loop() {
+					for i := range reqs {
+						keys[i] = fmt.Sprintf("p%d-%d", round, i)
+						reqs[i] = PutStartReq{Key: keys[i], Size: size, Placement: place}
+					}
+					round++
+					t0 := time.Now()
+					res, err := c.PutStart(ctx, reqs)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for i, r := range res {
+						if r.Err != nil {
+							b.Fatal(r.Err)
+						}
+						refs[i] = PutRef{Key: keys[i], Token: r.Token}
+					}
+					for _, err := range c.PutEnd(ctx, refs) {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+					lat.add(t0)
+					for _, err := range c.Remove(ctx, keys, false) {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				lat.report(b)
+			})
+		}
+	}
+}
+
+func sizeName(n uint64) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%dMiB", n>>20)
+	}
+	return fmt.Sprintf("%dKiB", n>>10)
+}
+
 // latencyClient is the client latencyMaster registers.
 const latencyClient = "bench"
 
