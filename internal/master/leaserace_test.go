@@ -256,6 +256,19 @@ func TestLeaseBlocks(t *testing.T) {
 	if b, h := e.svc.rd.blocks(), e.svc.rd.leasesHeld(); b != 2 || h != n {
 		t.Fatalf("after one call of %d gets: %d blocks, %d periods; want 2 and %d", n, b, h, n)
 	}
+	// Ids nobody was given — other blocks, shards and offsets, beyond a
+	// block's end, random — change nothing.
+	rng := rand.New(rand.NewPCG(1, 2))
+	var junk []uint64
+	for range 1000 {
+		junk = append(junk, rng.Uint64(), ids[n-1]+1<<leaseShardBits, ids[0]^1, ids[0]+1<<62)
+	}
+	if err := e.svc.ReleaseLeases(e.ctx, junk); err != nil {
+		t.Fatal(err)
+	}
+	if b, h := e.svc.rd.blocks(), e.svc.rd.leasesHeld(); b != 2 || h != n {
+		t.Fatalf("after releasing ids never given: %d blocks, %d periods; want 2 and %d", b, h, n)
+	}
 	// Ending one period twice counts once: the block keeps its other ones.
 	e.svc.rd.dropLease(ids[0])
 	e.svc.rd.dropLease(ids[0])
