@@ -200,8 +200,8 @@ func TestLeasedRangesNeverReused(t *testing.T) {
 		}
 		used += sg.al.Used()
 	}
-	if objs := svc.mu.objs.indexed + svc.mu.zombies; used != 0 || objs != 0 || svc.leasesHeldLocked() != 0 || svc.rd.blocks() != 0 {
-		t.Fatalf("leaked: %d bytes, %d objects, %d lease periods, %d lease blocks", used, objs, svc.leasesHeldLocked(), svc.rd.blocks())
+	if objs := svc.mu.objs.indexed + svc.mu.zombies; used != 0 || objs != 0 || svc.rd.leasesHeld() != 0 || svc.rd.blocks() != 0 {
+		t.Fatalf("leaked: %d bytes, %d objects, %d lease periods, %d lease blocks", used, objs, svc.rd.leasesHeld(), svc.rd.blocks())
 	}
 }
 

@@ -223,10 +223,6 @@ func (r *readPath) blocks() int {
 	return n
 }
 
-// leasesHeldLocked returns the number of lease periods with unreleased
-// leases.
-func (s *Service) leasesHeldLocked() int { return s.rd.leasesHeld() }
-
 // rlock takes the Service's lock shared unless the Service is closed or ctx
 // is done.
 func (s *Service) rlock(ctx context.Context) error {
