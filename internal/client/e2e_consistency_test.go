@@ -631,10 +631,30 @@ func TestStoppedWriterParts(t *testing.T) {
 		return
 	}
 	runStoppedWriter(t, putTimeoutTiming, 4, []stopCase{
-		{"stopped after a part's PutStart, registration expired meanwhile", "putstart", time.Second},
+		{"stopped after a part's PutStart, registration alive (put timeout only)", "putstart", 10 * time.Second},
 		{"stopped with a part's copies enqueued, registration alive", "copy", 10 * time.Second},
 		{"SIGSTOP at an arbitrary moment, registration alive", "random", 10 * time.Second},
 	})
+}
+
+// TestStoppedWriterPartsExpired stops a writer whose batches are split
+// into parts right after one part's PutStart, for longer than its
+// registration TTL. Unlike an unsplit batch's stop there, other parts (and
+// the part's own earlier chunk) may be stopped mid-copy: they passed
+// their fence before the stop. The master keeps the revoked ranges until
+// the writer registers again or one put timeout after the expiry, so the
+// stop has to end before that — the bound of docs/design.md §9, with the
+// timing of TestStoppedWriterMidCopyExpired. (Run with TTL 1 s against a
+// 2 s put timeout and a 3 s stop, the writer's registration could expire
+// 0.5 s after the stop, when one heartbeat was late, and the ranges of its
+// copies in flight were reused 0.5 s before it resumed: 3 wrong objects in
+// a CI run.)
+func TestStoppedWriterPartsExpired(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	runStoppedWriter(t, stopTiming{putTimeout: 6 * time.Second, stopFor: 3500 * time.Millisecond, refillAfter: 2600 * time.Millisecond}, 4,
+		[]stopCase{{"stopped after a part's PutStart, registration expired meanwhile", "putstart", 2 * time.Second}})
 }
 
 // TestStoppedWriterMidCopyExpired stops a writer whose copies are enqueued
@@ -646,8 +666,11 @@ func TestStoppedWriterParts(t *testing.T) {
 // in ranges nobody else owns. (In the simulator the copy runs in the stopped
 // process; on a GPU it is a copy queued behind other work on the writer's
 // stream while its process is paused or cut off from the master.) A writer
-// stopped for longer than TTL + put timeout mid-copy is taken for dead: the
-// one case not covered (docs/design.md §9).
+// stopped mid-copy for longer than one put timeout after its registration
+// expired is taken for dead: the one case not covered (docs/design.md §9).
+// The expiry can come less than a TTL after the stop (the registration
+// runs from the last heartbeat the master received), so the bound counts
+// from the expiry, not from the stop.
 func TestStoppedWriterMidCopyExpired(t *testing.T) {
 	if dispatchRole(t) {
 		return
