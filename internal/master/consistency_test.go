@@ -1,6 +1,7 @@
 package master
 
 import (
+	"context"
 	"reflect"
 	"testing"
 	"time"
@@ -147,14 +148,21 @@ func TestReleaseLeases(t *testing.T) {
 		e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 64*MiB))
 		e.put("k", 4096)
 		r1, r2 := e.get("k"), e.get("k")
-		if r1.LeaseID == 0 || r1.LeaseID != r2.LeaseID {
-			t.Fatalf("lease ids %#x %#x: want one period", r1.LeaseID, r2.LeaseID)
+		if r1.LeaseID == 0 || r2.LeaseID == 0 || r1.LeaseID == r2.LeaseID {
+			t.Fatalf("lease ids %#x %#x: want one per reader", r1.LeaseID, r2.LeaseID)
 		}
 		wantErr(t, "Remove leased", e.c.Remove(e.ctx, []string{"k"}, false)[0], ErrHasLease)
 		wantErr(t, "Remove force", e.c.Remove(e.ctx, []string{"k"}, true)[0], nil)
 		release(t, e, r1.LeaseID)
 		if e.tierUsed(segment.TierDRAM) != 4096 {
 			t.Fatal("freed while a reader still copies")
+		}
+		// A reader that releases its lease again (a bug, a retried call)
+		// must not end the other reader's: the range would be reused
+		// under its copy.
+		release(t, e, r1.LeaseID, r1.LeaseID)
+		if e.tierUsed(segment.TierDRAM) != 4096 {
+			t.Fatal("a repeated release freed the object while another reader still copies")
 		}
 		release(t, e, r2.LeaseID)
 		if u := e.tierUsed(segment.TierDRAM); u != 0 {
@@ -176,6 +184,102 @@ func TestReleaseLeases(t *testing.T) {
 		wantErr(t, "Remove after the release", e.c.Remove(e.ctx, []string{"j"}, false)[0], nil)
 		release(t, e, 12345, cur.LeaseID) // unknown and repeated ids are ignored
 	})
+}
+
+// TestReleaseBoundToReader: with authentication a lease is released only by
+// the principal it was granted to (or an admin): another client that
+// names its id — guessed, or by mistake — changes nothing.
+func TestReleaseBoundToReader(t *testing.T) {
+	e := newEnvWith(t, testConfig(), transports["embedded"])
+	p := e.register("p1", "host-a", 0, 0)
+	e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 64*MiB))
+	e.put("k", 4096)
+	as := func(name string, role Role) context.Context {
+		return WithPrincipal(e.ctx, Principal{Name: name, Role: role})
+	}
+	alice, mallory, ops := as("alice", RoleClient), as("mallory", RoleClient), as("ops", RoleAdmin)
+	get := func(ctx context.Context) uint64 {
+		t.Helper()
+		res, err := e.svc.GetReplicas(ctx, []string{"k"})
+		if err != nil || res[0].Err != nil {
+			t.Fatalf("get: %v %v", err, res[0].Err)
+		}
+		return res[0].LeaseID
+	}
+	a1, a2 := get(alice), get(alice)
+	wantErr(t, "Remove force", e.svc.Remove(e.ctx, []string{"k"}, true)[0], nil)
+	if err := e.svc.ReleaseLeases(mallory, []uint64{a1, a2}); err != nil {
+		t.Fatal(err)
+	}
+	if e.tierUsed(segment.TierDRAM) != 4096 || e.svc.rd.leasesHeld() != 2 {
+		t.Fatalf("another principal's release ended alice's leases: used %d, %d leases held", e.tierUsed(segment.TierDRAM), e.svc.rd.leasesHeld())
+	}
+	if err := e.svc.ReleaseLeases(alice, []uint64{a1}); err != nil {
+		t.Fatal(err)
+	}
+	if e.tierUsed(segment.TierDRAM) != 4096 {
+		t.Fatal("freed while alice's second lease is held")
+	}
+	if err := e.svc.ReleaseLeases(ops, []uint64{a2}); err != nil { // an admin may
+		t.Fatal(err)
+	}
+	if u, h := e.tierUsed(segment.TierDRAM), e.svc.rd.leasesHeld(); u != 0 || h != 0 {
+		t.Fatalf("after the last release: used %d, %d leases held; want 0, 0", u, h)
+	}
+	if e.svc.rd.blocks() != 0 {
+		t.Fatalf("%d lease blocks left", e.svc.rd.blocks())
+	}
+}
+
+// TestUnreleasedLeasesSwept: a reader that never releases (it crashed)
+// leaves nothing behind once its leases have expired; its late release is
+// ignored and ends no newer reader's lease.
+func TestUnreleasedLeasesSwept(t *testing.T) {
+	e := newEnvWith(t, testConfig(), transports["embedded"])
+	p := e.register("p1", "host-a", 0, 0)
+	e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 64*MiB))
+	e.put("k", 4096)
+	e.put("j", 4096)
+	crashed := e.get("k")
+	early := e.get("j")
+	e.clk.Advance(time.Second)
+	late := e.get("j") // a later call's block on the same period
+	if h, b := e.svc.rd.leasesHeld(), e.svc.rd.blocks(); h != 3 || b != 3 {
+		t.Fatalf("%d leases, %d blocks held; want 3, 3", h, b)
+	}
+	release(t, e, late.LeaseID)
+	e.clk.Advance(e.svc.cfg.LeaseTTL)
+	e.svc.Reap()
+	if h, b := e.svc.rd.leasesHeld(), e.svc.rd.blocks(); h != 0 || b != 0 {
+		t.Fatalf("after the leases expired: %d leases, %d blocks held; want none", h, b)
+	}
+	cur := e.get("k")
+	wantErr(t, "Remove force", e.c.Remove(e.ctx, []string{"k"}, true)[0], nil)
+	release(t, e, crashed.LeaseID, early.LeaseID) // late: ignored
+	if e.tierUsed(segment.TierDRAM) != 2*4096 {
+		t.Fatal("a late release of an expired lease ended the current reader's")
+	}
+	release(t, e, cur.LeaseID)
+	if u := e.tierUsed(segment.TierDRAM); u != 4096 {
+		t.Fatalf("used %d after the last release, want 4096 (j)", u)
+	}
+	wantErr(t, "Remove j", e.c.Remove(e.ctx, []string{"j"}, false)[0], nil)
+	// Expired but not yet swept (no reap since): the old lease is still in
+	// the table, and its release must not count on the period begun since.
+	e.put("m", 4096)
+	old := e.get("m")
+	e.clk.Advance(e.svc.cfg.LeaseTTL + time.Millisecond)
+	cur = e.get("m")
+	if _, _, ok := e.svc.rd.lease(old.LeaseID); !ok {
+		t.Fatal("the expired lease was swept without a reap")
+	}
+	release(t, e, old.LeaseID)
+	wantErr(t, "Remove while the new period is held", e.c.Remove(e.ctx, []string{"m"}, false)[0], ErrHasLease)
+	release(t, e, cur.LeaseID)
+	wantErr(t, "Remove m", e.c.Remove(e.ctx, []string{"m"}, false)[0], nil)
+	if h, b := e.svc.rd.leasesHeld(), e.svc.rd.blocks(); h != 0 || b != 0 {
+		t.Fatalf("leaked: %d leases, %d blocks", h, b)
+	}
 }
 
 // TestReportUnreachable: a segment reported unreachable gets no new puts or

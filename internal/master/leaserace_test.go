@@ -201,14 +201,14 @@ func TestLeasedRangesNeverReused(t *testing.T) {
 		used += sg.al.Used()
 	}
 	if objs := svc.mu.objs.indexed + svc.mu.zombies; used != 0 || objs != 0 || svc.rd.leasesHeld() != 0 || svc.rd.blocks() != 0 {
-		t.Fatalf("leaked: %d bytes, %d objects, %d lease periods, %d lease blocks", used, objs, svc.rd.leasesHeld(), svc.rd.blocks())
+		t.Fatalf("leaked: %d bytes, %d objects, %d leases, %d lease blocks", used, objs, svc.rd.leasesHeld(), svc.rd.blocks())
 	}
 }
 
-// TestLeaseBlocks: the lease table keeps a GetReplicas call's periods in
+// TestLeaseBlocks: the lease table keeps a GetReplicas call's leases in
 // blocks of at most leaseBlockMax; a block leaves the table exactly when
-// its call is done and its last period has ended — not at a repeated end
-// of one period — and a released id no longer names a period.
+// its call is done and its last lease was released — a lease released
+// twice counts once — and a released id no longer names a lease.
 func TestLeaseBlocks(t *testing.T) {
 	e := newEnvWith(t, testConfig(), transports["embedded"])
 	p := e.registerTTL("prov", time.Hour)
@@ -254,7 +254,7 @@ func TestLeaseBlocks(t *testing.T) {
 		ids[i] = r.LeaseID
 	}
 	if b, h := e.svc.rd.blocks(), e.svc.rd.leasesHeld(); b != 2 || h != n {
-		t.Fatalf("after one call of %d gets: %d blocks, %d periods; want 2 and %d", n, b, h, n)
+		t.Fatalf("after one call of %d gets: %d blocks, %d leases; want 2 and %d", n, b, h, n)
 	}
 	// Ids nobody was given — other blocks, shards and offsets, beyond a
 	// block's end, random — change nothing.
@@ -267,18 +267,24 @@ func TestLeaseBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if b, h := e.svc.rd.blocks(), e.svc.rd.leasesHeld(); b != 2 || h != n {
-		t.Fatalf("after releasing ids never given: %d blocks, %d periods; want 2 and %d", b, h, n)
+		t.Fatalf("after releasing ids never given: %d blocks, %d leases; want 2 and %d", b, h, n)
 	}
-	// Ending one period twice counts once: the block keeps its other ones.
-	e.svc.rd.dropLease(ids[0])
-	e.svc.rd.dropLease(ids[0])
-	if _, ok := e.svc.rd.leaseSlot(ids[0]); ok {
-		t.Fatal("an ended period still names a slot")
+	// Releasing one lease twice counts once: the block keeps its other ones.
+	if err := e.svc.ReleaseLeases(e.ctx, []uint64{ids[0], ids[0]}); err != nil {
+		t.Fatal(err)
 	}
-	if _, ok := e.svc.rd.leaseSlot(ids[1]); !ok || e.svc.rd.leasesHeld() != n-1 || e.svc.rd.blocks() != 2 {
-		t.Fatalf("after ending one period twice: period 1 found %v, %d periods, %d blocks; want true, %d, 2", ok, e.svc.rd.leasesHeld(), e.svc.rd.blocks(), n-1)
+	if _, _, ok := e.svc.rd.lease(ids[0]); ok {
+		t.Fatal("a released lease is still in the table")
 	}
-	// The record still counts period 0's lease: release it through the Service.
+	if _, _, ok := e.svc.rd.lease(ids[1]); !ok || e.svc.rd.leasesHeld() != n-1 || e.svc.rd.blocks() != 2 {
+		t.Fatalf("after releasing one lease twice: lease 1 found %v, %d leases, %d blocks; want true, %d, 2", ok, e.svc.rd.leasesHeld(), e.svc.rd.blocks(), n-1)
+	}
+	if errs := e.svc.Remove(e.ctx, keys[:1], false); errs[0] != nil {
+		t.Fatalf("plain remove of an object whose only lease was released: %v", errs[0])
+	}
+	if errs := e.svc.Remove(e.ctx, keys[1:2], false); !errors.Is(errs[0], ErrHasLease) {
+		t.Fatalf("plain remove of a leased object: %v", errs[0])
+	}
 	if err := e.svc.ReleaseLeases(e.ctx, ids[1:leaseBlockMax]); err != nil {
 		t.Fatal(err)
 	}
@@ -289,15 +295,8 @@ func TestLeaseBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if b, h := e.svc.rd.blocks(), e.svc.rd.leasesHeld(); b != 0 || h != 0 {
-		t.Fatalf("after releasing every lease: %d blocks, %d periods; want none", b, h)
+		t.Fatalf("after releasing every lease: %d blocks, %d leases; want none", b, h)
 	}
-	// Object 0's record still holds its lease (its table entry was ended by
-	// hand above): a plain remove is refused until that lease runs out.
-	if errs := e.svc.Remove(e.ctx, keys[:1], false); !errors.Is(errs[0], ErrHasLease) {
-		t.Fatalf("plain remove of a leased object: %v", errs[0])
-	}
-	e.clk.Advance(e.svc.cfg.LeaseTTL + time.Second)
-	e.svc.Reap()
 	if _, err := e.svc.RemoveAll(e.ctx, Filter{}, false); err != nil {
 		t.Fatal(err)
 	}

@@ -17,10 +17,10 @@ import (
 //     leaseUntil, leaseID, aux and the flagLeaseQueued bit): only with the
 //     object's stripe (readPath.stripe) held. An exclusive holder changes
 //     them without it: it excludes every shared holder;
-//   - the lease table (lease period id → slot): blocks of ids, one per
-//     GetReplicas call (or 4096 of its leases), found by the id through
-//     a shard's map, which its lock guards around one map operation; a
-//     block's entries and count are atomics (leaseBlock);
+//   - the lease table (lease id → period and slot): blocks of ids, one
+//     per GetReplicas call (or 4096 of its leases), found by the id
+//     through a shard's map, which its lock guards around one map
+//     operation; a block's entries and count are atomics (leaseBlock);
 //   - the lease wheel (Service.mu.leaseQ): always through queueLeaseLocked,
 //     which takes readPath.wheel;
 //   - counters: atomics (readPath.nextBlock, readPath.getBytes).
@@ -53,11 +53,12 @@ const (
 	stripeSpan     = 64
 	leaseShardBits = 6
 	nLeaseShards   = 1 << leaseShardBits
-	// A lease period id is block<<(leaseBlockBits+leaseShardBits) |
-	// offset<<leaseShardBits | shard: a block's number, the period's
+	// A lease id is block<<(leaseBlockBits+leaseShardBits) |
+	// offset<<leaseShardBits | shard: a block's number, the lease's
 	// entry in it and the shard whose map holds it. Block numbers start
 	// below 2^40 at random (ids of an earlier master process do not name
-	// this one's periods) and would take centuries to pass 2^46.
+	// this one's leases) and would take centuries to pass 2^46; they are
+	// never reused, so neither is an id.
 	leaseBlockBits = 12
 	leaseBlockMax  = 1 << leaseBlockBits
 )
@@ -76,17 +77,33 @@ type leaseShard struct {
 	_  [64 - 16]byte
 }
 
-// leaseBlock holds the lease periods one GetReplicas call began: entry i
-// is the slot (+1) of the period with offset i, 0 once that period ended.
-// Only the call writes entries (each once, before the id can be known to
-// anyone); the end of a period clears its entry with a swap, so exactly one
-// ender counts it. state is the number of periods not ended, plus
-// blockSealed once the call has begun its last one: the block leaves its
-// shard's map when state reaches blockSealed, at the last of those two
-// events.
+// leaseBlock holds the read leases one GetReplicas call granted, one
+// entry per lease — every reader has its own, also when it joins a period
+// other readers hold: entry i (the lease with offset i) is the period it
+// belongs to (periods[i], the id of the lease that began the period; 0
+// once released) and its object's slot (slots[i]). Only the call writes
+// entries (each once, before the id can be known to anyone); a release
+// clears periods[i] with a swap, so a lease is released once however
+// often its id is named, and only a release that cleared it counts it on
+// the object (Service.releaseLeaseLocked). state is the number of entries
+// not released, plus blockSealed and the number granted once the call is
+// done (the call counts them then, not per lease): the block leaves its
+// shard's map when state reaches blockSealed — its last lease released —
+// or, with leases not released (a reader that crashed), when the reaper
+// finds until passed (readPath.sweep): their periods have ended by then,
+// or were renewed by later leases that hold them.
 type leaseBlock struct {
-	slots []atomic.Uint32
-	state atomic.Int64
+	periods []atomic.Uint64
+	slots   []uint32
+	state   atomic.Int64
+	// until is when the block's leases expire, extended by renewals of
+	// any of them (views, Service.renewLeaseLocked). Written by the call
+	// before it publishes the block and by exclusive holders of the
+	// Service's lock; read by exclusive holders.
+	until int64
+	// owner is the principal the leases were granted to ("" without
+	// authentication): only it, or an admin, may release or renew them.
+	owner string
 }
 
 const blockSealed = 1 << 62
@@ -100,7 +117,7 @@ func (r *readPath) init() {
 func leaseBlockNum(id uint64) uint64 { return id >> (leaseBlockBits + leaseShardBits) }
 func leaseOffset(id uint64) uint64   { return id >> leaseShardBits & (leaseBlockMax - 1) }
 
-// block returns the block of lease period id, or nil.
+// block returns the block of lease id, or nil.
 func (r *readPath) block(id uint64) *leaseBlock {
 	sh := r.shard(id)
 	sh.mu.Lock()
@@ -109,10 +126,10 @@ func (r *readPath) block(id uint64) *leaseBlock {
 	return b
 }
 
-// openBlock starts a block of n (≤ leaseBlockMax) periods in shard sh
-// (index si) and returns it with its number.
-func (r *readPath) openBlock(si uint64, n int) (*leaseBlock, uint64) {
-	b := &leaseBlock{slots: make([]atomic.Uint32, n)}
+// openBlock starts a block of n (≤ leaseBlockMax) leases of owner that
+// expire at until in shard sh (index si) and returns it with its number.
+func (r *readPath) openBlock(si uint64, n int, until int64, owner string) (*leaseBlock, uint64) {
+	b := &leaseBlock{periods: make([]atomic.Uint64, n), slots: make([]uint32, n), until: until, owner: owner}
 	num := r.nextBlock.Add(1)
 	sh := &r.leases[si]
 	sh.mu.Lock()
@@ -121,9 +138,10 @@ func (r *readPath) openBlock(si uint64, n int) (*leaseBlock, uint64) {
 	return b, num
 }
 
-// sealBlock records that block num of shard si gets no more periods.
-func (r *readPath) sealBlock(si, num uint64, b *leaseBlock) {
-	if b.state.Add(blockSealed) == blockSealed {
+// sealBlock records that block num of shard si gets no more leases, and
+// that it was granted n.
+func (r *readPath) sealBlock(si, num uint64, b *leaseBlock, n int) {
+	if b.state.Add(blockSealed+int64(n)) == blockSealed {
 		r.dropBlock(si, num)
 	}
 }
@@ -141,33 +159,57 @@ func (r *readPath) stripe(slot uint32) *sync.Mutex {
 	return &r.stripes[slot/stripeSpan%nStripes].Mutex
 }
 
-// shard returns the lease table's shard of period id: its low bits, which
-// name the shard of the GetReplicas call that began the period (see
-// leaseGrant) — a call's inserts, and the release of its leases, stay in
-// one shard's lines.
+// shard returns the lease table's shard of lease id: its low bits, which
+// name the shard of the GetReplicas call that granted it (see leaseGrant)
+// — a call's inserts, and the release of its leases, stay in one shard's
+// lines.
 func (r *readPath) shard(id uint64) *leaseShard { return &r.leases[id&(nLeaseShards-1)] }
 
-// leaseSlot returns the slot of lease period id, while that period has
-// unreleased leases.
-func (r *readPath) leaseSlot(id uint64) (uint32, bool) {
-	b := r.block(id)
-	if b == nil || leaseOffset(id) >= uint64(len(b.slots)) {
-		return 0, false
+// lease returns the block of lease id and the id's entry in it, while the
+// lease is in the table (not released, its block not swept).
+func (r *readPath) lease(id uint64) (b *leaseBlock, off uint64, ok bool) {
+	b = r.block(id)
+	if b == nil || leaseOffset(id) >= uint64(len(b.periods)) || b.periods[leaseOffset(id)].Load() == 0 {
+		return nil, 0, false
 	}
-	v := b.slots[leaseOffset(id)].Load()
-	return v - 1, v != 0
+	return b, leaseOffset(id), true
 }
 
-// dropLease ends lease period id in the table (its leases were all
-// released, or ended): its entry is cleared, and the block dropped when it
-// was the block's last period and the block is sealed.
-func (r *readPath) dropLease(id uint64) {
+// take releases lease id in the table, once: it returns the lease's period
+// and slot if this call cleared its entry, and drops the block when that
+// was its last lease and it is sealed. Only a caller that may act as the
+// block's owner can take a lease.
+func (r *readPath) take(id uint64, who caller) (period uint64, slot uint32, ok bool) {
 	b := r.block(id)
-	if b == nil || leaseOffset(id) >= uint64(len(b.slots)) {
-		return
+	if b == nil || leaseOffset(id) >= uint64(len(b.periods)) || (b.owner != "" && !who.mayActAs(b.owner)) {
+		return 0, 0, false
 	}
-	if b.slots[leaseOffset(id)].Swap(0) != 0 && b.state.Add(-1) == blockSealed {
+	off := leaseOffset(id)
+	if period = b.periods[off].Swap(0); period == 0 {
+		return 0, 0, false
+	}
+	slot = b.slots[off] // written before the entry's period (Swap sees that store)
+	if b.state.Add(-1) == blockSealed {
 		r.dropBlock(id&(nLeaseShards-1), leaseBlockNum(id))
+	}
+	return period, slot, true
+}
+
+// sweep drops the blocks whose leases all expired by now without being
+// released (their readers crashed, or lost the master): their entries name
+// periods that ended, or that later leases hold — such a period counts
+// them still, so it ends at its expiry rather than at a release. The
+// caller holds the Service's lock exclusively (no call is filling a block).
+func (r *readPath) sweep(now int64) {
+	for i := range r.leases {
+		sh := &r.leases[i]
+		sh.mu.Lock()
+		for num, b := range sh.m {
+			if b.until <= now {
+				delete(sh.m, num)
+			}
+		}
+		sh.mu.Unlock()
 	}
 }
 
@@ -196,7 +238,8 @@ func (h *heldStripe) unlock() {
 	}
 }
 
-// leasesHeld returns the number of lease periods with unreleased leases.
+// leasesHeld returns the number of read leases not released (an expired
+// one counts until the reaper's next pass).
 func (r *readPath) leasesHeld() int {
 	n := 0
 	for i := range r.leases {
@@ -211,7 +254,8 @@ func (r *readPath) leasesHeld() int {
 }
 
 // blocks returns the number of lease blocks in the table (for tests: a
-// block whose periods have all ended and that is sealed must be gone).
+// sealed block whose leases were all released, or expired before the last
+// sweep, must be gone).
 func (r *readPath) blocks() int {
 	n := 0
 	for i := range r.leases {

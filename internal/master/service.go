@@ -67,7 +67,9 @@ type object struct {
 	stamp      int64 // visible: last access; pending: put deadline (unix ns)
 	leaseUntil int64 // unix ns; 0 when not leased
 	// leaseID names the current lease period (from the first lease granted
-	// while none was held to the release or end of the last one). While
+	// while none was held to the release or end of the last one): the id
+	// of the lease that began it, which its other leases' table entries
+	// name too (readPath.take; ids are never reused). While
 	// the object is pending it is its index in Service.mu.pending instead
 	// (a lease period needs a visible object, and starts with aux 0).
 	leaseID uint64
@@ -771,9 +773,6 @@ func (s *Service) freeObjectLocked(slot uint32, now int64) {
 	case stateZombie:
 		s.mu.zombies--
 	}
-	if (o.state == stateVisible || o.state == stateZombie) && o.aux > 0 {
-		s.rd.dropLease(o.leaseID)
-	}
 	if o.flags&flagLeaseQueued != 0 && o.leaseUntil != 0 && o.leaseUntil <= now {
 		s.met.leaseExpiries.Inc()
 	}
@@ -1096,6 +1095,9 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 	// The stripe of the object at hand is held until the next object is
 	// in another one; the periods the call begins go to a shard of its own.
 	g := leaseGrant{now: now, until: until, shard: s.rd.calls.Add(1) % nLeaseShards}
+	if p, ok := PrincipalFrom(ctx); ok {
+		g.owner = p.Name // only it (or an admin) may release or renew the leases
+	}
 	f.warm = func(slot uint32) {
 		// A visible candidate's replicas: replicaLocked reads their
 		// allocator blocks.
@@ -1161,8 +1163,8 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 }
 
 // leaseGrant is what the leases of one GetReplicas call share: when they
-// are granted and end; the stripe held; the call's shard of the lease
-// table and its block there, where the periods it begins go (one map
+// are granted and end, and to whom; the stripe held; the call's shard of
+// the lease table and its block there, where its leases go (one map
 // insert and one counter add per call: per key, the shared counter, the
 // map's buckets and their churn would bounce between the cores of
 // concurrent calls); and the slots the call puts on the lease wheel at
@@ -1170,9 +1172,10 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 // Service, so the wheel cannot look at them before.
 type leaseGrant struct {
 	now, until int64
+	owner      string // the caller's principal, "" without authentication
 	stripe     heldStripe
 	shard      uint64 // 0 … nLeaseShards-1
-	// blk is the block the call's new periods go to (number num), next its
+	// blk is the block the call's leases go to (number num), next its
 	// first unused entry.
 	blk    *leaseBlock
 	num    uint64
@@ -1180,35 +1183,40 @@ type leaseGrant struct {
 	queued []uint32
 }
 
-// newPeriod begins a lease period of slot in the call's block (opening one
-// for up to n more when there is none or it is full) and returns its id.
-// (The entry holds slot+1: slots stay far below 2^32-1, a table of 300 GB.)
-func (g *leaseGrant) newPeriod(r *readPath, slot uint32, n int) uint64 {
-	if g.blk == nil || g.next == len(g.blk.slots) {
+// newLease grants a lease of period (0: a period it begins) on slot in the
+// call's block (opening one for up to n more when there is none or it is
+// full) and returns its id and its period's.
+func (g *leaseGrant) newLease(r *readPath, slot uint32, period uint64, n int) (id, per uint64) {
+	if g.blk == nil || g.next == len(g.blk.periods) {
 		g.seal(r)
-		g.blk, g.num = r.openBlock(g.shard, min(n, leaseBlockMax))
+		g.blk, g.num = r.openBlock(g.shard, min(n, leaseBlockMax), g.until, g.owner)
 		g.next = 0
 	}
 	off := g.next
 	g.next++
-	g.blk.slots[off].Store(slot + 1)
-	g.blk.state.Add(1)
-	return g.num<<(leaseBlockBits+leaseShardBits) | uint64(off)<<leaseShardBits | g.shard
+	id = g.num<<(leaseBlockBits+leaseShardBits) | uint64(off)<<leaseShardBits | g.shard
+	if period == 0 {
+		period = id
+	}
+	g.blk.slots[off] = slot
+	g.blk.periods[off].Store(period) // after the slot: a release that sees the period sees it
+	return id, period
 }
 
 // seal seals the call's block, if any.
 func (g *leaseGrant) seal(r *readPath) {
 	if g.blk != nil {
-		r.sealBlock(g.shard, g.num, g.blk)
+		r.sealBlock(g.shard, g.num, g.blk, g.next)
 		g.blk = nil
 	}
 }
 
 // leaseLocked grants visible object slot a read lease until g.until and
-// returns its lease period id: until then (or until all leases of the
-// period are released) the object is neither evicted nor freed. The caller
-// holds the Service's lock shared and slot's stripe; left is how many
-// leases the call may still grant, this one included.
+// returns its id, the reader's own: until then (or until every lease of
+// the period it joins or begins is released) the object is neither
+// evicted nor freed. The caller holds the Service's lock shared and
+// slot's stripe; left is how many leases the call may still grant, this
+// one included.
 func (s *Service) leaseLocked(slot uint32, g *leaseGrant, left int) uint64 {
 	o := s.mu.objs.at(slot)
 	if o.leaseUntil <= g.now {
@@ -1226,13 +1234,18 @@ func (s *Service) leaseLocked(slot uint32, g *leaseGrant, left int) uint64 {
 			s.queueLeaseLocked(slot, o.leaseUntil)
 		}
 	}
-	if o.aux == 0 {
-		o.leaseID = g.newPeriod(&s.rd, slot, left)
+	// o.leaseID names the period (the id of the lease that began it); the
+	// period counts its unreleased leases in o.aux.
+	var period uint64
+	if o.aux > 0 {
+		period = o.leaseID
 	}
+	id, period := g.newLease(&s.rd, slot, period, left)
+	o.leaseID = period
 	if o.aux < ^uint32(0) { // saturated: the period then ends only by expiry
 		o.aux++
 	}
-	return o.leaseID
+	return id
 }
 
 // bucketOf is the lease wheel's bucket for an expiry at until.
@@ -1418,6 +1431,7 @@ func (s *Service) Reap() {
 		}
 	}
 	s.expireLeasesLocked(now)
+	s.rd.sweep(now)
 	s.pruneViewsLocked(now)
 	s.evictToWatermarksLocked(now)
 }
@@ -1542,7 +1556,8 @@ func (s *Service) writerLocked(seq uint32) string {
 func (s *Service) endLeasePeriodLocked(slot uint32) {
 	o := s.mu.objs.at(slot)
 	if (o.state == stateVisible || o.state == stateZombie) && o.aux > 0 {
-		s.rd.dropLease(o.leaseID)
+		// Its unreleased leases stay in the table until released or
+		// swept; they name this period, which no later one will reuse.
 		o.aux = 0
 	}
 }
@@ -1558,6 +1573,9 @@ func (s *Service) ReleaseLeases(ctx context.Context, ids []uint64) (err error) {
 	if err := s.rlock(ctx); err != nil {
 		return err
 	}
+	// A caller that is not authenticated where the Service requires it
+	// releases only leases granted without authentication (none there).
+	who, _ := s.callerOf(ctx)
 	now := s.now()
 	ended := 0
 	var zombies []zombieRef
@@ -1565,7 +1583,7 @@ func (s *Service) ReleaseLeases(ctx context.Context, ids []uint64) (err error) {
 	// periods), and of a few stripes: the stripe is held across a run.
 	var stripe heldStripe
 	for _, id := range ids {
-		e, z := s.releaseLeaseLocked(id, now, &stripe)
+		e, z := s.releaseLeaseLocked(id, who, now, &stripe)
 		if e {
 			ended++
 		}
@@ -1603,24 +1621,27 @@ func (s *Service) freeZombieLocked(z zombieRef, now int64) {
 	}
 }
 
-// releaseLeaseLocked ends one read lease of period id, and reports
-// whether that ended the period (the caller counts it in
+// releaseLeaseLocked releases read lease id on behalf of who, and reports
+// whether that ended its period (the caller counts it in
 // metrics.leaseReleases) and, when that period was a zombie's, the zombie,
-// for the caller to free with the lock held exclusively. Unknown and ended
-// periods are ignored. The caller holds the Service's lock, shared or
-// exclusively, and passes the stripe it holds (stripe.unlock releases it
-// when the caller is done): releaseLeaseLocked takes the object's stripe
-// through it.
-func (s *Service) releaseLeaseLocked(id uint64, now int64, stripe *heldStripe) (ended bool, z zombieRef) {
-	slot, ok := s.rd.leaseSlot(id)
+// for the caller to free with the lock held exclusively. A lease counts
+// once on its period, however often it is released; unknown ids, leases
+// already released, leases whose period ended (expired, or its object
+// freed) and leases granted to another principal are ignored. The caller
+// holds the Service's lock, shared or exclusively, and passes the stripe
+// it holds (stripe.unlock releases it when the caller is done):
+// releaseLeaseLocked takes the object's stripe through it.
+func (s *Service) releaseLeaseLocked(id uint64, who caller, now int64, stripe *heldStripe) (ended bool, z zombieRef) {
+	period, slot, ok := s.rd.take(id, who)
 	if !ok {
-		return false, z // ended (expired, or its object freed) or unknown
+		return false, z
 	}
 	stripe.lock(s.rd.stripe(slot))
 	o := s.mu.objs.at(slot)
-	// Between the lookup and the stripe another release may have ended
-	// the period, and a get begun another.
-	if o.aux == 0 || o.leaseID != id || (o.state != stateVisible && o.state != stateZombie) {
+	// The period may have ended (expired, or its object freed and the
+	// slot reused) since the lease was granted: period ids are never
+	// reused, so it no longer matches.
+	if o.aux == 0 || o.leaseID != period || (o.state != stateVisible && o.state != stateZombie) {
 		return false, z
 	}
 	if o.aux == ^uint32(0) {
@@ -1631,7 +1652,6 @@ func (s *Service) releaseLeaseLocked(id uint64, now int64, stripe *heldStripe) (
 	}
 	// The last reader's copy is done: the object is unleased now,
 	// but for an exist check's lease.
-	s.rd.dropLease(id)
 	o.leaseUntil = 0
 	if o.flags&flagExistLease != 0 && o.stamp+int64(s.cfg.LeaseTTL) > now {
 		o.leaseUntil = o.stamp + int64(s.cfg.LeaseTTL) // still queued: flagLeaseQueued stays
@@ -1667,6 +1687,10 @@ func (s *Service) HoldLeases(ctx context.Context, req HoldReq) (_ HoldResult, er
 	if err := s.checkBatch(len(req.Hold) + len(req.Renew) + len(req.Release)); err != nil {
 		return HoldResult{}, err
 	}
+	who, err := s.callerOf(ctx)
+	if err != nil {
+		return HoldResult{}, err
+	}
 	_, now, err := s.lockAs(ctx, req.Client, "hold leases: client")
 	if err != nil {
 		return HoldResult{}, err
@@ -1675,7 +1699,7 @@ func (s *Service) HoldLeases(ctx context.Context, req HoldReq) (_ HoldResult, er
 	until := now + int64(s.cfg.LeaseTTL)
 	res := HoldResult{TTL: s.cfg.LeaseTTL, Errs: make([]error, len(req.Hold)+len(req.Renew))}
 	for i, id := range req.Hold {
-		if res.Errs[i] = s.renewLeaseLocked(id, now, until); res.Errs[i] == nil {
+		if res.Errs[i] = s.renewLeaseLocked(id, who, now, until); res.Errs[i] == nil {
 			k := viewKey{req.Client, id}
 			v := s.mu.views[k]
 			v.n++
@@ -1685,7 +1709,7 @@ func (s *Service) HoldLeases(ctx context.Context, req HoldReq) (_ HoldResult, er
 	}
 	for j, id := range req.Renew {
 		i := len(req.Hold) + j
-		if res.Errs[i] = s.renewLeaseLocked(id, now, until); res.Errs[i] == nil {
+		if res.Errs[i] = s.renewLeaseLocked(id, who, now, until); res.Errs[i] == nil {
 			k := viewKey{req.Client, id}
 			if v, ok := s.mu.views[k]; ok {
 				v.until = until
@@ -1703,7 +1727,7 @@ func (s *Service) HoldLeases(ctx context.Context, req HoldReq) (_ HoldResult, er
 			}
 		}
 		var stripe heldStripe
-		ended, z := s.releaseLeaseLocked(id, now, &stripe)
+		ended, z := s.releaseLeaseLocked(id, who, now, &stripe)
 		stripe.unlock()
 		if ended {
 			s.met.leaseReleases.Inc()
@@ -1715,21 +1739,24 @@ func (s *Service) HoldLeases(ctx context.Context, req HoldReq) (_ HoldResult, er
 	return res, nil
 }
 
-// renewLeaseLocked extends lease period id until until. It fails when the
-// period ended — expired (even if Reap has not seen it yet), released, or
-// its object freed: the holder's bytes may be gone — and when a replica of
+// renewLeaseLocked extends lease id's period until until, on behalf of who
+// (the principal it was granted to, or an admin). It fails when the lease
+// was released or its period ended — expired (even if Reap has not seen it
+// yet), or its object freed: the holder's bytes may be gone — and when a replica of
 // the object is on a segment that is draining or was reported unreachable:
 // the lease then ends at its expiry, so that the segment can drain.
-func (s *Service) renewLeaseLocked(id uint64, now, until int64) error {
-	slot, ok := s.rd.leaseSlot(id)
+func (s *Service) renewLeaseLocked(id uint64, who caller, now, until int64) error {
+	b, off, ok := s.rd.lease(id)
 	if !ok {
 		return fmt.Errorf("%w: lease %d ended", ErrNotFound, id)
 	}
+	if b.owner != "" && !who.mayActAs(b.owner) {
+		return fmt.Errorf("%w: lease %d was granted to %q, not %q", ErrPermission, id, b.owner, who.Name)
+	}
+	slot := b.slots[off]
 	o := s.mu.objs.at(slot)
-	if o.aux == 0 || o.leaseID != id {
-		// Not reachable while the table and the records agree (they do
-		// whenever the lock is held exclusively); checked so that no
-		// mistake there can renew another period, or another object.
+	if o.aux == 0 || o.leaseID != b.periods[off].Load() || (o.state != stateVisible && o.state != stateZombie) {
+		// Its period ended (expired, released, or its object freed).
 		return fmt.Errorf("%w: lease %d ended", ErrNotFound, id)
 	}
 	if o.leaseUntil <= now {
@@ -1744,6 +1771,7 @@ func (s *Service) renewLeaseLocked(id uint64, now, until int64) error {
 	// Still queued on the lease wheel (it has not expired): the wheel
 	// requeues it at the later expiry when it gets there.
 	o.leaseUntil = max(o.leaseUntil, until)
+	b.until = max(b.until, until) // the sweep keeps the block while the lease is renewed
 	return nil
 }
 
@@ -1762,7 +1790,7 @@ func (s *Service) viewsLocked(now int64) (total int, per map[string]int) {
 // holder stopped renewing.
 func (s *Service) pruneViewsLocked(now int64) {
 	for k, v := range s.mu.views {
-		if _, ok := s.rd.leaseSlot(k.lease); !ok || v.until <= now {
+		if _, _, ok := s.rd.lease(k.lease); !ok || v.until <= now {
 			delete(s.mu.views, k)
 		}
 	}

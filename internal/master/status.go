@@ -32,8 +32,9 @@ type Status struct {
 	UptimeSeconds float64   `json:"uptime_seconds"`
 	Objects       int       `json:"objects"`
 	PendingPuts   int       `json:"pending_puts"`
-	// LeasesHeld: lease periods with readers that have not released them
-	// (views of objects consumers hold while they copy).
+	// LeasesHeld: read leases granted and not released (objects consumers
+	// are copying, and views); an expired one counts until the reaper's
+	// next pass.
 	LeasesHeld int `json:"leases_held"`
 	// ViewsHeld: views clients hold (Store.Acquire): read leases they
 	// renew for as long as they read the objects in place.
@@ -544,7 +545,7 @@ var (
 		"Objects evicted, by tier and reason: watermark (tier above its high watermark), put (space for a put); _soft_pin when soft-pinned objects went too.",
 		[]string{"tier", "reason"}, nil)
 	descLeasesHeld = prometheus.NewDesc("kvfabric_master_leases_held",
-		"Lease periods whose readers have not all released them.", nil, nil)
+		"Read leases granted and not released (an expired one counts until the reaper's next pass).", nil, nil)
 	descViewsHeld = prometheus.NewDesc("kvfabric_master_views_held",
 		"Views clients hold (read leases they renew while reading objects in place).", nil, nil)
 )
