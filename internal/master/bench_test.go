@@ -195,7 +195,7 @@ func BenchmarkReleaseLeases(b *testing.B) {
 // ns/op is per batch of all goroutines; keys/s counts gets.
 func BenchmarkGetRelease(b *testing.B) {
 	const objects = 100_000
-	for _, n := range []int{512, 4096} {
+	for _, n := range []int{1, 16, 512, 4096} {
 		b.Run(fmt.Sprintf("embedded/batch=%d", n), func(b *testing.B) {
 			svc, c := benchService(b, "embedded")
 			fill(b, svc, objects)

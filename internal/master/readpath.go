@@ -80,10 +80,9 @@ type leaseShard struct {
 // leaseBlock holds the read leases one GetReplicas call granted, one
 // entry per lease — every reader has its own, also when it joins a period
 // other readers hold: entry i (the lease with offset i) is the period it
-// belongs to (periods[i], the id of the lease that began the period; 0
-// once released) and its object's slot (slots[i]). Only the call writes
-// entries (each once, before the id can be known to anyone); a release
-// clears periods[i] with a swap, so a lease is released once however
+// belongs to (the id of the lease that began the period; 0 once released)
+// and its object's slot. Only the call writes entries (each once, before
+// the id can be known to anyone); a release clears the period with a swap, so a lease is released once however
 // often its id is named, and only a release that cleared it counts it on
 // the object (Service.releaseLeaseLocked). state is the number of entries
 // not released, plus blockSealed and the number granted once the call is
@@ -93,8 +92,7 @@ type leaseShard struct {
 // finds until passed (readPath.sweep): their periods have ended by then,
 // or were renewed by later leases that hold them.
 type leaseBlock struct {
-	periods []atomic.Uint64
-	slots   []uint32
+	entries []leaseEntry
 	state   atomic.Int64
 	// until is when the block's leases expire, extended by renewals of
 	// any of them (views, Service.renewLeaseLocked). Written by the call
@@ -104,6 +102,15 @@ type leaseBlock struct {
 	// owner is the principal the leases were granted to ("" without
 	// authentication): only it, or an admin, may release or renew them.
 	owner string
+	// one is the entry of a one-key call (entries then is one[:]): a block
+	// is one allocation for single gets.
+	one [1]leaseEntry
+}
+
+// leaseEntry is one lease of a leaseBlock.
+type leaseEntry struct {
+	period atomic.Uint64
+	slot   uint32
 }
 
 const blockSealed = 1 << 62
@@ -129,7 +136,12 @@ func (r *readPath) block(id uint64) *leaseBlock {
 // openBlock starts a block of n (≤ leaseBlockMax) leases of owner that
 // expire at until in shard sh (index si) and returns it with its number.
 func (r *readPath) openBlock(si uint64, n int, until int64, owner string) (*leaseBlock, uint64) {
-	b := &leaseBlock{periods: make([]atomic.Uint64, n), slots: make([]uint32, n), until: until, owner: owner}
+	b := &leaseBlock{until: until, owner: owner}
+	if n == 1 {
+		b.entries = b.one[:]
+	} else {
+		b.entries = make([]leaseEntry, n)
+	}
 	num := r.nextBlock.Add(1)
 	sh := &r.leases[si]
 	sh.mu.Lock()
@@ -169,7 +181,7 @@ func (r *readPath) shard(id uint64) *leaseShard { return &r.leases[id&(nLeaseSha
 // lease is in the table (not released, its block not swept).
 func (r *readPath) lease(id uint64) (b *leaseBlock, off uint64, ok bool) {
 	b = r.block(id)
-	if b == nil || leaseOffset(id) >= uint64(len(b.periods)) || b.periods[leaseOffset(id)].Load() == 0 {
+	if b == nil || leaseOffset(id) >= uint64(len(b.entries)) || b.entries[leaseOffset(id)].period.Load() == 0 {
 		return nil, 0, false
 	}
 	return b, leaseOffset(id), true
@@ -181,14 +193,14 @@ func (r *readPath) lease(id uint64) (b *leaseBlock, off uint64, ok bool) {
 // block's owner can take a lease.
 func (r *readPath) take(id uint64, who caller) (period uint64, slot uint32, ok bool) {
 	b := r.block(id)
-	if b == nil || leaseOffset(id) >= uint64(len(b.periods)) || (b.owner != "" && !who.mayActAs(b.owner)) {
+	if b == nil || leaseOffset(id) >= uint64(len(b.entries)) || (b.owner != "" && !who.mayActAs(b.owner)) {
 		return 0, 0, false
 	}
-	off := leaseOffset(id)
-	if period = b.periods[off].Swap(0); period == 0 {
+	e := &b.entries[leaseOffset(id)]
+	if period = e.period.Swap(0); period == 0 {
 		return 0, 0, false
 	}
-	slot = b.slots[off] // written before the entry's period (Swap sees that store)
+	slot = e.slot // written before the entry's period (Swap sees that store)
 	if b.state.Add(-1) == blockSealed {
 		r.dropBlock(id&(nLeaseShards-1), leaseBlockNum(id))
 	}

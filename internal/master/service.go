@@ -1187,7 +1187,7 @@ type leaseGrant struct {
 // call's block (opening one for up to n more when there is none or it is
 // full) and returns its id and its period's.
 func (g *leaseGrant) newLease(r *readPath, slot uint32, period uint64, n int) (id, per uint64) {
-	if g.blk == nil || g.next == len(g.blk.periods) {
+	if g.blk == nil || g.next == len(g.blk.entries) {
 		g.seal(r)
 		g.blk, g.num = r.openBlock(g.shard, min(n, leaseBlockMax), g.until, g.owner)
 		g.next = 0
@@ -1198,8 +1198,9 @@ func (g *leaseGrant) newLease(r *readPath, slot uint32, period uint64, n int) (i
 	if period == 0 {
 		period = id
 	}
-	g.blk.slots[off] = slot
-	g.blk.periods[off].Store(period) // after the slot: a release that sees the period sees it
+	e := &g.blk.entries[off]
+	e.slot = slot
+	e.period.Store(period) // after the slot: a release that sees the period sees it
 	return id, period
 }
 
@@ -1753,9 +1754,10 @@ func (s *Service) renewLeaseLocked(id uint64, who caller, now, until int64) erro
 	if b.owner != "" && !who.mayActAs(b.owner) {
 		return fmt.Errorf("%w: lease %d was granted to %q, not %q", ErrPermission, id, b.owner, who.Name)
 	}
-	slot := b.slots[off]
+	e := &b.entries[off]
+	slot := e.slot
 	o := s.mu.objs.at(slot)
-	if o.aux == 0 || o.leaseID != b.periods[off].Load() || (o.state != stateVisible && o.state != stateZombie) {
+	if o.aux == 0 || o.leaseID != e.period.Load() || (o.state != stateVisible && o.state != stateZombie) {
 		// Its period ended (expired, released, or its object freed).
 		return fmt.Errorf("%w: lease %d ended", ErrNotFound, id)
 	}
