@@ -269,6 +269,16 @@ func testAuthRefusesAttacks(t *testing.T, fast bool) {
 	if err != nil || g[0].Err != nil || g[0].Replicas[0].Segment.ID != "p1/0" {
 		t.Fatalf("victim after the attacks: %+v %v", g, err)
 	}
+	// Naming another principal's lease id ends nothing; its reader can.
+	held := a.svc.rd.leasesHeld()
+	wantErr(t, "ReleaseLeases of another principal's lease (ignored)", mal.ReleaseLeases(ctx, []uint64{g[0].LeaseID}), nil)
+	if h := a.svc.rd.leasesHeld(); h != held {
+		t.Fatalf("mallory's release of cons's lease: %d leases held, want %d", h, held)
+	}
+	wantErr(t, "ReleaseLeases by its reader", cons.ReleaseLeases(ctx, []uint64{g[0].LeaseID}), nil)
+	if h := a.svc.rd.leasesHeld(); h != held-1 {
+		t.Fatalf("cons's release of its lease: %d leases held, want %d", h, held-1)
+	}
 	if _, err := prov.Heartbeat(ctx, "p1", Mapped{}); err != nil {
 		t.Fatal(err)
 	}
