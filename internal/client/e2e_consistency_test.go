@@ -774,6 +774,93 @@ func runStoppedWriter(t *testing.T, tm stopTiming, parts int, cases []stopCase) 
 	prov.Wait()
 }
 
+// TestStoppedReader is the reader's side of TestStoppedWriter: a reader
+// stopped (SIGSTOP) after its GetReplicas — leases granted, copies not yet
+// run — past its lease TTL while another writer refills the store, so its
+// objects are evicted and their ranges reused. When it resumes its copies
+// read the new owners' bytes; the get must report ErrLeaseExpired for them
+// (the client checks each key's lease against its own clock once the copies
+// are complete), never return them as the reader's objects. Its late
+// releases of the expired leases end nothing of anyone else's.
+func TestStoppedReader(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	runStoppedReader(t, 0)
+}
+
+// TestStoppedReaderParts is TestStoppedReader with the reader's batch split
+// into four parts (the stop comes before the first part's copy; the other
+// parts may have their leases, or not yet).
+func TestStoppedReaderParts(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	runStoppedReader(t, 4)
+}
+
+func runStoppedReader(t *testing.T, parts int) {
+	const (
+		n        = bufKeys // one verify batch: its leases are granted before the stop
+		refill   = 256     // more than the store holds (about 220 objects)
+		leaseTTL = 500 * time.Millisecond
+	)
+	e := newE2E(t, master.Config{LeaseTTL: leaseTTL, MinClientTTL: 100 * time.Millisecond})
+	if parts > 0 {
+		e.env = []string{envParts + "=" + strconv.Itoa(parts)}
+	}
+	prov := e.start("provider", "provider-a", 0)
+	w := e.start("worker", "writer", 0)
+	b := e.start("worker", "refiller", 0)
+	r := e.start("worker", "reader", 10*time.Second) // registered across the stop
+	w.Send(fmt.Sprintf("put r 0 %d", n))
+	if kv, tail := reply(t, w, "put"); num(t, kv, "ok") != n {
+		t.Fatalf("put: %v %s", kv, tail)
+	}
+	r.Send("arm copy")
+	if m := r.Recv(); m != "armed" {
+		t.Fatal(m)
+	}
+	r.Send(fmt.Sprintf("verify r 0 %d", n))
+	if m := r.Recv(); m != "stopping copy" {
+		t.Fatal(m)
+	}
+	waitStopped(t, r.Pid())
+	time.Sleep(2 * leaseTTL) // the reader's leases end (by its clock and the master's)
+	b.Send(fmt.Sprintf("put b 0 %d", refill))
+	bkv, _ := reply(t, b, "put")
+	if err := syscall.Kill(r.Pid(), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	kv, tail := reply(t, r, "verified")
+	t.Logf("stopped reader (parts %d): %v | %s; refill: %s ok, %s failed", parts, kv, tail, bkv["ok"], bkv["failed"])
+	if num(t, kv, "wrong") != 0 {
+		t.Errorf("the stopped reader got other objects' bytes as its own: %v %s", kv, tail)
+	}
+	if num(t, kv, "errors") == 0 || !strings.Contains(tail, "lease ended") {
+		t.Errorf("no key of the stopped reader reported its lease lost: %v %s", kv, tail)
+	}
+	// The refill evicted the reader's objects (most of them: eviction
+	// samples) and handed their ranges out again; the reader's late
+	// releases harmed none of the refill's objects.
+	r.Send(fmt.Sprintf("verify r 0 %d", n))
+	if kv, tail := reply(t, r, "verified"); num(t, kv, "missing") < n/2 {
+		t.Errorf("the refill evicted few of the reader's objects (the round reused few ranges): %v %s", kv, tail)
+	}
+	r.Send(fmt.Sprintf("verify b 0 %d", refill))
+	if kv, tail := reply(t, r, "verified"); num(t, kv, "wrong") != 0 || num(t, kv, "errors") != 0 || num(t, kv, "found") == 0 {
+		t.Errorf("refill after the reader resumed: %v %s", kv, tail)
+	}
+	for _, c := range []*simtest.Child{r, b, w} {
+		quit(t, c)
+	}
+	prov.Send("quit")
+	if m := prov.Recv(); m != "closed" {
+		t.Fatal(m)
+	}
+	prov.Wait()
+}
+
 // Gone means released (DESIGN §9): when a provider goes away — it closes,
 // or it crashes and a new process takes its name — every consumer that
 // mapped its segments releases the mappings within about one heartbeat
