@@ -112,6 +112,37 @@ def test_batch_flat_bad_input_changes_nothing(ms, pool):
     assert ms.batch_put_from([], [], []) == [] and ms.batch_get_into([], [], []) == []
 
 
+def test_batch_get_into_halves(ms, pool):
+    # A batch_get_into of 2048 keys or more runs as two native calls at once
+    # (kvfabric.store._GET_HALVES_MIN): codes and sizes stay positional
+    # across the halves, bad input anywhere fails every key and writes
+    # nothing, and no thread outlives the call.
+    from kvfabric import store as _store
+
+    n, blk = 4096, 1024
+    assert n >= _store._GET_HALVES_MIN
+    base = pool.ctypes.data
+    pool[: n * blk] = np.random.default_rng(11).integers(0, 256, n * blk, dtype=np.uint8)
+    keys = [f"halves-{i}" for i in range(n)]
+    absent = {5, 2047, 2048, 4095}  # both sides of the split
+    stored = [i for i in range(n) if i not in absent]
+    assert ms.batch_put_from([keys[i] for i in stored], [base + i * blk for i in stored], [blk] * len(stored)) == [0] * len(stored)
+    dst = n * blk
+    pool[dst: dst + n * blk] = 0xEE
+    threads = threading.active_count()
+    bad = [base + dst + i * blk for i in range(n)]
+    bad[3000] = -1
+    assert ms.batch_get_into(keys, bad, [blk] * n) == [-600] * n
+    assert (pool[dst: dst + n * blk] == 0xEE).all(), "a refused get wrote its destination"
+    got = ms.batch_get_into(keys, [base + dst + i * blk for i in range(n)], [blk] * n)
+    assert got == [-704 if i in absent else blk for i in range(n)]
+    for i in stored:
+        assert np.array_equal(pool[i * blk: (i + 1) * blk], pool[dst + i * blk: dst + (i + 1) * blk]), i
+    for i in absent:
+        assert (pool[dst + i * blk: dst + (i + 1) * blk] == 0xEE).all(), i
+    assert threading.active_count() == threads
+
+
 def test_vllm_multi_buffer_sequence(ms, pool):
     # vLLM: per key a K and a V block from different places of the pool.
     n, half = 16, PAGE // 2
