@@ -225,6 +225,15 @@ def key_arrays(keys: list[bytes]):
 # handed to ctypes as views (from_buffer keeps the array alive).
 
 
+def u64_view(values) -> ctypes.Array:
+    """A c_uint64 array of values: OverflowError for a negative value,
+    TypeError for a non-integer."""
+    a = array("Q", values)
+    if not a:
+        return (c_uint64 * 0)()
+    return (c_uint64 * len(a)).from_buffer(a)
+
+
 def u32_ones(n: int) -> ctypes.Array:
     """A c_uint32 array of n ones."""
     if n == 0:

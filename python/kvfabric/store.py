@@ -119,12 +119,6 @@ def _parts(obj, writable: bool) -> list[Buf]:
     return [resolve(obj, writable)]
 
 
-# _batch_get_flat splits a batch of at least this many keys into two halves
-# whose native calls run at once (the second half's Python work overlaps the
-# first half's copies). Below it the thread hand-off costs more than it hides.
-_GET_HALVES_MIN = 2048
-
-
 class Store:
     """One kvfabric client (a consumer and, when configured, a provider).
 
@@ -686,29 +680,18 @@ class Store:
     @staticmethod
     def _flat_args(ks: list[bytes], ptrs: Sequence[int], sizes: Sequence[int]):
         n = len(ks)
-        pa, sa = Store._flat_arrays(ks, ptrs, sizes)
-        if n == 0:
-            pv, sv = (c_uint64 * 0)(), (c_uint64 * 0)()
-        else:
-            pv, sv = (c_uint64 * n).from_buffer(pa), (c_uint64 * n).from_buffer(sa)
-        kp, kl, keep = _native.packed_keys(ks)
-        return kp, kl, pv, sv, _native.u32_ones(n), keep
-
-    @staticmethod
-    def _flat_arrays(ks: list[bytes], ptrs: Sequence[int], sizes: Sequence[int]) -> tuple[array, array]:
-        """The pointers and sizes as arrays of uint64, checked: an
-        InvalidArgumentError names the first bad one and its key."""
-        n = len(ks)
         if len(ptrs) != n or len(sizes) != n:
             raise InvalidArgumentError(f"kvfabric: {n} keys, {len(ptrs)} buffer pointers, {len(sizes)} sizes")
         try:
-            return array("Q", ptrs), array("Q", sizes)
+            pa, sa = _native.u64_view(ptrs), _native.u64_view(sizes)
         except (OverflowError, TypeError):
             for name, vals in (("ptr", ptrs), ("size", sizes)):
                 for i, v in enumerate(vals):
                     if not isinstance(v, int) or v < 0:
                         raise InvalidArgumentError(f"kvfabric: key {ks[i]!r}: bad buffer {name} {v!r}") from None
             raise
+        kp, kl, keep = _native.packed_keys(ks)
+        return kp, kl, pa, sa, _native.u32_ones(n), keep
 
     def _batch_put_flat(self, ks: list[bytes], ptrs: Sequence[int], sizes: Sequence[int], stream: int = 0,
                         replicas=0, flags=0, preferred=None, soft_pin_ttl_ms=0):
@@ -726,66 +709,17 @@ class Store:
         return st.tolist(), h
 
     def _batch_get_flat(self, ks: list[bytes], ptrs: Sequence[int], sizes: Sequence[int], stream: int = 0):
-        """_batch_get of one raw buffer per key: (codes, sizes read, handle).
-
-        A batch of at least _GET_HALVES_MIN keys runs as two native calls
-        on its two halves at once: the first half's call starts on a helper
-        thread (ctypes releases the GIL) while this thread packs the second
-        half's keys, so the Python work of that half overlaps the first
-        half's copies instead of preceding them. The pointers and sizes of
-        the whole batch are converted, and so checked, before either call:
-        bad input fails the batch before anything is copied."""
+        """_batch_get of one raw buffer per key: (codes, sizes read, handle)."""
         n = len(ks)
-        if n < _GET_HALVES_MIN:
-            kp, kl, pa, sa, ca, keep = self._flat_args(ks, ptrs, sizes)
-            h = self._handle()
-            st = array("i", bytes(4 * n))
-            nread = array("Q", bytes(8 * n))
-            rc = self._lib.kvfabric_batch_get(h, n, kp, kl, pa, sa, ca, stream, (c_uint64 * n).from_buffer(nread),
-                                              (c_int32 * n).from_buffer(st))
-            del keep  # the keys' bytes, pointed into by kp, lived until here
-            if rc < 0:
-                self._raise(rc, h)
-            return st.tolist(), nread.tolist(), h
-        pa, sa = self._flat_arrays(ks, ptrs, sizes)
+        kp, kl, pa, sa, ca, keep = self._flat_args(ks, ptrs, sizes)
         h = self._handle()
         st = array("i", bytes(4 * n))
         nread = array("Q", bytes(8 * n))
-        ones = array("I", [1]) * n
-        m = n // 2
-
-        def call(lo: int, hi: int) -> int:
-            kp, kl, keep = _native.packed_keys(ks[lo:hi])
-            k = hi - lo
-            rc = self._lib.kvfabric_batch_get(
-                h, k, kp, kl, (c_uint64 * k).from_buffer(pa, 8 * lo), (c_uint64 * k).from_buffer(sa, 8 * lo),
-                (c_uint32 * k).from_buffer(ones, 4 * lo), stream, (c_uint64 * k).from_buffer(nread, 8 * lo),
-                (c_int32 * k).from_buffer(st, 4 * lo))
-            del keep
-            return rc
-
-        first: list = [0]
-        started = threading.Event()
-
-        def run_first() -> None:
-            started.set()  # from here on this thread needs the GIL only briefly
-            try:
-                first[0] = call(0, m)
-            except BaseException as err:  # noqa: BLE001 (re-raised by the caller)
-                first[0] = err
-
-        t = threading.Thread(target=run_first, name="kvfabric-batch-get", daemon=True)
-        t.start()
-        started.wait()
-        try:
-            rc = call(m, n)
-        finally:
-            t.join()
-        if isinstance(first[0], BaseException):
-            raise first[0]
-        for r in (first[0], rc):
-            if r < 0:
-                self._raise(r, h)
+        rc = self._lib.kvfabric_batch_get(h, n, kp, kl, pa, sa, ca, stream, (c_uint64 * n).from_buffer(nread),
+                                          (c_int32 * n).from_buffer(st))
+        del keep  # the keys' bytes, pointed into by kp, lived until here
+        if rc < 0:
+            self._raise(rc, h)
         return st.tolist(), nread.tolist(), h
 
     def _results(self, ks: list[bytes], codes: list[int], h: int) -> list[KvfabricError | None]:

@@ -112,15 +112,11 @@ def test_batch_flat_bad_input_changes_nothing(ms, pool):
     assert ms.batch_put_from([], [], []) == [] and ms.batch_get_into([], [], []) == []
 
 
-def test_batch_get_into_halves(ms, pool):
-    # A batch_get_into of 2048 keys or more runs as two native calls at once
-    # (kvfabric.store._GET_HALVES_MIN): codes and sizes stay positional
-    # across the halves, bad input anywhere fails every key and writes
-    # nothing, and no thread outlives the call.
-    from kvfabric import store as _store
-
+def test_batch_get_into_large(ms, pool):
+    # A batch_get_into of 4096 keys (an engine's batch, split into parts on
+    # the Go side): codes and sizes stay positional, bad input anywhere
+    # fails every key and writes nothing, and no thread outlives the call.
     n, blk = 4096, 1024
-    assert n >= _store._GET_HALVES_MIN
     base = pool.ctypes.data
     pool[: n * blk] = np.random.default_rng(11).integers(0, 256, n * blk, dtype=np.uint8)
     keys = [f"halves-{i}" for i in range(n)]
