@@ -72,8 +72,11 @@ type Client interface {
 	GetReplicas(ctx context.Context, keys []string) ([]GetResult, error)
 	// ReleaseLeases ends read leases (GetResult.LeaseID) whose copies are
 	// complete. When an object's last lease is released, its bytes are
-	// evictable again, and freed at once if it was removed meanwhile.
-	// Unknown and ended leases are ignored.
+	// evictable again, and freed at once if it was removed meanwhile. Every
+	// lease has its own id (also when several readers hold one object) and
+	// counts once however often it is released; unknown and ended leases,
+	// and with authentication those granted to another principal (unless
+	// the caller is an admin), are ignored.
 	ReleaseLeases(ctx context.Context, leaseIDs []uint64) error
 	// HoldLeases manages the read leases client req.Client holds as views
 	// (device addresses it keeps and reads at will, Store.Acquire). Hold
