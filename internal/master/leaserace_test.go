@@ -77,8 +77,16 @@ func TestLeasedRangesNeverReused(t *testing.T) {
 		}
 	}
 	held := &heldRanges{m: map[segment.Key]map[[2]uint64]int{}}
-	const nkeys = 512
+	// hot keys are read by many readers at once (a shared prefix), and
+	// written and removed by force often: an object several readers hold.
+	const nkeys, hot = 512, 8
 	key := func(i int) string { return fmt.Sprintf("lr-%05d", i%nkeys) }
+	pick := func(rng *rand.Rand) string {
+		if rng.IntN(2) == 0 {
+			return key(rng.IntN(hot))
+		}
+		return key(rng.IntN(nkeys))
+	}
 	var (
 		stop                       atomic.Bool
 		reused, gets, puts, zombie atomic.Int64
@@ -95,7 +103,7 @@ func TestLeasedRangesNeverReused(t *testing.T) {
 			for !stop.Load() {
 				reqs := make([]PutStartReq, 16)
 				for i := range reqs {
-					reqs[i] = PutStartReq{Key: key(rng.IntN(nkeys)), Size: uint64(4*KiB + rng.IntN(60*KiB)), Upsert: rng.IntN(4) == 0,
+					reqs[i] = PutStartReq{Key: pick(rng), Size: uint64(4*KiB + rng.IntN(60*KiB)), Upsert: rng.IntN(4) == 0,
 						Placement: Placement{Client: reg.ID}}
 				}
 				res, err := c.PutStart(ctx, reqs)
@@ -132,7 +140,7 @@ func TestLeasedRangesNeverReused(t *testing.T) {
 			for !stop.Load() {
 				keys := make([]string, 1+rng.IntN(64))
 				for i := range keys {
-					keys[i] = key(rng.IntN(nkeys))
+					keys[i] = pick(rng)
 				}
 				res, err := c.GetReplicas(ctx, keys)
 				if err != nil {
@@ -159,9 +167,18 @@ func TestLeasedRangesNeverReused(t *testing.T) {
 				for _, rs := range got {
 					held.add(rs, -1)
 				}
-				if err := c.ReleaseLeases(ctx, ids); err != nil {
-					t.Error(err)
-					return
+				// Sometimes a reader releases part of its leases twice (a
+				// retried call, a bug) before the rest: that must end
+				// nothing of the other readers' — their ranges stay theirs.
+				parts := [][]uint64{ids}
+				if k := len(ids) / 2; k > 0 && rng.IntN(3) == 0 {
+					parts = [][]uint64{ids[:k], ids[:k], ids[k:]}
+				}
+				for _, p := range parts {
+					if err := c.ReleaseLeases(ctx, p); err != nil {
+						t.Error(err)
+						return
+					}
 				}
 			}
 		})
@@ -169,7 +186,7 @@ func TestLeasedRangesNeverReused(t *testing.T) {
 	wg.Go(func() { // remover: plain and forced removals (zombies while leased)
 		rng := rand.New(rand.NewPCG(7, 3))
 		for !stop.Load() {
-			keys := []string{key(rng.IntN(nkeys)), key(rng.IntN(nkeys))}
+			keys := []string{pick(rng), pick(rng)}
 			force := rng.IntN(2) == 0
 			for _, err := range c.Remove(ctx, keys, force) {
 				if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrHasLease) && !errors.Is(err, ErrWrongState) {
