@@ -382,3 +382,76 @@ func segmentsService(b *testing.B, nseg int) *Service {
 	}
 	return svc
 }
+
+// BenchmarkPutFull measures PutStart+PutEnd of 4096 new keys per call into
+// a store that is full, as a cache's store is once it has run for a while:
+// every put evicts (approximate LRU) to make room. The store holds 64
+// batches, so a batch is a small part of it, as in production.
+// (BenchmarkPut's segments never fill, and the Store bench removes its
+// keys each round.)
+func BenchmarkPutFull(b *testing.B) {
+	const n, batches, segs = 4096, 64, 8
+	for _, size := range []uint64{4 * KiB, 64 * KiB} {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			svc, err := New(Config{ReapInterval: time.Second, PutTimeout: time.Hour, LeaseTTL: time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = svc.Close() })
+			ctx := context.Background()
+			reg, err := svc.RegisterClient(ctx, ClientInfo{ID: "bench", Node: "h", TTL: 5 * time.Minute, NUMANode: -1, Device: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range segs {
+				if err := svc.MountSegment(ctx, desc("seg"+strconv.Itoa(i), reg.ID, "h", segment.TierDRAM, int32(i%2), batches*n*size/segs)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			c := NewEmbedded(svc)
+			reqs := make([]PutStartReq, n)
+			refs := make([]PutRef, n)
+			seq := 0
+			put := func() {
+				for i := range reqs {
+					reqs[i] = PutStartReq{Key: "key-" + strconv.Itoa(seq), Size: size, Placement: benchWriter}
+					seq++
+				}
+				res, err := c.PutStart(ctx, reqs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i, r := range res {
+					if r.Err != nil {
+						b.Fatal(r.Err)
+					}
+					refs[i] = PutRef{Key: reqs[i].Key, Token: r.Token}
+				}
+				for _, err := range c.PutEnd(ctx, refs) {
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			evictions := func() uint64 {
+				st, err := svc.Stats(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return st.Evictions
+			}
+			for range batches + batches/2 { // full, and evicting
+				put()
+			}
+			ev0 := evictions()
+			b.ResetTimer()
+			start := time.Now()
+			for range b.N {
+				put()
+			}
+			b.StopTimer()
+			reportKeys(b, start, n)
+			b.ReportMetric(float64(evictions()-ev0)/float64(b.N*n), "evictions/key")
+		})
+	}
+}
