@@ -55,9 +55,20 @@ func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft, 
 		var oldest int64
 		n := s.mu.objs.len()
 		// A sparse table would make sampling miss; scale the sample up.
-		sample := s.cfg.EvictSample * max(1, n/max(1, s.mu.visible))
-		for range min(sample, 16*s.cfg.EvictSample) {
-			slot := uint32(s.mu.rng.IntN(n))
+		sample := s.mu.sample[:0]
+		for range min(s.cfg.EvictSample*max(1, n/max(1, s.mu.visible)), 16*s.cfg.EvictSample) {
+			sample = append(sample, uint32(s.mu.rng.IntN(n)))
+		}
+		s.mu.sample = sample
+		// The sampled records are far apart in a large table: load each
+		// once first, so that their cache misses overlap instead of
+		// following one another (the loop below then finds them cached).
+		var sink int64
+		for _, slot := range sample {
+			sink += s.mu.objs.at(slot).stamp
+		}
+		s.rd.sink.Add(uint64(sink))
+		for _, slot := range sample {
 			o := s.mu.objs.at(slot)
 			if o.state != stateVisible || o.flags&flagPinned != 0 || o.leaseUntil > now ||
 				!soft && s.softPinnedLocked(slot, now) {
@@ -66,7 +77,7 @@ func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft, 
 			if found && o.stamp >= oldest {
 				continue
 			}
-			if bytes := s.tierBytesLocked(slot, t, forPut); bytes == 0 {
+			if !s.inTierLocked(slot, t, forPut) {
 				continue
 			}
 			victim, found, oldest = slot, true, o.stamp
@@ -84,6 +95,18 @@ func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft, 
 		evicted++
 	}
 	return freed
+}
+
+// inTierLocked reports whether slot has a replica in tier t (on a usable
+// segment, with usable): whether evicting it frees bytes there. Unlike
+// tierBytesLocked it reads no allocator block.
+func (s *Service) inTierLocked(slot uint32, t segment.Tier, usable bool) bool {
+	for _, r := range s.repsLocked(slot) {
+		if sg := s.mu.segs[r.seg]; sg.tier == t && (!usable || sg.usable()) {
+			return true
+		}
+	}
+	return false
 }
 
 // tierBytesLocked returns the bytes slot's replicas hold in tier t (only on
