@@ -82,9 +82,10 @@ type leaseShard struct {
 // other readers hold: entry i (the lease with offset i) is the period it
 // belongs to (the id of the lease that began the period; 0 once released)
 // and its object's slot. Only the call writes entries (each once, before
-// the id can be known to anyone); a release clears the period with a swap, so a lease is released once however
-// often its id is named, and only a release that cleared it counts it on
-// the object (Service.releaseLeaseLocked). state is the number of entries
+// the id can be known to anyone); a release clears the period with a swap,
+// so a lease is released once however often its id is named, and only a
+// release that cleared it counts it on the object
+// (Service.releaseLeaseLocked). state is the number of entries
 // not released, plus blockSealed and the number granted once the call is
 // done (the call counts them then, not per lease): the block leaves its
 // shard's map when state reaches blockSealed — its last lease released —
