@@ -222,7 +222,7 @@ type Service struct {
 		nextClient uint64
 		evictions  uint64
 		rng        *rand.Rand
-		sample     []uint32 // evictPassLocked's sampled slots, reused
+		sample     []uint32     // evictPassLocked's sampled slots, reused
 		flow       flowCounters // for Status and its metrics (status.go)
 	}
 }
