@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +58,7 @@ type storeBenchFlags struct {
 	chunk   int
 	parts   int
 	ceMin   string // copy_engine_min_bytes of the Go paths' Stores; "" keeps the default
+	prefill bool   // fill the stores first and keep every round's objects (puts evict)
 	json    string
 	plot    string
 	python  string // the python3 executable
@@ -75,6 +77,7 @@ type storeParams struct {
 	chunk      int    // client.Options.PipelineChunk of the Go paths (0: default)
 	parts      int    // client.Options.BatchParts of the Go paths (0: default)
 	ceMin      string // copy_engine_min_bytes of the Go paths ("": the default)
+	prefill    bool   // the stores are full before the rounds, which keep their objects
 	capacity   uint64 // global_segment_size of each GPU's store
 	maxMR      uint64
 	socketDir  string
@@ -85,6 +88,7 @@ type storeParams struct {
 type storeRound struct {
 	put, get     time.Duration
 	putPh, getPh client.PhaseStats
+	evicted      uint64 // objects the master evicted during the put phase (with prefill)
 }
 
 // storeSize is one object size's result on one GPU.
@@ -123,6 +127,7 @@ type storeReport struct {
 	PipelineChunk int            `json:"pipeline_chunk,omitempty"`  // --pipeline-chunk; 0: the client's default
 	BatchParts    int            `json:"batch_parts"`               // the Go paths' client.Options.BatchParts (--batch-parts, or the default it resolved to)
 	CopyEngineMin string         `json:"copy_engine_min,omitempty"` // --copy-engine-min given with --store: the Go paths' copy_engine_min_bytes
+	Prefill       bool           `json:"prefill,omitempty"`         // --prefill: the stores were full and every put evicted
 	Ceilings      []storeCeiling `json:"ceilings"`
 	Results       []storeResult  `json:"results"`
 	Skipped       []storeSkip    `json:"skipped"`
@@ -159,6 +164,9 @@ type storeResult struct {
 	// rounds (client.PhaseStats: check, meta, resolve, copy), in µs; Go
 	// paths only, not in aggregate rows.
 	PhaseUs *storePhases `json:"phase_us_per_key,omitempty"`
+	// EvictionsPerKey is how many objects the master evicted per key put
+	// in the timed rounds (--prefill; Go paths' put rows).
+	EvictionsPerKey *float64 `json:"evictions_per_key,omitempty"`
 }
 
 // storePhases is client.PhaseStats per key, in µs.
@@ -207,7 +215,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 		ctx = context.Background()
 	}
 	isSim := drv.Name() == "sim"
-	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin}
+	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill}
 	if p.chunk < 0 {
 		return fmt.Errorf("--pipeline-chunk %d: want 0 (the default) or more", p.chunk)
 	}
@@ -283,7 +291,18 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 	if err != nil {
 		return err
 	}
-	p.capacity = (2*p.roundBytes + 2*gran - 1) / (2 * gran) * (2 * gran)
+	// With --prefill it holds eight rounds and is full before the first:
+	// each put evicts. Eviction is approximate LRU (the oldest of 16
+	// sampled objects that are not leased), so a round's own objects can be
+	// victims when the sample holds nothing older: with the round and the
+	// previous one (leased until its releases go out) a quarter of the
+	// store, that is about 0.25^16 per eviction. (With four rounds it was
+	// every few rounds.)
+	room := 2 * p.roundBytes
+	if p.prefill {
+		room = 8 * p.roundBytes
+	}
+	p.capacity = (room + 2*gran - 1) / (2 * gran) * (2 * gran)
 	p.maxMR = p.capacity / 2
 	if p.socketDir, err = os.MkdirTemp("", "kvf-bench-store-"); err != nil {
 		return err
@@ -292,7 +311,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 
 	ver, _ := drv.DriverVersion()
 	rep := storeReport{Kind: "kvfabric-bench-store", Driver: why, DriverVersion: ver, Sizes: p.sizes,
-		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, CopyEngineMin: p.ceMin, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
+		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, CopyEngineMin: p.ceMin, Prefill: p.prefill, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
 	for _, d := range devs {
 		rep.Devices = append(rep.Devices, int(d))
 	}
@@ -318,6 +337,10 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 					ceil = gpus
 				}
 			case pathPython:
+				if p.prefill {
+					skip = "--prefill covers the Go paths only"
+					break
+				}
 				if _, _, _, skip = pythonSetup(f); skip != "" {
 					break
 				}
@@ -412,6 +435,7 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 				}
 				var sec float64
 				var ph client.PhaseStats
+				var evicted uint64
 				for ri, r := range s.rounds {
 					t, rph := r.put, r.putPh
 					if dir == "get" {
@@ -419,6 +443,7 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 					}
 					sec += t.Seconds()
 					ph = ph.Add(rph)
+					evicted += r.evicted
 					if gi == 0 {
 						aggSec += maxRound(gpus, si, ri, dir)
 					}
@@ -432,6 +457,10 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 				}
 				if ceil > 0 {
 					row.Ratio = row.GBps / ceil
+				}
+				if p.prefill && dir == "put" && path != pathPython && len(s.rounds) > 0 {
+					e := float64(evicted) / float64(s.keys*len(s.rounds))
+					row.EvictionsPerKey = &e
 				}
 				if s.bad != nil {
 					row.Error = s.bad.Error()
@@ -450,7 +479,7 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 				agg.Keys *= len(gpus)
 				agg.Batches *= len(gpus)
 				agg.BytesPerRound *= uint64(len(gpus))
-				agg.GBps, agg.Ratio, agg.Error, agg.PhaseUs = 0, 0, "", nil
+				agg.GBps, agg.Ratio, agg.Error, agg.PhaseUs, agg.EvictionsPerKey = 0, 0, "", nil, nil
 				if aggSec > 0 {
 					agg.GBps = aggBytes / aggSec / 1e9
 				}
@@ -499,6 +528,9 @@ func writeStoreTable(w io.Writer, rows []storeResult) {
 		ph := "-"
 		if p := r.PhaseUs; p != nil {
 			ph = fmt.Sprintf("%.3f %.3f %.3f %.3f | %.3f %.3f %.3f", p.Check, p.Meta, p.Resolve, p.Copy, p.Master, p.Wait, p.End)
+		}
+		if e := r.EvictionsPerKey; e != nil {
+			ph += fmt.Sprintf(" | evicted/key %.2f", *e)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.2f\t%.2f\t%.3f\t%s\t%s\t\n", r.Mode, r.Path, r.Dir, sizeLabel(r.Size), gpu,
 			r.Keys, r.Batches, r.GBps, r.CeilingGBps, r.Ratio, ok, ph)
@@ -742,6 +774,16 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 		nkeys := int(R / size)
 		n := uint64(nkeys) * size
 		sr := storeSize{size: size, keys: nkeys, batches: (nkeys + p.maxKeys - 1) / p.maxKeys}
+		// With prefill this size's objects (fillers and rounds) go at its
+		// end: a store full of small objects has no room for a larger one
+		// that evicting the same number of bytes would make (they are
+		// scattered), so each size starts from an empty store.
+		sizePrefix := fmt.Sprintf("bench/%s/%s/gpu%d/%d/", path, m.name, dev, size)
+		if p.prefill {
+			if err := prefillStore(ctx, st, src, s, size, nkeys, p, sizePrefix+"fill/"); err != nil {
+				return res, err
+			}
+		}
 		for round := 0; round <= p.iters; round++ { // round 0: the warm-up (maps the segments)
 			off := 8 * uint64(g)
 			pb := poisonByte(g)
@@ -784,6 +826,12 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 				if err := bar.wait(); err != nil {
 					return res, err
 				}
+				var ev0 uint64
+				if p.prefill && dir == "put" {
+					if ev0, err = evictions(ctx, st); err != nil {
+						return res, err
+					}
+				}
 				put0, get0 := st.Phases()
 				t0 := time.Now()
 				for b := 0; b < nkeys; b += p.maxKeys {
@@ -811,6 +859,13 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 				put1, get1 := st.Phases()
 				if dir == "put" {
 					rt.put, rt.putPh = took, put1.Sub(put0)
+					if p.prefill {
+						ev1, err := evictions(ctx, st)
+						if err != nil {
+							return res, err
+						}
+						rt.evicted = ev1 - ev0
+					}
 				} else {
 					rt.get, rt.getPh = took, get1.Sub(get0)
 				}
@@ -826,7 +881,7 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 				sr.bad = &verifyError{round: round + 1, rounds: p.iters + 1, key: keys[b], block: b, offset: i % size,
 					got: got[i], want: want[off+i], poison: pb}
 			}
-			for b := 0; b < nkeys; b += p.maxKeys {
+			for b := 0; b < nkeys && !p.prefill; b += p.maxKeys { // with prefill the store stays full
 				ks := keys[b:min(b+p.maxKeys, nkeys)]
 				for j, e := range st.BatchRemove(ctx, ks, true) {
 					if e != nil {
@@ -835,9 +890,52 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 				}
 			}
 		}
+		if p.prefill {
+			// The Store's removal first sends its queued lease releases
+			// (gets release in the background), so the space is free at
+			// once for the next size's fill.
+			if _, err := st.RemoveMatching(ctx, "^"+regexp.QuoteMeta(sizePrefix), true); err != nil {
+				return res, fmt.Errorf("prefill %s: remove: %w", sizeLabel(size), err)
+			}
+		}
 		res.sizes = append(res.sizes, sr)
 	}
 	return res, nil
+}
+
+// prefillStore fills st's store (p.capacity) with objects of size, in
+// batches of at most min(p.maxKeys, nkeys) from the start of src (their
+// bytes do not matter), under prefix, outside any timing, so that the
+// rounds' puts evict.
+func prefillStore(ctx context.Context, st *client.Store, src cuda.DevicePtr, s cuda.Stream, size uint64, nkeys int, p storeParams, prefix string) error {
+	lists := make([][]client.Region, nkeys)
+	for j := range lists {
+		lists[j] = []client.Region{{Ptr: uintptr(src) + uintptr(uint64(j)*size), Len: size}}
+	}
+	total := int(p.capacity / size) // objects that fill the store
+	batch := min(p.maxKeys, nkeys)
+	keys := make([]string, 0, batch)
+	for i := 0; i < total; {
+		keys = keys[:0]
+		for j := 0; j < batch && i < total; j, i = j+1, i+1 {
+			keys = append(keys, prefix+strconv.Itoa(i))
+		}
+		for j, e := range st.BatchPut(ctx, keys, lists[:len(keys)], s, client.PutOptions{}) {
+			if e != nil {
+				return fmt.Errorf("prefill %s: put %s: %w", sizeLabel(size), keys[j], e)
+			}
+		}
+	}
+	return nil
+}
+
+// evictions is the master's count of evicted objects.
+func evictions(ctx context.Context, st *client.Store) (uint64, error) {
+	stats, err := st.Master().Stats(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("master stats: %w", err)
+	}
+	return stats.Evictions, nil
 }
 
 // spawnMaster starts `<exe> master` on a loopback port of its choosing and

@@ -119,6 +119,57 @@ func TestBenchStoreSim(t *testing.T) {
 	}
 }
 
+// TestBenchStorePrefill: with --prefill each store is full before the
+// rounds and keeps their objects, so the timed puts evict (about one object
+// per key at steady state, counted from the master) while every round is
+// still verified; each size starts from an empty store; the python path is
+// skipped, saying why; nothing leaks.
+func TestBenchStorePrefill(t *testing.T) {
+	sd, err := sim.New(sim.Config{Granularity: 65536})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sd.Close()
+	t.Setenv(envAsKvfabric, "1") // the remote path's master is this binary
+	jsonFile := filepath.Join(t.TempDir(), "store.json")
+	var out bytes.Buffer
+	err = runStoreBenchOn(context.Background(), &out, sd, "test", storeBenchFlags{sizes: "4KiB,64KiB", bytes: "256KiB", iters: 2,
+		maxKeys: 32, paths: strings.Join([]string{pathEmbedded, pathRemote, pathPython}, ","), prefill: true, json: jsonFile})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	raw, err := os.ReadFile(jsonFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep storeReport
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || !rep.Prefill || len(rep.Results) != 8 {
+		t.Fatalf("report: ok %v prefill %v %d results\n%s", rep.OK, rep.Prefill, len(rep.Results), out.String())
+	}
+	for _, r := range rep.Results {
+		switch {
+		case !r.Verified:
+			t.Errorf("%s %s %d: not verified: %s", r.Path, r.Dir, r.Size, r.Error)
+		case r.Dir == "put" && (r.EvictionsPerKey == nil || *r.EvictionsPerKey < 0.5):
+			t.Errorf("%s put %d: evictions per key %v, want about 1 (the store was full)", r.Path, r.Size, r.EvictionsPerKey)
+		case r.Dir == "get" && r.EvictionsPerKey != nil:
+			t.Errorf("%s get %d: evictions per key reported for a get", r.Path, r.Size)
+		}
+	}
+	if len(rep.Skipped) != 1 || rep.Skipped[0].Path != pathPython || !strings.Contains(rep.Skipped[0].Reason, "--prefill") {
+		t.Errorf("skipped: %+v", rep.Skipped)
+	}
+	if !strings.Contains(out.String(), "evicted/key") {
+		t.Errorf("table does not show the evictions:\n%s", out.String())
+	}
+	if live := sd.LiveObjects(); live.Total() != 0 {
+		t.Errorf("leaked driver objects: %v", live)
+	}
+}
+
 // TestBenchStoreVerifiesEveryRound makes the gets of the timed round (the
 // second) silently copy nothing: bench --store must fail naming that round,
 // mark the row unverified in the JSON, and leak nothing. (Objects of

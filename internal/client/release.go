@@ -19,9 +19,9 @@ import (
 // released. Others may see the lease a little longer (up to releaseDelay
 // plus a round trip; bounded by the lease TTL, as for any reader).
 //
-// Ownership: Open starts the goroutine (start) for a remote master only;
-// teardown stops it after flushing what is queued (stop). stop is
-// idempotent. Not started, queue releases at once.
+// Ownership: Open starts the goroutine (start), for a remote master and an
+// embedded one alike; teardown stops it after flushing what is queued
+// (stop). stop is idempotent. Not started, queue releases at once.
 type releaser struct {
 	send  func(context.Context, []uint64) // Store.releaseNow
 	delay time.Duration                   // releaseDelay when started
