@@ -14,7 +14,10 @@
 #    Mooncake facade in python3 with torch CUDA tensors; GPU 0 alone, then
 #    every GPU at once. Writes $OUT/store.json, $OUT/store.svg, $OUT/store.png
 #    and the table to $OUT/bench-store.log.
-# 2. crossstream: BenchmarkCrossStream of internal/transfer on the real
+# 2. bench-store-prefill: the Go paths again with --prefill (each store full
+#    before the rounds, every put evicts): $OUT/store-prefill.json and
+#    $OUT/bench-store-prefill.log.
+# 3. crossstream: BenchmarkCrossStream of internal/transfer on the real
 #    driver (small batches on one stream while another stream copies
 #    256 MiB; issue #13 item 5), when .device/internal_transfer.test exists.
 #
@@ -47,6 +50,12 @@ step bench-store "$DEV/kvfabric" bench --store --driver cuda \
 if [ -f "$OUT/store.json" ]; then
 	step plot-png "$DEV/kvfabric" bench --store --replot "$OUT/store.json" --plot "$OUT/store.png"
 fi
+
+# The same Go paths with a full store (--prefill: every put evicts), as a
+# cache runs once it has filled; the python path is skipped there.
+# shellcheck disable=SC2086 # BENCH_STORE_ARGS is a list of flags
+step bench-store-prefill "$DEV/kvfabric" bench --store --driver cuda --prefill --paths go-embedded,go-remote \
+	--json "$OUT/store-prefill.json" ${BENCH_STORE_ARGS:-}
 
 if [ -x "$DEV/internal_transfer.test" ]; then
 	step crossstream bash -c "cd internal/transfer && KVFABRIC_GPU_TESTS=1 '$DEV/internal_transfer.test' -test.run '^\$' -test.bench CrossStream -test.benchtime 3s -test.count 3"
