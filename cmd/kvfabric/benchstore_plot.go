@@ -20,18 +20,27 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 )
 
-// replotStore draws plotFile from the JSON report of an earlier run.
-func replotStore(w io.Writer, jsonFile, plotFile string) error {
+// readStoreReport reads a --json file of bench --store.
+func readStoreReport(jsonFile string) (storeReport, error) {
+	var rep storeReport
 	raw, err := os.ReadFile(jsonFile)
 	if err != nil {
-		return fmt.Errorf("--replot: %w", err)
+		return rep, err
 	}
-	var rep storeReport
 	if err := json.Unmarshal(raw, &rep); err != nil {
-		return fmt.Errorf("--replot %s: %w", jsonFile, err)
+		return rep, fmt.Errorf("%s: %w", jsonFile, err)
 	}
 	if rep.Kind != "kvfabric-bench-store" {
-		return fmt.Errorf("--replot %s: kind %q is not a bench --store report", jsonFile, rep.Kind)
+		return rep, fmt.Errorf("%s: kind %q is not a bench --store report", jsonFile, rep.Kind)
+	}
+	return rep, nil
+}
+
+// replotStore draws plotFile from the JSON report of an earlier run.
+func replotStore(w io.Writer, jsonFile, plotFile string) error {
+	rep, err := readStoreReport(jsonFile)
+	if err != nil {
+		return fmt.Errorf("--replot: %w", err)
 	}
 	if err := plotStore(plotFile, rep); err != nil {
 		return fmt.Errorf("--plot: %w", err)

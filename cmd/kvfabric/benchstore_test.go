@@ -138,12 +138,8 @@ func TestBenchStorePrefill(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	raw, err := os.ReadFile(jsonFile)
+	rep, err := readStoreReport(jsonFile)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var rep storeReport
-	if err := json.Unmarshal(raw, &rep); err != nil {
 		t.Fatal(err)
 	}
 	if !rep.OK || !rep.Prefill || len(rep.Results) != 8 {
@@ -201,12 +197,8 @@ func TestBenchStoreVerifiesEveryRound(t *testing.T) {
 	if !errors.As(err, &ve) || ve.round != 2 || ve.rounds != 2 || ve.got != ve.poison {
 		t.Fatalf("err = %v, want a *verifyError of round 2 of 2 that found the poison\n%s", err, out.String())
 	}
-	raw, err := os.ReadFile(jsonFile)
+	rep, err := readStoreReport(jsonFile)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var rep storeReport
-	if err := json.Unmarshal(raw, &rep); err != nil {
 		t.Fatal(err)
 	}
 	if rep.OK || len(rep.Errors) == 0 || len(rep.Results) != 2 || rep.Results[0].Verified || !strings.Contains(rep.Results[0].Error, "round 2") {

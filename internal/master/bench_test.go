@@ -86,21 +86,7 @@ func BenchmarkPut(b *testing.B) {
 						for i := range reqs {
 							reqs[i] = PutStartReq{Key: "key-" + strconv.FormatInt(base+int64(i), 10), Size: 4096, Placement: benchWriter}
 						}
-						res, err := c.PutStart(ctx, reqs)
-						if err != nil {
-							b.Fatal(err)
-						}
-						for i, r := range res {
-							if r.Err != nil {
-								b.Fatal(r.Err)
-							}
-							refs[i] = PutRef{Key: reqs[i].Key, Token: r.Token}
-						}
-						for _, err := range c.PutEnd(ctx, refs) {
-							if err != nil {
-								b.Fatal(err)
-							}
-						}
+						refs = putBatch(b, ctx, c, reqs, refs)
 					}
 				})
 				reportKeys(b, start, n)
@@ -259,21 +245,11 @@ func fill(b *testing.B, svc *Service, n int) {
 	reqs := make([]PutStartReq, 0, batch)
 	refs := make([]PutRef, 0, batch)
 	for i := 0; i < n; i += batch {
-		reqs, refs = reqs[:0], refs[:0]
+		reqs = reqs[:0]
 		for j := i; j < min(n, i+batch); j++ {
 			reqs = append(reqs, PutStartReq{Key: "key-" + strconv.Itoa(j), Size: 4096, Placement: benchWriter})
 		}
-		res, err := svc.PutStart(ctx, reqs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for k, r := range res {
-			if r.Err != nil {
-				b.Fatal(r.Err)
-			}
-			refs = append(refs, PutRef{reqs[k].Key, r.Token})
-		}
-		svc.PutEnd(ctx, refs)
+		refs = putBatch(b, ctx, NewEmbedded(svc), reqs, refs)
 	}
 }
 
@@ -417,21 +393,7 @@ func BenchmarkPutFull(b *testing.B) {
 					reqs[i] = PutStartReq{Key: "key-" + strconv.Itoa(seq), Size: size, Placement: benchWriter}
 					seq++
 				}
-				res, err := c.PutStart(ctx, reqs)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for i, r := range res {
-					if r.Err != nil {
-						b.Fatal(r.Err)
-					}
-					refs[i] = PutRef{Key: reqs[i].Key, Token: r.Token}
-				}
-				for _, err := range c.PutEnd(ctx, refs) {
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
+				refs = putBatch(b, ctx, c, reqs, refs)
 			}
 			evictions := func() uint64 {
 				st, err := svc.Stats(ctx)

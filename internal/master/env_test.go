@@ -138,6 +138,29 @@ func (e *env) put(key string, size uint64, opts ...func(*PutStartReq)) PutStartR
 	return r
 }
 
+// putBatch starts the puts reqs through c, fails tb on any error, ends
+// them, and returns their refs (appended to refs[:0], reused).
+func putBatch(tb testing.TB, ctx context.Context, c Client, reqs []PutStartReq, refs []PutRef) []PutRef {
+	tb.Helper()
+	res, err := c.PutStart(ctx, reqs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	refs = refs[:0]
+	for i, r := range res {
+		if r.Err != nil {
+			tb.Fatal(r.Err)
+		}
+		refs = append(refs, PutRef{Key: reqs[i].Key, Token: r.Token})
+	}
+	for _, err := range c.PutEnd(ctx, refs) {
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return refs
+}
+
 func (e *env) putStart(key string, size uint64, opts ...func(*PutStartReq)) PutStartResult {
 	e.t.Helper()
 	req := PutStartReq{Key: key, Size: size, Placement: NoPlacement}

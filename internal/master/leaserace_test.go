@@ -242,22 +242,7 @@ func TestLeaseBlocks(t *testing.T) {
 		for _, k := range keys[lo:hi] {
 			reqs = append(reqs, PutStartReq{Key: k, Size: 4096, Placement: Placement{Client: w, NUMANode: -1, Device: -1}})
 		}
-		res, err := e.svc.PutStart(e.ctx, reqs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		refs := make([]PutRef, len(res))
-		for i, r := range res {
-			if r.Err != nil {
-				t.Fatal(r.Err)
-			}
-			refs[i] = PutRef{Key: reqs[i].Key, Token: r.Token}
-		}
-		for _, err := range e.svc.PutEnd(e.ctx, refs) {
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
+		putBatch(t, e.ctx, e.c, reqs, nil)
 	}
 	res, err := e.svc.GetReplicas(e.ctx, keys)
 	if err != nil {
