@@ -130,13 +130,7 @@ func TestBatchGetPartsStoppedReleasesLeases(t *testing.T) {
 	src := devBuf(t, e, n*size)
 	dst := devBuf(t, e, n*size)
 	want := fillRandom(t, e, src, n*size, rng)
-	keys := make([]string, n)
-	srcs, dsts := make([][]client.Region, n), make([][]client.Region, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("parts-fail/%d", i)
-		srcs[i] = client.Bytes(uintptr(src)+uintptr(i*size), size)
-		dsts[i] = client.Bytes(uintptr(dst)+uintptr(i*size), size)
-	}
+	keys, srcs, dsts := slabs("parts-fail", src, dst, n, size)
 	for i, err := range e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
 		if err != nil {
 			t.Fatalf("put %s: %v", keys[i], err)

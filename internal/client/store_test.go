@@ -786,6 +786,19 @@ func TestGetReleasesItsLease(t *testing.T) {
 	e.close()
 }
 
+// slabs returns n keys prefix/0 … and, for each, the size bytes at i*size
+// of src and of dst as its put source and get destination.
+func slabs(prefix string, src, dst cuda.DevicePtr, n, size int) (keys []string, srcs, dsts [][]client.Region) {
+	keys = make([]string, n)
+	srcs, dsts = make([][]client.Region, n), make([][]client.Region, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s/%d", prefix, i)
+		srcs[i] = client.Bytes(uintptr(src)+uintptr(i*size), uint64(size))
+		dsts[i] = client.Bytes(uintptr(dst)+uintptr(i*size), uint64(size))
+	}
+	return keys, srcs, dsts
+}
+
 // testPipelineChunk makes the test consumer's batches run in several
 // pipelined chunks (metadata of one chunk while the previous copies), so
 // every batch test covers the pipeline.
@@ -800,13 +813,7 @@ func TestBatchGetStoppedReleasesPrefetchedLeases(t *testing.T) {
 	const n, size = 40, 4096
 	src := devBuf(t, e, n*size)
 	dst := devBuf(t, e, n*size)
-	keys := make([]string, n)
-	srcs, dsts := make([][]client.Region, n), make([][]client.Region, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("prefetch/%d", i)
-		srcs[i] = client.Bytes(uintptr(src)+uintptr(i*size), size)
-		dsts[i] = client.Bytes(uintptr(dst)+uintptr(i*size), size)
-	}
+	keys, srcs, dsts := slabs("prefetch", src, dst, n, size)
 	for i, err := range e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
 		if err != nil {
 			t.Fatalf("put %s: %v", keys[i], err)
