@@ -861,6 +861,61 @@ func runStoppedReader(t *testing.T, parts int) {
 	prov.Wait()
 }
 
+// TestKilledReaderLeasesEnd: a reader killed (SIGKILL) between its
+// GetReplicas and its copies never releases its leases. Until they expire
+// they still protect its objects (a plain remove is refused: the master
+// cannot tell a dead reader from a slow one); after their TTL every one of
+// them can be removed again. (The master's own table of the dead reader's
+// leases is swept then: master.TestUnreleasedLeasesSwept.)
+func TestKilledReaderLeasesEnd(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	const n, leaseTTL = bufKeys, 500 * time.Millisecond
+	e := newE2E(t, master.Config{LeaseTTL: leaseTTL, MinClientTTL: 100 * time.Millisecond})
+	mc := e.dial()
+	ctx := context.Background()
+	prov := e.start("provider", "provider-a", 0)
+	w := e.start("worker", "writer", 0)
+	r := e.start("worker", "reader", 0)
+	w.Send(fmt.Sprintf("put k 0 %d", n))
+	if kv, tail := reply(t, w, "put"); num(t, kv, "ok") != n {
+		t.Fatalf("put: %v %s", kv, tail)
+	}
+	r.Send("arm copy")
+	if m := r.Recv(); m != "armed" {
+		t.Fatal(m)
+	}
+	r.Send(fmt.Sprintf("verify k 0 %d", n))
+	if m := r.Recv(); m != "stopping copy" {
+		t.Fatal(m)
+	}
+	waitStopped(t, r.Pid())
+	if err := syscall.Kill(r.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k/%d", i)
+	}
+	if err := mc.Remove(ctx, keys[:1], false)[0]; !errors.Is(err, master.ErrHasLease) {
+		t.Fatalf("plain remove of an object the killed reader leased, within its lease: %v, want ErrHasLease", err)
+	}
+	time.Sleep(time.Until(killed.Add(leaseTTL + 300*time.Millisecond))) // past the lease and a reap
+	for i, err := range mc.Remove(ctx, keys, false) {
+		if err != nil {
+			t.Errorf("plain remove of %s %v after the dead reader's leases expired: %v", keys[i], time.Since(killed), err)
+		}
+	}
+	quit(t, w)
+	prov.Send("quit")
+	if m := prov.Recv(); m != "closed" {
+		t.Fatal(m)
+	}
+	prov.Wait()
+}
+
 // Gone means released (DESIGN §9): when a provider goes away — it closes,
 // or it crashes and a new process takes its name — every consumer that
 // mapped its segments releases the mappings within about one heartbeat
