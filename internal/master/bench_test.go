@@ -417,3 +417,76 @@ func BenchmarkPutFull(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPutRounds measures the master's part of the Store's pipelined
+// BatchPut as `kvfabric bench --store` runs it: 192 DRAM segments of
+// 128 MiB (the bench's 24 GiB pool), a round of 4096 objects put in the
+// chunks the Store's chunker cuts (64, 128, 256, then 512 keys), each
+// chunk's PutStart and then its PutEnd, and the round's objects removed
+// (untimed) before the next. ns/key of PutStart and of PutEnd apart.
+func BenchmarkPutRounds(b *testing.B) {
+	const round, segs, segSize = 4096, 192, 128 << 20
+	for _, size := range []uint64{4 * KiB, 64 * KiB} {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			svc, err := New(Config{ReapInterval: time.Second, PutTimeout: time.Hour, LeaseTTL: time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = svc.Close() })
+			ctx := context.Background()
+			reg, err := svc.RegisterClient(ctx, ClientInfo{ID: "bench", Node: "h", TTL: 5 * time.Minute, NUMANode: -1, Device: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range segs {
+				if err := svc.MountSegment(ctx, desc("seg"+strconv.Itoa(i), reg.ID, "h", segment.TierDRAM, 0, segSize)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			keys := make([]string, round)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("bench/%d/%d", size, i)
+			}
+			reqs := make([]PutStartReq, 0, 512)
+			refs := make([]PutRef, 0, 512)
+			var tStart, tEnd time.Duration
+			for b.Loop() {
+				for lo, n := 0, 64; lo < round; lo, n = lo+n, min(2*n, 512) {
+					reqs = reqs[:0]
+					for _, k := range keys[lo:min(lo+n, round)] {
+						reqs = append(reqs, PutStartReq{Key: k, Size: size, Placement: benchWriter})
+					}
+					t0 := time.Now()
+					res, err := svc.PutStart(ctx, reqs)
+					t1 := time.Now()
+					if err != nil {
+						b.Fatal(err)
+					}
+					refs = refs[:0]
+					for i, r := range res {
+						if r.Err != nil {
+							b.Fatal(r.Err)
+						}
+						refs = append(refs, PutRef{Key: reqs[i].Key, Token: r.Token})
+					}
+					t2 := time.Now()
+					for _, err := range svc.PutEnd(ctx, refs) {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+					tStart += t1.Sub(t0)
+					tEnd += time.Since(t2)
+				}
+				b.StopTimer()
+				if n, err := svc.RemoveAll(ctx, Filter{}, true); err != nil || n != round {
+					b.Fatalf("remove: %d, %v", n, err)
+				}
+				b.StartTimer()
+			}
+			keysDone := float64(b.N * round)
+			b.ReportMetric(float64(tStart.Nanoseconds())/keysDone, "putstart-ns/key")
+			b.ReportMetric(float64(tEnd.Nanoseconds())/keysDone, "putend-ns/key")
+		})
+	}
+}

@@ -48,16 +48,15 @@ func (s *Service) evictLocked(t segment.Tier, want uint64, now int64, forPut boo
 // evictPassLocked is one pass of evictLocked: soft-pinned objects are
 // candidates only when soft is set.
 func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft, forPut bool) uint64 {
-	var freed uint64
+	freed := freedIn{tier: t, usable: forPut}
 	misses, evicted := 0, 0
-	for freed < want && evicted < maxEvictPerCall && misses < 8 && s.mu.visible > 0 {
+	l := &s.mu.evict[t]
+	for freed.n < want && evicted < maxEvictPerCall && misses < 8 && l.n > 0 {
 		victim, found := uint32(0), false
 		var oldest int64
-		n := s.mu.objs.len()
-		// A sparse table would make sampling miss; scale the sample up.
 		sample := s.mu.sample[:0]
-		for range min(s.cfg.EvictSample*max(1, n/max(1, s.mu.visible)), 16*s.cfg.EvictSample) {
-			sample = append(sample, uint32(s.mu.rng.IntN(n)))
+		for range s.cfg.EvictSample {
+			sample = append(sample, l.member(s.mu.rng.IntN(l.n)))
 		}
 		s.mu.sample = sample
 		// The sampled records are far apart in a large table: load each
@@ -70,8 +69,7 @@ func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft, 
 		s.rd.sink.Add(uint64(sink))
 		for _, slot := range sample {
 			o := s.mu.objs.at(slot)
-			if o.state != stateVisible || o.flags&flagPinned != 0 || o.leaseUntil > now ||
-				!soft && s.softPinnedLocked(slot, now) {
+			if o.flags&flagPinned != 0 || o.leaseUntil > now || !soft && s.softPinnedLocked(slot, now) {
 				continue
 			}
 			if found && o.stamp >= oldest {
@@ -87,19 +85,100 @@ func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft, 
 			continue
 		}
 		misses = 0
-		freed += s.tierBytesLocked(victim, t, forPut)
-		s.freeObjectLocked(victim, now)
-		s.mu.evictions++
-		s.met.evictions.WithLabelValues(t.String()).Inc()
-		s.mu.flow.evicted[t][evictReason(forPut, soft)]++
+		s.freeCountingLocked(victim, now, &freed)
 		evicted++
 	}
-	return freed
+	if evicted > 0 {
+		s.mu.evictions += uint64(evicted)
+		s.met.evictions.WithLabelValues(t.String()).Add(float64(evicted))
+		s.mu.flow.evicted[t][evictReason(forPut, soft)] += uint64(evicted)
+	}
+	return freed.n
+}
+
+// evictList is the dense list of the visible objects with a replica in one
+// tier: what eviction samples. Sampling slots of the object table instead
+// misses whenever the table is sparse — after a mass removal, or once large
+// objects have replaced many small ones — and a few empty samples in a row
+// end an eviction, so puts into a full store failed with ErrNoSpace
+// (TestEvictionFindsVictimsInSparseTable). Both arrays grow by chunks of
+// objChunkLen entries, so no growth copies more than one chunk under the
+// lock.
+type evictList struct {
+	members [][]uint32 // object slots, in no order: member i is members[i>>objChunkLog][i&objChunkMsk]
+	n       int
+	pos     [][]uint32 // by object slot, chunked as the table: 1 + its index in members, 0 when not one
+}
+
+func (l *evictList) member(i int) uint32 { return l.members[i>>objChunkLog][i&objChunkMsk] }
+
+// entry returns &chunks[i>>objChunkLog][i&objChunkMsk], growing chunks to
+// hold it when grow is set; nil when it is not there and grow is not set.
+// A chunk starts small and doubles up to objChunkLen (tests and small
+// masters create many Services).
+func entry(chunks *[][]uint32, i uint32, grow bool) *uint32 {
+	c, off := int(i>>objChunkLog), int(i&objChunkMsk)
+	if c >= len(*chunks) || off >= len((*chunks)[c]) {
+		if !grow {
+			return nil
+		}
+		for c >= len(*chunks) {
+			*chunks = append(*chunks, nil)
+		}
+		ch := (*chunks)[c]
+		n := max(64, len(ch))
+		for n <= off {
+			n *= 2
+		}
+		(*chunks)[c] = append(ch, make([]uint32, min(n, objChunkLen)-len(ch))...)
+	}
+	return &(*chunks)[c][off]
+}
+
+// add makes slot a member (once).
+func (l *evictList) add(slot uint32) {
+	p := entry(&l.pos, slot, true)
+	if *p != 0 {
+		return
+	}
+	*entry(&l.members, uint32(l.n), true) = slot
+	l.n++
+	*p = uint32(l.n)
+}
+
+// remove takes slot out, if it is a member: the last member moves into
+// its place.
+func (l *evictList) remove(slot uint32) {
+	p := entry(&l.pos, slot, false)
+	if p == nil || *p == 0 {
+		return
+	}
+	i := *p - 1
+	l.n--
+	last := l.member(l.n)
+	*entry(&l.members, i, false) = last
+	*entry(&l.pos, last, false) = i + 1
+	*p = 0
+}
+
+// listLocked adds slot, now visible, to the eviction lists of its
+// replicas' tiers.
+func (s *Service) listLocked(slot uint32) {
+	for _, r := range s.repsLocked(slot) {
+		s.mu.evict[s.mu.segs[r.seg].tier].add(slot)
+	}
+}
+
+// unlistLocked takes slot, visible no longer, out of every eviction list.
+func (s *Service) unlistLocked(slot uint32) {
+	for t := range s.mu.evict {
+		s.mu.evict[t].remove(slot)
+	}
 }
 
 // inTierLocked reports whether slot has a replica in tier t (on a usable
-// segment, with usable): whether evicting it frees bytes there. Unlike
-// tierBytesLocked it reads no allocator block.
+// segment, with usable): whether evicting it frees bytes there. It reads no
+// allocator block.
 func (s *Service) inTierLocked(slot uint32, t segment.Tier, usable bool) bool {
 	for _, r := range s.repsLocked(slot) {
 		if sg := s.mu.segs[r.seg]; sg.tier == t && (!usable || sg.usable()) {
@@ -107,17 +186,4 @@ func (s *Service) inTierLocked(slot uint32, t segment.Tier, usable bool) bool {
 		}
 	}
 	return false
-}
-
-// tierBytesLocked returns the bytes slot's replicas hold in tier t (only on
-// usable segments with usable).
-func (s *Service) tierBytesLocked(slot uint32, t segment.Tier, usable bool) uint64 {
-	var n uint64
-	for _, r := range s.repsLocked(slot) {
-		if sg := s.mu.segs[r.seg]; sg.tier == t && (!usable || sg.usable()) {
-			_, l, _ := sg.al.Span(r.ref)
-			n += l
-		}
-	}
-	return n
 }

@@ -222,6 +222,7 @@ type Service struct {
 		nextClient uint64
 		evictions  uint64
 		rng        *rand.Rand
+		evict      [3]evictList // visible objects by tier (segment.Tier), for eviction to sample
 		sample     []uint32     // evictPassLocked's sampled slots, reused
 		flow       flowCounters // for Status and its metrics (status.go)
 	}
@@ -656,8 +657,12 @@ func (s *Service) dropSegmentLocked(slot uint32, now int64) {
 			}
 		}
 		s.setRepsLocked(tag, keep)
-		if len(keep) == 0 {
+		switch {
+		case len(keep) == 0:
 			orphans = append(orphans, tag)
+		case o.state == stateVisible: // its lists follow the tiers it keeps
+			s.unlistLocked(tag)
+			s.listLocked(tag)
 		}
 	})
 	s.mu.tierCap[sg.desc.Tier] -= sg.al.Size()
@@ -739,7 +744,19 @@ func (s *Service) repsUsableLocked(slot uint32) bool {
 }
 
 // freeObjectLocked frees slot's replicas and the slot itself.
-func (s *Service) freeObjectLocked(slot uint32, now int64) {
+func (s *Service) freeObjectLocked(slot uint32, now int64) { s.freeCountingLocked(slot, now, nil) }
+
+// freedIn tallies the bytes freeCountingLocked frees in one tier (on usable
+// segments only, with usable).
+type freedIn struct {
+	tier   segment.Tier
+	usable bool
+	n      uint64
+}
+
+// freeCountingLocked is freeObjectLocked; with in, it adds to in.n what it
+// frees in in.tier.
+func (s *Service) freeCountingLocked(slot uint32, now int64, in *freedIn) {
 	o := s.mu.objs.at(slot)
 	for _, r := range s.repsLocked(slot) {
 		sg := s.mu.segs[r.seg]
@@ -753,6 +770,9 @@ func (s *Service) freeObjectLocked(slot uint32, now int64) {
 		}
 		s.mu.tierUsed[sg.tier] -= n
 		s.mu.place.update(sg)
+		if in != nil && sg.tier == in.tier && (!in.usable || sg.usable()) {
+			in.n += n
+		}
 	}
 	if o.nrep > inlineReps {
 		delete(s.mu.extra, slot)
@@ -770,6 +790,7 @@ func (s *Service) freeObjectLocked(slot uint32, now int64) {
 		s.unchargeLocked(o)
 	case stateVisible:
 		s.mu.objs.unindex(slot)
+		s.unlistLocked(slot)
 		s.mu.visible--
 	case stateZombie:
 		s.mu.zombies--
@@ -1050,6 +1071,7 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 			s.removePendingLocked(slot)
 			o.aux = 0 // from writer to reader count
 			s.mu.visible++
+			s.listLocked(slot)
 			s.mu.flow.putBytes += o.size
 		case o.state == stateVisible:
 			out[i] = fmt.Errorf("%w: put of key %q already ended; use Remove", ErrWrongState, p.Key)
@@ -1348,6 +1370,7 @@ func (s *Service) removeLocked(slot uint32, force bool, now int64) error {
 		// Invisible now; the bytes stay allocated until the lease ends.
 		s.mu.objs.unindex(slot)
 		o.state = stateZombie
+		s.unlistLocked(slot)
 		s.mu.visible--
 		s.mu.zombies++
 	}
