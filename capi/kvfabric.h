@@ -345,6 +345,18 @@ int32_t kvfabric_driver(int64_t handle, char *buf, size_t cap, size_t *len);
  * "" (*len 0) for a pure consumer. */
 int32_t kvfabric_handle_type(int64_t handle, char *buf, size_t cap, size_t *len);
 
+/* Where the Store's batch calls spent their time since it opened: writes
+ * the first min(n, KVFABRIC_PHASE_VALUES) of these uint64 values to out —
+ * for kvfabric_batch_put and then for kvfabric_batch_get (single puts and
+ * gets count as batches of one): calls, keys, and the nanoseconds of check
+ * (buffer classification), meta (waiting for the master), resolve
+ * (replicas to addresses), copy (enqueue and completion), and, overlapping
+ * those, master (inside the master's calls, on whichever thread), wait
+ * (blocked on copies) and end (PutEnd; puts only). Take two snapshots and
+ * subtract them. Added after 0.1.0 (ABI 2): look the symbol up. */
+#define KVFABRIC_PHASE_VALUES 18
+int32_t kvfabric_phases(int64_t handle, uint64_t *out, size_t n);
+
 /* 0 when the Store is healthy (master reachable, own segments mounted). */
 int32_t kvfabric_health(int64_t handle);
 

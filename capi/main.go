@@ -260,6 +260,16 @@ func kvfabric_handle_type(h C.int64_t, buf *C.char, capacity C.size_t, n *C.size
 	return C.int32_t(cabi.HandleType(int64(h), bytesOf(buf, capacity), (*uint64)(unsafe.Pointer(n))))
 }
 
+//export kvfabric_phases
+func kvfabric_phases(h C.int64_t, out *C.uint64_t, n C.size_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	var vals []uint64
+	if out != nil && n > 0 {
+		vals = unsafe.Slice((*uint64)(unsafe.Pointer(out)), int(min(n, cabi.PhaseValues)))
+	}
+	return C.int32_t(cabi.Phases(int64(h), vals))
+}
+
 //export kvfabric_health
 func kvfabric_health(h C.int64_t) (st C.int32_t) {
 	defer recoverStatus(&st)

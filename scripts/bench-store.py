@@ -17,7 +17,11 @@ Protocol (stdout lines starting with "KVFBENCH ", then JSON):
   {"t":"ready"}   before each timed phase; the phase starts when "go\\n"
                   arrives on stdin (all GPUs' processes start together)
   {"t":"round", "size", "round", "timed", "keys", "batches", "put_s",
-   "get_s", "ok", "error"}
+   "get_s", "put_ph", "get_ph", "ok", "error"}
+                  (put_ph, get_ph: the Store's phase split of the round's
+                  puts and gets, Store.phases() as [calls, keys, check,
+                  meta, resolve, copy, master, wait, end] with times in
+                  seconds; omitted when the library has no kvfabric_phases)
   {"t":"done"} | {"t":"skip","reason"} | {"t":"error","error"}
 Anything else it prints is kept for error messages.
 """
@@ -141,6 +145,19 @@ def main():
             return 1
     print(f"bench-store: gpu {dev}: {kind}, {n_round} bytes per round", file=sys.stderr)
 
+    native = ms._s()
+
+    def phases():
+        try:
+            return native.phases()
+        except NotImplementedError:  # a library without kvfabric_phases
+            return None
+
+    def delta(a, b, kind):
+        if a is None or b is None:
+            return None
+        return [b[kind][n] - a[kind][n] for n in native._PHASES]
+
     mk = cfg["max_keys"]
     # Test hook: damage the gotten bytes of this round (0-based, counted
     # over all sizes), so that a test sees a failed verification reported.
@@ -163,6 +180,7 @@ def main():
                 plan.append((ks, [src + (b + i) * size for i in range(len(ks))],
                              [dst + (b + i) * size for i in range(len(ks))], [size] * len(ks)))
             wait_go()
+            ph0 = phases()
             t0 = time.perf_counter()
             for ks, sp, _, sz in plan:
                 codes = ms.batch_put_from(ks, sp, sz)
@@ -171,7 +189,9 @@ def main():
                     send(t="error", error=f"size {size} round {rnd + 1}: batch_put_from: {bad[0][0]} -> {bad[0][1]} ({len(bad)} keys failed)")
                     return 1
             put_s = time.perf_counter() - t0
+            ph1 = phases()
             wait_go()
+            ph2 = phases()
             t0 = time.perf_counter()
             for ks, _, dp, sz in plan:
                 got = ms.batch_get_into(ks, dp, sz)
@@ -180,6 +200,7 @@ def main():
                     send(t="error", error=f"size {size} round {rnd + 1}: batch_get_into: {bad[0][0]} -> {bad[0][1]} ({len(bad)} keys failed)")
                     return 1
             get_s = time.perf_counter() - t0
+            ph3 = phases()
             if corrupt == g - 1:
                 bufs.corrupt(n, size)
             diff = bufs.first_diff(n)
@@ -192,7 +213,8 @@ def main():
                     err += " (the poison the destination held before the get: was the block copied at all?)"
             ms.remove_all(True)
             send(t="round", size=size, round=rnd, timed=rnd > 0, keys=nkeys, batches=batches,
-                 put_s=put_s, get_s=get_s, ok=diff is None, error=err)
+                 put_s=put_s, get_s=get_s, put_ph=delta(ph0, ph1, "put"), get_ph=delta(ph2, ph3, "get"),
+                 ok=diff is None, error=err)
     send(t="done")
     for p in (src, dst):
         ms.unregister_buffer(p)

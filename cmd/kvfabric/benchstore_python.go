@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvfabric/kvfabric/internal/client"
 	"github.com/kvfabric/kvfabric/internal/cuda"
 )
 
@@ -44,7 +45,23 @@ type pyMsg struct {
 	Batches int     `json:"batches"`
 	PutS    float64 `json:"put_s"`
 	GetS    float64 `json:"get_s"`
-	OK      bool    `json:"ok"`
+	// PutPh and GetPh are the Store's phase split of the round's puts and
+	// gets (Store.phases: calls, keys, then seconds of check, meta,
+	// resolve, copy, master, wait, end); absent from a library without
+	// kvfabric_phases.
+	PutPh []float64 `json:"put_ph"`
+	GetPh []float64 `json:"get_ph"`
+	OK    bool      `json:"ok"`
+}
+
+// pyPhases is the client.PhaseStats of a pyMsg phase list (zero when the
+// script sent none).
+func pyPhases(v []float64) client.PhaseStats {
+	if len(v) != 9 {
+		return client.PhaseStats{}
+	}
+	return client.PhaseStats{Calls: uint64(v[0]), Keys: uint64(v[1]), Check: seconds(v[2]), Meta: seconds(v[3]),
+		Resolve: seconds(v[4]), Copy: seconds(v[5]), Master: seconds(v[6]), Wait: seconds(v[7]), End: seconds(v[8])}
 }
 
 // pyConfig is the script's argument.
@@ -282,7 +299,8 @@ func runStorePython(ctx context.Context, drv cuda.Driver, m storeMode, p storePa
 				}
 				s := &g.sizes[len(g.sizes)-1]
 				if msg.Timed {
-					s.rounds = append(s.rounds, storeRound{put: seconds(msg.PutS), get: seconds(msg.GetS)})
+					s.rounds = append(s.rounds, storeRound{put: seconds(msg.PutS), get: seconds(msg.GetS),
+						putPh: pyPhases(msg.PutPh), getPh: pyPhases(msg.GetPh)})
 				}
 				if !msg.OK && s.bad == nil {
 					s.bad = errors.New(msg.Error)

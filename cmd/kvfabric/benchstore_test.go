@@ -96,6 +96,11 @@ func TestBenchStoreSim(t *testing.T) {
 							r.Keys != keys || r.Batches != batches {
 							t.Errorf("row %+v: want verified, positive rates, %d keys in %d batches", r, keys, batches)
 						}
+						// Every path's per-GPU rows have the Store's phase
+						// split (the python path's through kvfabric_phases).
+						if p := r.PhaseUs; gpu >= 0 && (p == nil || p.Meta <= 0 || p.Copy <= 0) {
+							t.Errorf("row %s %s %s %s gpu %d: phase split %+v", mode.name, path, dir, sizeLabel(size), gpu, p)
+						}
 					}
 				}
 			}

@@ -147,3 +147,33 @@ func Replicas(h int64, n uint64, keys, keyLens, buf unsafe.Pointer, bufCap uint6
 	fill(statuses, n, st)
 	return st
 }
+
+// PhaseValues is how many values Phases writes: for BatchPut and then for
+// BatchGet, the calls, the keys, and the nanoseconds of check, meta,
+// resolve, copy, master, wait and end (client.PhaseStats, in that order).
+const PhaseValues = 18
+
+// phaser is a Backend that keeps a phase split (*client.Store does).
+type phaser interface {
+	Phases() (put, get client.PhaseStats)
+}
+
+// Phases writes the phase split of the Store's BatchPut and BatchGet calls
+// since it opened (client.Store.Phases) to out: the first min(len(out),
+// PhaseValues) values. Callers take two snapshots and subtract them.
+func Phases(h int64, out []uint64) int32 {
+	return call(h, func(e *entry) error {
+		p, ok := e.store.(phaser)
+		if !ok {
+			return fmt.Errorf("%w: this store keeps no phase split", client.ErrInvalidArgument)
+		}
+		put, get := p.Phases()
+		var v [PhaseValues]uint64
+		for i, s := range []client.PhaseStats{put, get} {
+			copy(v[9*i:], []uint64{s.Calls, s.Keys, uint64(s.Check), uint64(s.Meta), uint64(s.Resolve),
+				uint64(s.Copy), uint64(s.Master), uint64(s.Wait), uint64(s.End)})
+		}
+		copy(out, v[:])
+		return nil
+	})
+}

@@ -2,6 +2,7 @@ package cabi
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -72,5 +73,64 @@ func TestRangesRemoveReplicas(t *testing.T) {
 	pat := []byte("^b$")
 	if rc := RemoveMatching(h, unsafe.Pointer(&pat[0]), uint64(len(pat)), false, &n); rc != StatusOK || n != 1 {
 		t.Errorf("RemoveMatching = %s, %d removed", StatusName(rc), n)
+	}
+}
+
+// TestPhases: kvfabric_phases reports what the Store's batches did — calls
+// and keys of each kind, time in their phases — and a backend without a
+// phase split is refused by name.
+func TestPhases(t *testing.T) {
+	h := openSim(t)
+	m := registered(t, h, 64*1024)
+	keys := keysOf("p0", "p1", "p2")
+	ptrs := []uint64{addr(m.b), addr(m.b) + 4096, addr(m.b) + 8192}
+	lens := []uint64{4096, 4096, 4096}
+	st := make([]int32, 3)
+	before := make([]uint64, PhaseValues)
+	if rc := Phases(h, before); rc != StatusOK {
+		t.Fatalf("Phases = %s: %s", StatusName(rc), LastError(h))
+	}
+	if rc := BatchPut(h, 3, keys.p(), keys.l(), unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), nil, 0, 0, 0, nil, 0, 0,
+		unsafe.Pointer(&st[0])); rc != StatusOK || st[0]|st[1]|st[2] != 0 {
+		t.Fatalf("BatchPut = %s %v: %s", StatusName(rc), st, LastError(h))
+	}
+	nread := make([]uint64, 3)
+	for range 2 {
+		if rc := BatchGet(h, 3, keys.p(), keys.l(), unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), nil, 0,
+			unsafe.Pointer(&nread[0]), unsafe.Pointer(&st[0])); rc != StatusOK || st[0]|st[1]|st[2] != 0 {
+			t.Fatalf("BatchGet = %s %v: %s", StatusName(rc), st, LastError(h))
+		}
+	}
+	after := make([]uint64, PhaseValues+2) // longer than needed: the rest is left alone
+	after[PhaseValues], after[PhaseValues+1] = 7, 7
+	if rc := Phases(h, after); rc != StatusOK {
+		t.Fatalf("Phases = %s: %s", StatusName(rc), LastError(h))
+	}
+	d := make([]uint64, PhaseValues)
+	for i := range d {
+		d[i] = after[i] - before[i]
+	}
+	if d[0] != 1 || d[1] != 3 || d[9] != 2 || d[10] != 6 {
+		t.Errorf("put calls/keys %d/%d, get calls/keys %d/%d: want 1/3 and 2/6", d[0], d[1], d[9], d[10])
+	}
+	for _, i := range []int{3, 5, 12, 14} { // meta and copy of each kind took time
+		if d[i] == 0 {
+			t.Errorf("value %d (meta or copy) is 0: %v", i, d)
+		}
+	}
+	if after[PhaseValues] != 7 || after[PhaseValues+1] != 7 {
+		t.Errorf("Phases wrote past %d values: %v", PhaseValues, after[PhaseValues:])
+	}
+	short := make([]uint64, 2) // a short array gets the first values
+	if rc := Phases(h, short); rc != StatusOK || short[0] != after[0] || short[1] != after[1] {
+		t.Errorf("Phases into 2 values = %s %v, want %v", StatusName(rc), short, after[:2])
+	}
+
+	hf := openFake(t, newFake(1<<20))
+	if rc := Phases(hf, d); rc != StatusInvalidArgument || !strings.Contains(LastError(hf), "phase split") {
+		t.Errorf("Phases of a store without a phase split = %s (%s)", StatusName(rc), LastError(hf))
+	}
+	if rc := Phases(-1, d); rc != StatusInvalidHandle {
+		t.Errorf("Phases of an invalid handle = %s", StatusName(rc))
 	}
 }

@@ -93,6 +93,7 @@ _PROTOS = {
 # caller), so a library of the same ABI may lack them: fn() names the
 # missing one instead of failing the load.
 _OPTIONAL = {
+    "kvfabric_phases": (c_int32, [c_int64, _p_u64, c_size_t]),
     "kvfabric_acquire": (
         c_int32, [c_int64, c_size_t, POINTER(c_char_p), _p_size, POINTER(c_int64), _p_u64, _p_u64, _p_i32],
     ),

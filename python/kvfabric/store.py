@@ -419,6 +419,24 @@ class Store:
         "posix_fd" (handle_type="auto" resolved); None for a pure consumer."""
         return self._string(self._lib.kvfabric_handle_type) or None
 
+    # The names of kvfabric_phases' values per kind, in order (kvfabric.h).
+    _PHASES = ("calls", "keys", "check", "meta", "resolve", "copy", "master", "wait", "end")
+
+    def phases(self) -> dict:
+        """Where this store's batch puts and gets spent their time since it
+        opened: ``{"put": {...}, "get": {...}}``, each with ``calls`` and
+        ``keys`` and the seconds of ``check``, ``meta`` (waiting for the
+        master), ``resolve``, ``copy`` and, overlapping those, ``master``,
+        ``wait`` and ``end`` (see kvfabric.h, kvfabric_phases). Take two
+        snapshots and subtract them."""
+        phases = _native.fn("kvfabric_phases")
+        h = self._handle()
+        n = len(self._PHASES)
+        out = (c_uint64 * (2 * n))()
+        self._raise(phases(h, out, 2 * n), h)
+        return {kind: {name: out[i * n + j] if j < 2 else out[i * n + j] / 1e9 for j, name in enumerate(self._PHASES)}
+                for i, kind in enumerate(("put", "get"))}
+
     def health(self) -> None:
         """Raises when the store is unhealthy (master unreachable, …)."""
         h = self._handle()

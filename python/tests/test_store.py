@@ -197,6 +197,23 @@ def test_batch_put_get(store, host):
         store.batch_put(["x", "y"], [srcs[0]])
 
 
+def test_phases(store, host):
+    """Store.phases() counts the batch calls and keys of each kind and the
+    time in their phases since the store opened."""
+    before = store.phases()
+    srcs = [host(4096) for _ in range(3)]
+    assert store.batch_put([f"ph{i}" for i in range(3)], srcs) == [None] * 3
+    outs = [host(4096) for _ in range(3)]
+    for _ in range(2):
+        assert store.batch_get([f"ph{i}" for i in range(3)], outs) == [4096] * 3
+    after = store.phases()
+    d = {k: {n: after[k][n] - before[k][n] for n in after[k]} for k in after}
+    assert (d["put"]["calls"], d["put"]["keys"]) == (1, 3)
+    assert (d["get"]["calls"], d["get"]["keys"]) == (2, 6)
+    assert d["put"]["meta"] > 0 and d["get"]["copy"] > 0 and d["put"]["end"] > 0
+    assert set(after["put"]) == {"calls", "keys", "check", "meta", "resolve", "copy", "master", "wait", "end"}
+
+
 def test_registration(store):
     pool = np.zeros(MIB, np.uint8)
     store.register_buffer(pool)
