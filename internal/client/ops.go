@@ -377,25 +377,44 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, req
 			s.reg.RUnlock()
 		}
 	}()
-	// The chunks' PutStarts run one after another on their own goroutine
-	// (aheadOf), up to metaAhead answers ahead of this loop, while it
-	// resolves, submits and ends the chunks before them: the master's
-	// calls are not held back by this loop's work, nor the other way
-	// round. When the loop stops early, the answers it did not take are
-	// waited for and the puts they started are revoked (their keys were
-	// failed with the rest: nothing was enqueued for them).
-	metas, stop := aheadOf(len(reqs), s.chunker(),
-		func(lo, hi int) putMeta { return s.putStart(ctx, reqs[lo:hi]) },
-		func(m putMeta) bool { return m.err != nil })
+	// The next chunk's PutStart runs (prefetch) while this one is resolved,
+	// submitted and the previous one ended. A prefetch still running when
+	// the loop stops is waited for and the puts it started are revoked
+	// (their keys were failed with the rest: nothing was enqueued for
+	// them).
+	var next chan putMeta
+	var nlo, nhi int
 	defer func() {
-		close(stop)
-		for a := range metas {
-			s.revokeStarted(ctx, reqs[a.lo:a.hi], a.v)
+		if next == nil {
+			return
+		}
+		m := <-next
+		var refs []master.PutRef
+		for j, r := range m.res {
+			if r.Err == nil {
+				refs = append(refs, master.PutRef{Key: reqs[nlo+j].Key, Token: r.Token})
+			}
+		}
+		if len(refs) > 0 {
+			s.revoke(ctx, refs)
 		}
 	}()
-	for a := range metas {
-		lo, hi := a.lo, a.hi
-		sent, res, err := a.v.sent, a.v.res, a.v.err
+	ch := s.chunker()
+	hi := ch.next(0, len(reqs))
+	// The first chunk's call runs here: a batch of one chunk (a single
+	// put) makes no goroutine hand-off.
+	m := s.putStart(ctx, reqs[:hi])
+	for lo := 0; lo < len(reqs); lo, hi = hi, nhi {
+		if next != nil {
+			m = <-next
+			next = nil
+		}
+		nlo, nhi = hi, hi
+		if m.err == nil && hi < len(reqs) {
+			nhi = ch.next(hi, len(reqs))
+			next = s.prefetchPutStart(ctx, reqs[hi:nhi])
+		}
+		sent, res, err := m.sent, m.res, m.err
 		ph.lap(&s.phases.put.meta)
 		if err != nil {
 			p.failFrom(idx[lo:], mapErr(fmt.Errorf("put start: %w", err)))
@@ -451,8 +470,8 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, req
 	ph.lap(&s.phases.put.copy)
 }
 
-// chunker cuts a batch into pipelined chunks: the metadata of the next
-// chunks is fetched (aheadOf) and resolved while chunk k's copies run. The first chunk is an
+// chunker cuts a batch into pipelined chunks: the metadata of chunk k+1 is
+// fetched and resolved while chunk k's copies run. The first chunk is an
 // eighth of pipeChunk and each next one twice the last, up to pipeChunk:
 // the first copy starts after a small chunk's master call instead of a
 // full one's (which nothing overlaps), and the later chunks are large
@@ -790,23 +809,32 @@ func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream
 	cache := newSegCache()
 	defer cache.release()
 	g := getPipe{s: s, stream: stream, sizes: sizes, errs: errs, leases: make([]keyLease, 0, len(q))}
-	// The chunks' GetReplicas run one after another on their own goroutine
-	// (aheadOf), up to metaAhead answers ahead of this loop, while it
-	// resolves and submits the chunks before them: three stages overlap —
-	// the master, this goroutine, the GPU. When the loop stops early, the
-	// answers it did not take are waited for and their leases go with the
-	// others (deferred after the cache's release, so it runs first).
-	metas, stop := aheadOf(len(q), s.chunker(),
-		func(lo, hi int) getMeta { return s.getReplicas(ctx, q[lo:hi]) },
-		func(m getMeta) bool { return m.err != nil })
+	// The master call of the next chunk runs (prefetch) while this one is
+	// resolved and submitted: three stages overlap — the master, this
+	// goroutine, the GPU. A prefetch still running when the loop stops is
+	// waited for and its leases go with the others (deferred after the
+	// cache's release, so it runs first).
+	var next chan getMeta
 	defer func() {
-		close(stop)
-		for a := range metas {
-			leases = appendLeases(leases, a.v.res)
+		if next != nil {
+			leases = appendLeases(leases, (<-next).res)
 		}
 	}()
-	for a := range metas {
-		lo, hi, m := a.lo, a.hi, a.v
+	ch := s.chunker()
+	hi := ch.next(0, len(q))
+	// The first chunk's call runs here: a batch of one chunk (a single
+	// get) makes no goroutine hand-off.
+	m := s.getReplicas(ctx, q[:hi])
+	for lo := 0; lo < len(q); {
+		if next != nil {
+			m = <-next
+			next = nil
+		}
+		nhi := hi
+		if m.err == nil && hi < len(q) {
+			nhi = ch.next(hi, len(q))
+			next = s.prefetchReplicas(ctx, q[hi:nhi])
+		}
 		ph.lap(&s.phases.get.meta)
 		res, err := m.res, m.err
 		if err != nil {
@@ -849,6 +877,7 @@ func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream
 			break
 		}
 		ph.lap(&s.phases.get.copy)
+		lo, hi = hi, nhi
 	}
 	g.finish()
 	ph.lap(&s.phases.get.copy)
@@ -872,68 +901,13 @@ type putMeta struct {
 	err  error
 }
 
-// metaAhead is how many chunks' master answers aheadOf may have ready
-// beyond the chunk the caller works on. Every one holds reserved ranges or
-// read leases whose clocks run, so it stays small: two keep the master's
-// calls ahead of the pipeline (on the H200 a 512-key PutStart took longer
-// than the put loop's other work for its chunk, so the loop waited for it
-// 0.36–0.63 µs per key when only the next chunk's call ran ahead).
-const metaAhead = 2
-
-// answer is the master's answer v for the chunk [lo, hi) of a part.
-type answer[T any] struct {
-	lo, hi int
-	v      T
-}
-
-// aheadOf makes the master calls of a part's n keys, cut into chunks by ch
-// — call(lo, hi) for each, in order — on a goroutine of its own, and sends
-// their answers on the returned channel, up to metaAhead of them ahead of
-// the caller. It stops after the last chunk, after an answer that failed
-// reports true for, or, before the next call, once stop is closed; then it
-// closes the channel. The caller must receive every answer (until the
-// channel is closed) and end or release what each one started. A part of
-// one chunk (a single put or get) is called here, with no goroutine
-// hand-off.
-func aheadOf[T any](n int, ch chunker, call func(lo, hi int) T, failed func(T) bool) (<-chan answer[T], chan struct{}) {
-	out := make(chan answer[T], metaAhead)
-	stop := make(chan struct{})
-	first := ch.next(0, n)
-	if first == n {
-		out <- answer[T]{0, n, call(0, n)}
-		close(out)
-		return out, stop
-	}
-	go func() {
-		defer close(out)
-		for lo, hi := 0, first; lo < n; lo, hi = hi, ch.next(hi, n) {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			v := call(lo, hi)
-			out <- answer[T]{lo, hi, v} // room for metaAhead; beyond that, wait for the caller
-			if failed(v) {
-				return
-			}
-		}
-	}()
-	return out, stop
-}
-
-// revokeStarted revokes the puts that m, the PutStart answer of reqs,
-// started.
-func (s *Store) revokeStarted(ctx context.Context, reqs []master.PutStartReq, m putMeta) {
-	var refs []master.PutRef
-	for j, r := range m.res {
-		if r.Err == nil {
-			refs = append(refs, master.PutRef{Key: reqs[j].Key, Token: r.Token})
-		}
-	}
-	if len(refs) > 0 {
-		s.revoke(ctx, refs)
-	}
+// prefetchPutStart starts reqs' puts on another goroutine. The answer
+// arrives on the returned channel, which never blocks the sender: the
+// caller must receive it (and end or revoke every put it started).
+func (s *Store) prefetchPutStart(ctx context.Context, reqs []master.PutStartReq) chan putMeta {
+	ch := make(chan putMeta, 1)
+	go func() { ch <- s.putStart(ctx, reqs) }()
+	return ch
 }
 
 // putStart starts reqs' puts.
@@ -942,13 +916,24 @@ func (s *Store) putStart(ctx context.Context, reqs []master.PutStartReq) putMeta
 	t0 := time.Now()
 	res, err := s.m.PutStart(ctx, reqs)
 	since(&s.phases.put.master, t0)
-	return putMeta{sent: sent, res: res, err: err}
+	return putMeta{sent, res, err}
 }
 
 // getMeta is the answer of one chunk's GetReplicas.
 type getMeta struct {
 	res []master.GetResult
 	err error
+}
+
+// prefetchReplicas asks the master for keys' replicas on another goroutine,
+// named as the reader (only replicas this process can import). The answer
+// arrives on the returned channel, which never blocks the sender: the
+// caller must receive it (the leases it grants are the caller's to
+// release).
+func (s *Store) prefetchReplicas(ctx context.Context, keys []string) chan getMeta {
+	ch := make(chan getMeta, 1)
+	go func() { ch <- s.getReplicas(ctx, keys) }()
+	return ch
 }
 
 // getReplicas asks the master for keys' replicas, named as the reader.
