@@ -37,6 +37,7 @@ type storeFlags struct {
 	chunk   int
 	parts   int
 	prefill bool
+	gpuTime bool
 	json    string
 	plot    string
 	python  string
@@ -112,7 +113,7 @@ engine moving only the selected bytes and the link's ceiling, on the first of
 			if sf.on {
 				fl := cmd.Flags()
 				sb := storeBenchFlags{driver: f.driver, iters: f.iters, paths: sf.paths, maxKeys: sf.maxKeys, chunk: sf.chunk, parts: sf.parts,
-					prefill: sf.prefill, json: sf.json, plot: sf.plot, python: sf.python, script: sf.script}
+					prefill: sf.prefill, gpuTime: sf.gpuTime, json: sf.json, plot: sf.plot, python: sf.python, script: sf.script}
 				if fl.Changed("devices") {
 					sb.devices = f.devices
 				}
@@ -149,6 +150,7 @@ engine moving only the selected bytes and the link's ceiling, on the first of
 	cmd.Flags().IntVar(&sf.maxKeys, "max-keys", 4096, "--store: keys per BatchPut/BatchGet at most")
 	cmd.Flags().IntVar(&sf.chunk, "pipeline-chunk", 0, "--store: the Go paths' client.Options.PipelineChunk (keys per master call and copy submission; default client.DefaultPipelineChunk)")
 	cmd.Flags().IntVar(&sf.parts, "batch-parts", 0, "--store: the Go paths' client.Options.BatchParts (parts a large batch put or get is split into, each on its own goroutine; default client.DefaultBatchParts, 1: no split)")
+	cmd.Flags().BoolVar(&sf.gpuTime, "gpu-times", false, "--store: time every pipeline chunk's copies on the GPU (client.Options.TimeCopies; Go paths), reported as the gpu phase: whether the GPU was kept busy")
 	cmd.Flags().BoolVar(&sf.prefill, "prefill", false, "--store: fill each GPU's store before the rounds and keep every round's objects, so that puts evict as in a full cache (Go paths; the python path is skipped)")
 	cmd.Flags().StringVar(&sf.json, "json", "", "--store: write the results as JSON to this file")
 	cmd.Flags().StringVar(&sf.plot, "plot", "", "--store: plot ratio to the ceiling vs object size to this .svg or .png file")

@@ -59,6 +59,7 @@ type storeBenchFlags struct {
 	parts   int
 	ceMin   string // copy_engine_min_bytes of the Go paths' Stores; "" keeps the default
 	prefill bool   // fill the stores first and keep every round's objects (puts evict)
+	gpuTime bool   // client.Options.TimeCopies of the Go paths
 	json    string
 	plot    string
 	python  string // the python3 executable
@@ -78,6 +79,7 @@ type storeParams struct {
 	parts      int    // client.Options.BatchParts of the Go paths (0: default)
 	ceMin      string // copy_engine_min_bytes of the Go paths ("": the default)
 	prefill    bool   // the stores are full before the rounds, which keep their objects
+	gpuTime    bool   // the Go paths time their chunks' copies on the GPU
 	capacity   uint64 // global_segment_size of each GPU's store
 	maxMR      uint64
 	socketDir  string
@@ -128,6 +130,7 @@ type storeReport struct {
 	BatchParts    int            `json:"batch_parts"`               // the Go paths' client.Options.BatchParts (--batch-parts, or the default it resolved to)
 	CopyEngineMin string         `json:"copy_engine_min,omitempty"` // --copy-engine-min given with --store: the Go paths' copy_engine_min_bytes
 	Prefill       bool           `json:"prefill,omitempty"`         // --prefill: the stores were full and every put evicted
+	GPUTimes      bool           `json:"gpu_times,omitempty"`       // --gpu-times: the Go paths' rows have the gpu phase
 	Ceilings      []storeCeiling `json:"ceilings"`
 	Results       []storeResult  `json:"results"`
 	Skipped       []storeSkip    `json:"skipped"`
@@ -181,6 +184,9 @@ type storePhases struct {
 	Master float64 `json:"master"`
 	Wait   float64 `json:"wait"`
 	End    float64 `json:"end"`
+	// GPU is the chunks' copies' time on the GPU (--gpu-times), summed
+	// over a batch's parts like the rest.
+	GPU float64 `json:"gpu,omitempty"`
 }
 
 func phasesPerKey(p client.PhaseStats) *storePhases {
@@ -189,7 +195,7 @@ func phasesPerKey(p client.PhaseStats) *storePhases {
 	}
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(p.Keys) }
 	return &storePhases{Check: us(p.Check), Meta: us(p.Meta), Resolve: us(p.Resolve), Copy: us(p.Copy),
-		Master: us(p.Master), Wait: us(p.Wait), End: us(p.End)}
+		Master: us(p.Master), Wait: us(p.Wait), End: us(p.End), GPU: us(p.GPU)}
 }
 
 type storeSkip struct {
@@ -215,7 +221,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 		ctx = context.Background()
 	}
 	isSim := drv.Name() == "sim"
-	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill}
+	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill, gpuTime: f.gpuTime}
 	if p.chunk < 0 {
 		return fmt.Errorf("--pipeline-chunk %d: want 0 (the default) or more", p.chunk)
 	}
@@ -311,7 +317,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 
 	ver, _ := drv.DriverVersion()
 	rep := storeReport{Kind: "kvfabric-bench-store", Driver: why, DriverVersion: ver, Sizes: p.sizes,
-		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, CopyEngineMin: p.ceMin, Prefill: p.prefill, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
+		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, CopyEngineMin: p.ceMin, Prefill: p.prefill, GPUTimes: p.gpuTime, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
 	for _, d := range devs {
 		rep.Devices = append(rep.Devices, int(d))
 	}
@@ -528,6 +534,9 @@ func writeStoreTable(w io.Writer, rows []storeResult) {
 		ph := "-"
 		if p := r.PhaseUs; p != nil {
 			ph = fmt.Sprintf("%.3f %.3f %.3f %.3f | %.3f %.3f %.3f", p.Check, p.Meta, p.Resolve, p.Copy, p.Master, p.Wait, p.End)
+			if p.GPU > 0 {
+				ph += fmt.Sprintf(" | gpu %.3f", p.GPU)
+			}
 		}
 		if e := r.EvictionsPerKey; e != nil {
 			ph += fmt.Sprintf(" | evicted/key %.2f", *e)
@@ -632,7 +641,8 @@ func runStoreGo(ctx context.Context, drv cuda.Driver, path string, m storeMode, 
 			return nil, err
 		}
 		id := fmt.Sprintf("bench-%s-%s-gpu%d-%d", path, m.name, dev, os.Getpid())
-		if stores[i], err = client.Open(ctx, cfg, client.Options{Driver: drv, Master: mc, ClientID: id, PipelineChunk: p.chunk, BatchParts: p.parts}); err != nil {
+		if stores[i], err = client.Open(ctx, cfg, client.Options{Driver: drv, Master: mc, ClientID: id, PipelineChunk: p.chunk, BatchParts: p.parts,
+			TimeCopies: p.gpuTime}); err != nil {
 			return nil, fmt.Errorf("gpu %d: open store: %w", dev, err)
 		}
 	}

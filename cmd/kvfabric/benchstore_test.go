@@ -27,7 +27,7 @@ func TestBenchStoreSim(t *testing.T) {
 	jsonFile, plotFile := filepath.Join(dir, "store.json"), filepath.Join(dir, "store.svg")
 	var out bytes.Buffer
 	err := runStoreBench(context.Background(), &out, storeBenchFlags{driver: "sim", sizes: "4KiB,64KiB", bytes: "256KiB",
-		iters: 1, maxKeys: 32, chunk: 8, parts: 2, ceMin: "64KiB", json: jsonFile, plot: plotFile, python: "python3"})
+		iters: 1, maxKeys: 32, chunk: 8, parts: 2, ceMin: "64KiB", gpuTime: true, json: jsonFile, plot: plotFile, python: "python3"})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -52,7 +52,7 @@ func TestBenchStoreSim(t *testing.T) {
 	// Batches of 32 keys in chunks of 8: the Go paths split them in two
 	// parts, verified like the rest.
 	if rep.Kind != "kvfabric-bench-store" || !rep.OK || len(rep.Devices) != 2 || len(rep.Sizes) != 2 || rep.Iters != 1 || rep.MaxKeys != 32 ||
-		rep.PipelineChunk != 8 || rep.BatchParts != 2 || rep.CopyEngineMin != "64KiB" {
+		rep.PipelineChunk != 8 || rep.BatchParts != 2 || rep.CopyEngineMin != "64KiB" || !rep.GPUTimes {
 		t.Errorf("report header: %+v", rep)
 	}
 	paths := []string{pathEmbedded, pathRemote}
@@ -100,6 +100,10 @@ func TestBenchStoreSim(t *testing.T) {
 						// split (the python path's through kvfabric_phases).
 						if p := r.PhaseUs; gpu >= 0 && (p == nil || p.Meta <= 0 || p.Copy <= 0) {
 							t.Errorf("row %s %s %s %s gpu %d: phase split %+v", mode.name, path, dir, sizeLabel(size), gpu, p)
+						}
+						// --gpu-times: the Go paths' chunks were timed on the GPU.
+						if p := r.PhaseUs; gpu >= 0 && path != pathPython && (p == nil || p.GPU <= 0) {
+							t.Errorf("row %s %s %s %s gpu %d: no gpu phase with --gpu-times: %+v", mode.name, path, dir, sizeLabel(size), gpu, p)
 						}
 					}
 				}

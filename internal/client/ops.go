@@ -573,6 +573,7 @@ func (p *putPipe) endOldest() {
 	t0 := time.Now()
 	err := c.h.Wait()
 	since(&p.s.phases.put.wait, t0)
+	p.s.phases.put.gpu.Add(int64(c.h.GPUTime()))
 	if err != nil && p.broken == nil {
 		p.broken = fmt.Errorf("%w: put of %d objects: %w", ErrTransfer, len(c.refs), err)
 		p.err = p.broken
@@ -1020,6 +1021,7 @@ func (g *getPipe) waitOldest() {
 	t0 := time.Now()
 	err := c.h.Wait()
 	since(&g.s.phases.get.wait, t0)
+	g.s.phases.get.gpu.Add(int64(c.h.GPUTime()))
 	if err != nil && g.broken == nil {
 		g.broken = fmt.Errorf("%w: get of %d objects: %w", ErrTransfer, len(c.idx), err)
 		g.err = g.broken

@@ -35,6 +35,10 @@ type PhaseStats struct {
 	Wait time.Duration
 	// End is the time in PutEnd (part of Copy; puts only).
 	End time.Duration
+	// GPU is, with Options.TimeCopies, the chunks' time on the GPU: from
+	// the GPU reaching a chunk's copies to their completion. Against the
+	// wall time it says whether the GPU was kept busy.
+	GPU time.Duration
 }
 
 // Sub returns p minus an earlier snapshot q of the same counters: the
@@ -42,14 +46,14 @@ type PhaseStats struct {
 func (p PhaseStats) Sub(q PhaseStats) PhaseStats {
 	return PhaseStats{Calls: p.Calls - q.Calls, Keys: p.Keys - q.Keys, Check: p.Check - q.Check,
 		Meta: p.Meta - q.Meta, Resolve: p.Resolve - q.Resolve, Copy: p.Copy - q.Copy,
-		Master: p.Master - q.Master, Wait: p.Wait - q.Wait, End: p.End - q.End}
+		Master: p.Master - q.Master, Wait: p.Wait - q.Wait, End: p.End - q.End, GPU: p.GPU - q.GPU}
 }
 
 // Add returns the sum of p and q.
 func (p PhaseStats) Add(q PhaseStats) PhaseStats {
 	return PhaseStats{Calls: p.Calls + q.Calls, Keys: p.Keys + q.Keys, Check: p.Check + q.Check,
 		Meta: p.Meta + q.Meta, Resolve: p.Resolve + q.Resolve, Copy: p.Copy + q.Copy,
-		Master: p.Master + q.Master, Wait: p.Wait + q.Wait, End: p.End + q.End}
+		Master: p.Master + q.Master, Wait: p.Wait + q.Wait, End: p.End + q.End, GPU: p.GPU + q.GPU}
 }
 
 // Total is the sum of the phases.
@@ -58,7 +62,7 @@ func (p PhaseStats) Total() time.Duration { return p.Check + p.Meta + p.Resolve 
 type phaseCounters struct {
 	calls, keys                atomic.Uint64
 	check, meta, resolve, copy atomic.Int64
-	master, wait, end          atomic.Int64
+	master, wait, end, gpu     atomic.Int64
 }
 
 func (c *phaseCounters) snapshot() PhaseStats {
@@ -67,6 +71,7 @@ func (c *phaseCounters) snapshot() PhaseStats {
 		Check: time.Duration(c.check.Load()), Meta: time.Duration(c.meta.Load()),
 		Resolve: time.Duration(c.resolve.Load()), Copy: time.Duration(c.copy.Load()),
 		Master: time.Duration(c.master.Load()), Wait: time.Duration(c.wait.Load()), End: time.Duration(c.end.Load()),
+		GPU: time.Duration(c.gpu.Load()),
 	}
 }
 

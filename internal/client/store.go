@@ -88,6 +88,11 @@ type Options struct {
 	// own references until then. Without it such a Close fails with
 	// ErrCleanupPending, keeping everything, and a later Close retries.
 	ExitOnClose bool
+	// TimeCopies has the transfer engine time every chunk's copies on the
+	// GPU (transfer.Options.TimeBatches), reported as PhaseStats.GPU: a
+	// measurement aid (`kvfabric bench --store --gpu-times`), two timing
+	// events per chunk.
+	TimeCopies bool
 }
 
 // Store is a kvfabric client. All methods are safe for concurrent use.
@@ -428,7 +433,8 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	}
 
 	// Consumer data path.
-	if s.xfer, err = transfer.New(s.drv, s.cctx, s.dev, transfer.Options{CopyEngineMinBytes: cfg.CopyEngineMinBytes, FewCopies: transfer.DefaultFewCopies, Logger: log}); err != nil {
+	if s.xfer, err = transfer.New(s.drv, s.cctx, s.dev, transfer.Options{CopyEngineMinBytes: cfg.CopyEngineMinBytes, FewCopies: transfer.DefaultFewCopies, Logger: log,
+		TimeBatches: opts.TimeCopies}); err != nil {
 		return nil, fmt.Errorf("transfer engine: %w", err)
 	}
 	s.staging = &staging{size: opts.StagingSize}

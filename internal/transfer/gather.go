@@ -83,7 +83,7 @@ func (e *Engine) GatherAsync(s cuda.Stream, g Gather) (*Handle, error) {
 	if err := e.gatherLocked(s, &g); err != nil {
 		return nil, err
 	}
-	return e.handleLocked(s)
+	return e.handleLocked(s, false)
 }
 
 // validate checks g and returns its number of output rows.

@@ -39,6 +39,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/kvfabric/kvfabric/internal/cuda"
@@ -130,6 +131,13 @@ type Options struct {
 	// table (16 bytes per object, plus PerObj*8 bytes of host indices) does
 	// not fit one slot is split into several launches too.
 	SlotDescs int
+	// TimeBatches records a timing event before every SubmitAsync batch's
+	// work as well as after it, so that Handle.GPUTime reports how long the
+	// GPU spent from reaching the batch to completing it: with batches
+	// queued back to back, their sum against the wall time says whether
+	// the GPU or the submitting side bounds a pipeline. Off by default
+	// (two timing events per batch).
+	TimeBatches bool
 	// UploadTables makes every launch copy its slot's table to device
 	// memory first. By default a gather's kernel reads its table (object
 	// list and host indices) straight from the pinned host ring when the
@@ -205,7 +213,7 @@ type Engine struct {
 	events struct {
 		sync.Mutex
 		// guards free and all
-		free []cuda.Event
+		free [2][]cuda.Event // by timed: created with timing disabled (0) or enabled (1)
 		all  map[cuda.Event]struct{}
 	}
 
@@ -492,11 +500,11 @@ func (e *Engine) Do(s cuda.Stream, copies []cuda.Copy) error {
 		}
 		return err
 	}
-	ev, err := e.getEvent()
+	ev, err := e.getEvent(false)
 	if err != nil {
 		return drain(err)
 	}
-	defer e.putEvent(ev)
+	defer e.putEvent(ev, false)
 	if err := e.drv.EventRecord(e.ctx, ev, s); err != nil {
 		return drain(fmt.Errorf("transfer: record completion event: %w", err))
 	}
@@ -530,24 +538,49 @@ func (e *Engine) SubmitAsyncWith(s cuda.Stream, copies []cuda.Copy, o SubmitOpti
 	if e.closed {
 		return nil, ErrClosed
 	}
-	if err := e.submitLocked(s, copies, o.CopyEngineMinBytes); err != nil {
+	var start cuda.Event
+	if e.opts.TimeBatches {
+		var err error
+		if start, err = e.recordEvent(s, true, "start"); err != nil {
+			return nil, err
+		}
+	}
+	err := e.submitLocked(s, copies, o.CopyEngineMinBytes)
+	var h *Handle
+	if err == nil {
+		h, err = e.handleLocked(s, start != 0)
+	}
+	if err != nil {
+		if start != 0 {
+			e.putEvent(start, true)
+		}
 		return nil, err
 	}
-	return e.handleLocked(s)
+	h.start = start
+	return h, nil
 }
 
-// handleLocked records a completion event on s and returns its Handle;
-// the caller holds life.
-func (e *Engine) handleLocked(s cuda.Stream) (*Handle, error) {
-	ev, err := e.getEvent()
+// handleLocked records a completion event on s (timed: one that keeps
+// time) and returns its Handle; the caller holds life.
+func (e *Engine) handleLocked(s cuda.Stream, timed bool) (*Handle, error) {
+	ev, err := e.recordEvent(s, timed, "completion")
 	if err != nil {
 		return nil, err
 	}
-	if err := e.drv.EventRecord(e.ctx, ev, s); err != nil {
-		e.putEvent(ev)
-		return nil, fmt.Errorf("transfer: record completion event: %w", err)
+	return &Handle{e: e, ev: ev, timed: timed}, nil
+}
+
+// recordEvent records a pooled event (timed: one that keeps time) on s.
+func (e *Engine) recordEvent(s cuda.Stream, timed bool, what string) (cuda.Event, error) {
+	ev, err := e.getEvent(timed)
+	if err != nil {
+		return 0, err
 	}
-	return &Handle{e: e, ev: ev}, nil
+	if err := e.drv.EventRecord(e.ctx, ev, s); err != nil {
+		e.putEvent(ev, timed)
+		return 0, fmt.Errorf("transfer: record %s event: %w", what, err)
+	}
+	return ev, nil
 }
 
 // Handle is the completion of one SubmitAsync or GatherAsync batch. Its
@@ -557,8 +590,20 @@ type Handle struct {
 	mu sync.Mutex
 	// guarded by mu:
 	ev       cuda.Event
+	timed    bool       // ev keeps time (Options.TimeBatches)
+	start    cuda.Event // recorded before the batch's work; 0 unless timed
+	gpu      time.Duration
 	finished bool
 	err      error
+}
+
+// GPUTime is, with Options.TimeBatches, the time from the GPU reaching the
+// batch (its stream's earlier work done) to the batch's completion, once
+// Wait or Done reported it complete without error; 0 otherwise.
+func (h *Handle) GPUTime() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gpu
 }
 
 // Wait blocks until the batch (and the stream's earlier work) completed.
@@ -607,20 +652,37 @@ func (h *Handle) Done() (bool, error) {
 
 func (h *Handle) finishLocked(err error) {
 	h.finished, h.err = true, err
-	h.e.putEvent(h.ev)
+	if h.start != 0 {
+		// Timing is a measurement, not the batch's result: a failure to
+		// read it leaves GPUTime 0.
+		if err == nil {
+			if ms, terr := h.e.drv.EventElapsedTime(h.e.ctx, h.start, h.ev); terr == nil {
+				h.gpu = time.Duration(float64(ms) * float64(time.Millisecond))
+			}
+		}
+		h.e.putEvent(h.start, true)
+		h.start = 0
+	}
+	h.e.putEvent(h.ev, h.timed)
 }
 
-// getEvent returns a pooled completion event, creating one if none is free.
-func (e *Engine) getEvent() (cuda.Event, error) {
+// getEvent returns a pooled event — one that keeps time when timed —
+// creating one if none is free.
+func (e *Engine) getEvent(timed bool) (cuda.Event, error) {
+	k := b2i(timed)
 	e.events.Lock()
-	if n := len(e.events.free); n > 0 {
-		ev := e.events.free[n-1]
-		e.events.free = e.events.free[:n-1]
+	if n := len(e.events.free[k]); n > 0 {
+		ev := e.events.free[k][n-1]
+		e.events.free[k] = e.events.free[k][:n-1]
 		e.events.Unlock()
 		return ev, nil
 	}
 	e.events.Unlock()
-	ev, err := e.drv.EventCreate(e.ctx, cuda.EventDisableTiming)
+	flags := cuda.EventDisableTiming
+	if timed {
+		flags = cuda.EventDefault
+	}
+	ev, err := e.drv.EventCreate(e.ctx, flags)
 	if err != nil {
 		return 0, fmt.Errorf("transfer: create completion event: %w", err)
 	}
@@ -630,10 +692,18 @@ func (e *Engine) getEvent() (cuda.Event, error) {
 	return ev, nil
 }
 
-func (e *Engine) putEvent(ev cuda.Event) {
+func (e *Engine) putEvent(ev cuda.Event, timed bool) {
+	k := b2i(timed)
 	e.events.Lock()
-	e.events.free = append(e.events.free, ev)
+	e.events.free[k] = append(e.events.free[k], ev)
 	e.events.Unlock()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // submitLocked validates, routes (blocks of at least ceMin bytes to the
@@ -762,16 +832,16 @@ func (e *Engine) batchCopy(s cuda.Stream, cs []cuda.Copy) error {
 		}
 		e.side.s = side
 	}
-	fork, err := e.getEvent()
+	fork, err := e.getEvent(false)
 	if err != nil {
 		return err
 	}
-	defer e.putEvent(fork)
-	join, err := e.getEvent()
+	defer e.putEvent(fork, false)
+	join, err := e.getEvent(false)
 	if err != nil {
 		return err
 	}
-	defer e.putEvent(join)
+	defer e.putEvent(join, false)
 	if err := e.drv.EventRecord(e.ctx, fork, s); err != nil {
 		return fmt.Errorf("fork from default stream: %w", err)
 	}
@@ -1121,7 +1191,7 @@ func (e *Engine) destroyEvents() error {
 		}
 		delete(e.events.all, ev)
 	}
-	e.events.free = nil
+	e.events.free = [2][]cuda.Event{}
 	e.events.Unlock()
 	return errors.Join(errs...)
 }

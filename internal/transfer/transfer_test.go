@@ -679,3 +679,48 @@ func TestFewCopies(t *testing.T) {
 		t.Fatalf("three small copies: %+v, want a kernel launch", st)
 	}
 }
+
+// TestTimeBatches: with Options.TimeBatches every SubmitAsync batch reports
+// its GPU time once complete (and only then), the bytes are the same, and
+// the timing events go back to the pool and are destroyed by Close; without
+// it GPUTime stays 0.
+func TestTimeBatches(t *testing.T) {
+	e := newSimEnv(t, sim.Config{Granularity: 1 << 20})
+	before := e.live()
+	rng := rand.New(rand.NewPCG(3, 5))
+	dram := &region{base: e.dram(t, 1<<20), want: make([]byte, 1<<20)}
+	src := &region{base: e.hbm(t, 1<<20), want: make([]byte, 1<<20)}
+	src.fill(t, e, rng)
+	for _, timed := range []bool{false, true} {
+		eng, err := transfer.New(e.drv, e.ctx, 0, transfer.Options{CopyEngineMinBytes: 64 << 10, TimeBatches: timed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for round := range 3 {
+			// Two batches in flight at once, each with both paths.
+			var hs []*transfer.Handle
+			for range 2 {
+				h, err := eng.SubmitAsync(e.s, plan(rng, []*region{src}, []*region{dram}, 40, 96<<10))
+				if err != nil {
+					t.Fatal(err)
+				}
+				hs = append(hs, h)
+			}
+			for i, h := range hs {
+				if err := h.Wait(); err != nil {
+					t.Fatal(err)
+				}
+				if g := h.GPUTime(); (g > 0) != timed {
+					t.Errorf("timed %v, round %d, batch %d: GPUTime %v", timed, round, i, g)
+				}
+			}
+		}
+		dram.check(t, e)
+		if err := eng.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := e.live(); after.Total() != before.Total()+4 { // the test buffers: HBM, and DRAM's reservation, allocation, mapping
+		t.Fatalf("live objects %v -> %v", before, after)
+	}
+}
