@@ -161,3 +161,34 @@ func TestEvictListsFollowVisible(t *testing.T) {
 		}
 	})
 }
+
+// TestPutEvictsUntilARangeFits: eviction frees bytes, not ranges. In a full
+// store of 256 KiB objects whose least recently used half lies at every
+// other offset, evicting 512 KiB leaves two holes that cannot hold a
+// 512 KiB object; the put evicts again (up to maxEvictRounds) until two
+// neighbours are gone, and succeeds. It failed with ErrNoSpace when a put
+// evicted only once.
+func TestPutEvictsUntilARangeFits(t *testing.T) {
+	cfg := testConfig()
+	cfg.DRAM = Watermarks{High: 1, Low: 1}
+	cfg.EvictSample = 1000 // exact LRU: the order below decides the victims
+	forEachTransport(t, cfg, func(t *testing.T, e *env) {
+		p := e.register("p1", "host-a", 0, 0)
+		e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 4*MiB))
+		for i := range 16 {
+			e.put("o"+strconv.Itoa(i), 256*KiB)
+			e.clk.Advance(time.Millisecond)
+		}
+		for i := 0; i < 16; i += 2 { // the even ones are read: the odd ones are older
+			e.get("o" + strconv.Itoa(i))
+		}
+		e.clk.Advance(cfg.LeaseTTL + time.Second)
+		e.svc.Reap() // the reads' leases end
+		r := e.putStart("big", 512*KiB)
+		wantErr(t, "put of 512 KiB into a store of 256 KiB holes", r.Err, nil)
+		if st := e.stats(); st.Evictions < 9 {
+			t.Errorf("%d evictions: every odd object (8) and a neighbour should have gone", st.Evictions)
+		}
+		checkEvictLists(t, e.svc)
+	})
+}

@@ -113,13 +113,26 @@ func (s *Service) placeLocked(r *PutStartReq, writer *clientState, slot uint32, 
 			return out, err
 		}
 	}
+	// Eviction frees bytes, not a range: in a store of mixed sizes the
+	// bytes it freed may lie in holes too small for r. Then it evicts as
+	// much again, a bounded number of times, while it still frees bytes.
 	need := (r.Size + s.cfg.Alignment - 1) &^ (s.cfg.Alignment - 1)
-	for _, tier := range tiers {
-		s.evictLocked(tier, need*uint64(n), now, true)
+	for range maxEvictRounds {
+		var freed uint64
+		for _, tier := range tiers {
+			freed += s.evictLocked(tier, need*uint64(n), now, true)
+		}
+		cands = s.mu.place.candidatesFor(t.writer, t.node) // eviction unmounts nothing, but do not rely on it
+		if out, err = s.tryPlaceLocked(r, slot, &t, tiers, cands, n, out); err == nil || !errors.Is(err, ErrNoSpace) || freed == 0 {
+			return out, err
+		}
 	}
-	cands = s.mu.place.candidatesFor(t.writer, t.node) // eviction unmounts nothing, but do not rely on it
-	return s.tryPlaceLocked(r, slot, &t, tiers, cands, n, out)
+	return out, err
 }
+
+// maxEvictRounds bounds how often one put evicts its size and retries
+// before it fails with ErrNoSpace.
+const maxEvictRounds = 8
 
 // tryPlaceLocked places r's n replicas, each on the best segment for it
 // (bestSegmentLocked) that can allocate it. A segment it takes or tries is
