@@ -428,9 +428,8 @@ func splitByKey(reqs []master.PutStartReq, idx []int, n int) []putBatchPart {
 var partSeed = maphash.MakeSeed()
 
 // putPart runs the pipelined put of src's keys (their sources checked and
-// held) as registration incarnation inc. It
-// writes errs at the keys' positions only: parts of one batch run
-// concurrently.
+// held) as registration incarnation inc. It writes errs at the keys'
+// positions only: parts of one batch run concurrently.
 func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src putSource, stream cuda.Stream, inc uint64, errs []error) {
 	ph := phaseTimer{last: time.Now()}
 	cache := newSegCache()
