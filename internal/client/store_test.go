@@ -878,3 +878,51 @@ func TestBatchPutStoppedRevokesPrefetchedPuts(t *testing.T) {
 	}
 	e.close()
 }
+
+// A put pipeline builds each chunk's requests when it gets there: a chunk
+// whose keys all fail their checks starts nothing, the chunks after it
+// still put, and every result is at its key's position.
+// Chunks of 1, 2, 4, 5, 5, 3 keys (testPipelineChunk 5): the third chunk
+// (positions 3-6) is all bad keys, and one bad key sits in a later chunk.
+func TestBatchPutChunkOfBadKeys(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
+	ctx := context.Background()
+	const n, size = 20, 4096
+	src := devBuf(t, e, n*size)
+	dst := devBuf(t, e, n*size)
+	want := fillRandom(t, e, src, n*size, rand.New(rand.NewPCG(9, 10)))
+	keys, srcs, dsts := slabs("badchunk", src, dst, n, size)
+	bad := map[int]bool{3: true, 4: true, 5: true, 6: true, 15: true}
+	for i := range bad {
+		keys[i] = fmt.Sprintf("\x00bad/%d", i) // reserved for tenant namespaces
+	}
+	errs := e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{})
+	for i, err := range errs {
+		if bad[i] != errors.Is(err, client.ErrInvalidArgument) || !bad[i] && err != nil {
+			t.Fatalf("put %d (%q): %v (bad key: %v)", i, keys[i], err, bad[i])
+		}
+	}
+	var good []string
+	var gdst [][]client.Region
+	for i := range keys {
+		if !bad[i] {
+			good, gdst = append(good, keys[i]), append(gdst, dsts[i])
+		}
+	}
+	_, gerrs := e.cons.BatchGet(ctx, good, gdst, 0)
+	for i, err := range gerrs {
+		if err != nil {
+			t.Fatalf("get %q: %v", good[i], err)
+		}
+	}
+	got := readBack(t, e, dst, n*size)
+	for i := range keys {
+		if !bad[i] && !bytes.Equal(got[i*size:(i+1)*size], want[i*size:(i+1)*size]) {
+			t.Fatalf("key %d: bytes differ", i)
+		}
+	}
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
