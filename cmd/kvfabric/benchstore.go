@@ -100,6 +100,9 @@ type storeSize struct {
 	batches int // per direction per round
 	rounds  []storeRound
 	bad     error // the first round whose bytes differ (a *verifyError from Go)
+	// timeline is the last put pipeline of the last round (--gpu-times;
+	// Go paths).
+	timeline []client.ChunkTime
 }
 
 // storeGPU is one GPU's results for one path.
@@ -170,6 +173,28 @@ type storeResult struct {
 	// EvictionsPerKey is how many objects the master evicted per key put
 	// in the timed rounds (--prefill; Go paths' put rows).
 	EvictionsPerKey *float64 `json:"evictions_per_key,omitempty"`
+	// PutTimeline is, with --gpu-times, the chunks of the last round's
+	// last put pipeline (client.ChunkTime, µs from its start; Go paths'
+	// per-GPU put rows): where the GPU waited.
+	PutTimeline []storeChunkTime `json:"put_timeline_us,omitempty"`
+}
+
+// storeChunkTime is a client.ChunkTime in µs.
+type storeChunkTime struct {
+	Keys      int     `json:"keys"`
+	Submitted float64 `json:"submitted"`
+	Waited    float64 `json:"waited"`
+	GPUStart  float64 `json:"gpu_start"`
+	GPUFinish float64 `json:"gpu_finish"`
+}
+
+func chunkTimesUs(tl []client.ChunkTime) []storeChunkTime {
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	var out []storeChunkTime
+	for _, c := range tl {
+		out = append(out, storeChunkTime{Keys: c.Keys, Submitted: us(c.Submitted), Waited: us(c.Waited), GPUStart: us(c.GPUStart), GPUFinish: us(c.GPUFinish)})
+	}
+	return out
 }
 
 // storePhases is client.PhaseStats per key, in µs.
@@ -458,6 +483,9 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 				row := storeResult{Mode: m.name, Path: path, Dir: dir, Size: size, GPU: g.dev, Keys: s.keys, Batches: s.batches,
 					BytesPerRound: uint64(s.keys) * size, Rounds: len(s.rounds), Seconds: sec, CeilingGBps: ceil, Verified: s.bad == nil,
 					PhaseUs: phasesPerKey(ph)}
+				if dir == "put" {
+					row.PutTimeline = chunkTimesUs(s.timeline)
+				}
 				if sec > 0 {
 					row.GBps = bytes / sec / 1e9
 				}
@@ -485,7 +513,7 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 				agg.Keys *= len(gpus)
 				agg.Batches *= len(gpus)
 				agg.BytesPerRound *= uint64(len(gpus))
-				agg.GBps, agg.Ratio, agg.Error, agg.PhaseUs, agg.EvictionsPerKey = 0, 0, "", nil, nil
+				agg.GBps, agg.Ratio, agg.Error, agg.PhaseUs, agg.EvictionsPerKey, agg.PutTimeline = 0, 0, "", nil, nil, nil
 				if aggSec > 0 {
 					agg.GBps = aggBytes / aggSec / 1e9
 				}
@@ -545,6 +573,20 @@ func writeStoreTable(w io.Writer, rows []storeResult) {
 			r.Keys, r.Batches, r.GBps, r.CeilingGBps, r.Ratio, ok, ph)
 	}
 	tw.Flush()
+	for _, r := range rows {
+		if len(r.PutTimeline) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "put timeline %s %s %s gpu %d (the last round's last pipeline; µs from its start):\n", r.Mode, r.Path, sizeLabel(r.Size), r.GPU)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "chunk\tkeys\tsubmitted\tgpu start\tgpu end\tgpu idle before\twaited\t")
+		var prev float64
+		for i, c := range r.PutTimeline {
+			fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", i, c.Keys, c.Submitted, c.GPUStart, c.GPUFinish, c.GPUStart-prev, c.Waited)
+			prev = c.GPUFinish
+		}
+		tw.Flush()
+	}
 }
 
 // barrier lets a mode's GPUs start every timed phase together. A party that
@@ -869,6 +911,9 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 				put1, get1 := st.Phases()
 				if dir == "put" {
 					rt.put, rt.putPh = took, put1.Sub(put0)
+					if p.gpuTime && round == p.iters {
+						sr.timeline = st.LastPutTimeline()
+					}
 					if p.prefill {
 						ev1, err := evictions(ctx, st)
 						if err != nil {

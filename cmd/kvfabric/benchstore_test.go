@@ -105,6 +105,20 @@ func TestBenchStoreSim(t *testing.T) {
 						if p := r.PhaseUs; gpu >= 0 && path != pathPython && (p == nil || p.GPU <= 0) {
 							t.Errorf("row %s %s %s %s gpu %d: no gpu phase with --gpu-times: %+v", mode.name, path, dir, sizeLabel(size), gpu, p)
 						}
+						// and a put row has its last pipeline's chunks, in
+						// stream order on the GPU.
+						if tl := r.PutTimeline; gpu >= 0 && path != pathPython && dir == "put" {
+							keys := 0
+							for i, c := range tl {
+								keys += c.Keys
+								if c.GPUFinish <= c.GPUStart || i > 0 && c.GPUStart < tl[i-1].GPUFinish {
+									t.Errorf("row %s %s put %s gpu %d: chunk %d of %+v out of order", mode.name, path, sizeLabel(size), gpu, i, tl)
+								}
+							}
+							if len(tl) == 0 || keys > 32 {
+								t.Errorf("row %s %s put %s gpu %d: timeline %+v (a pipeline of at most 32 keys)", mode.name, path, sizeLabel(size), gpu, tl)
+							}
+						}
 					}
 				}
 			}

@@ -435,6 +435,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 	cache := newSegCache()
 	defer cache.release()
 	p := putPipe{s: s, ctx: ctx, stream: stream, keys: keys, errs: errs}
+	p.startTimeline()
 	// The fence (see Store.reg): taken before the first chunk's copies are
 	// enqueued and held until the last chunk's are complete; each chunk
 	// checks it (registration valid, its put deadline not passed) just
@@ -544,6 +545,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 		ph.lap(&s.phases.put.copy)
 	}
 	p.finish() // the last chunk: wait, end
+	p.endTimeline()
 	ph.lap(&s.phases.put.copy)
 }
 
@@ -589,10 +591,11 @@ const DefaultPipelineChunk = 512
 // putChunk is one chunk of a BatchPut whose copies were (or are to be)
 // enqueued: its puts and their keys' positions.
 type putChunk struct {
-	copies []cuda.Copy
-	refs   []master.PutRef
-	idx    []int
-	h      *transfer.Handle
+	copies    []cuda.Copy
+	refs      []master.PutRef
+	idx       []int
+	h         *transfer.Handle
+	submitted time.Duration // with a timeline: when its copies were submitted
 }
 
 // pipeDepth is how many chunks of one batch may be enqueued on the GPU at
@@ -615,13 +618,46 @@ type putPipe struct {
 	// broken is a copy failure: the stream was drained, and no chunk
 	// enqueued after it is trusted (their puts are revoked).
 	broken error
+	// With Options.TimeCopies: the event the chunks' GPU spans count
+	// from, when the pipeline started, and its chunks so far.
+	anchor   cuda.Event
+	t0       time.Time
+	timeline []ChunkTime
+}
+
+// startTimeline begins the pipeline's timeline (Options.TimeCopies): an
+// anchor event on its stream now. Without an anchor (an error recording
+// it) the pipeline runs untimed.
+func (p *putPipe) startTimeline() {
+	if !p.s.timeCopies {
+		return
+	}
+	if a, err := p.s.xfer.Anchor(p.stream); err == nil {
+		p.anchor, p.t0 = a, time.Now()
+	}
+}
+
+// endTimeline publishes the pipeline's timeline (Store.LastPutTimeline)
+// and gives its anchor back; every chunk has finished.
+func (p *putPipe) endTimeline() {
+	if p.anchor == 0 {
+		return
+	}
+	p.s.xfer.ReleaseAnchor(p.anchor)
+	p.anchor = 0
+	p.s.putTimeline.Lock()
+	p.s.putTimeline.chunks = p.timeline
+	p.s.putTimeline.Unlock()
 }
 
 // submit enqueues c's copies and then, with pipeDepth chunks in flight,
 // ends the oldest. On a failure everything enqueued is drained first, the
 // puts concerned are revoked and false is returned.
 func (p *putPipe) submit(c putChunk) bool {
-	h, err := p.s.xfer.SubmitAsync(p.stream, c.copies)
+	h, err := p.s.xfer.SubmitAsyncWith(p.stream, c.copies, transfer.SubmitOptions{Anchor: p.anchor})
+	if p.anchor != 0 {
+		c.submitted = time.Since(p.t0)
+	}
 	if err != nil {
 		p.err = fmt.Errorf("%w: put of %d objects: %w", ErrTransfer, len(c.refs), err)
 		p.s.drain(p.stream)
@@ -658,6 +694,10 @@ func (p *putPipe) endOldest() {
 	err := c.h.Wait()
 	since(&p.s.phases.put.wait, t0)
 	p.s.phases.put.gpu.Add(int64(c.h.GPUTime()))
+	if p.anchor != 0 {
+		st, end := c.h.GPUSpan()
+		p.timeline = append(p.timeline, ChunkTime{Keys: len(c.refs), Submitted: c.submitted, Waited: time.Since(p.t0), GPUStart: st, GPUFinish: end})
+	}
 	if err != nil && p.broken == nil {
 		p.broken = fmt.Errorf("%w: put of %d objects: %w", ErrTransfer, len(c.refs), err)
 		p.err = p.broken

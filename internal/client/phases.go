@@ -1,6 +1,7 @@
 package client
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -97,3 +98,23 @@ func (s *Store) Phases() (put, get PhaseStats) {
 
 // since adds the time since t0 to into.
 func since(into *atomic.Int64, t0 time.Time) { into.Add(int64(time.Since(t0))) }
+
+// ChunkTime is one chunk of a put pipeline on its way through the Store,
+// with Options.TimeCopies: offsets from the pipeline's start, on the CPU
+// (when its copies were submitted, when the pipeline's wait for them
+// returned) and on the GPU (when the GPU reached them and completed them,
+// from an event recorded at the start).
+type ChunkTime struct {
+	Keys                int
+	Submitted, Waited   time.Duration
+	GPUStart, GPUFinish time.Duration
+}
+
+// LastPutTimeline returns the chunks of the last put pipeline that ran
+// with Options.TimeCopies (of a split batch, the last part to finish), or
+// nil.
+func (s *Store) LastPutTimeline() []ChunkTime {
+	s.putTimeline.Lock()
+	defer s.putTimeline.Unlock()
+	return slices.Clone(s.putTimeline.chunks)
+}

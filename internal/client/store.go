@@ -176,6 +176,13 @@ type Store struct {
 	staging   *staging
 
 	phases struct{ put, get phaseCounters }
+	// timeCopies is Options.TimeCopies; putTimeline the last put
+	// pipeline's chunks with it (phases.go).
+	timeCopies  bool
+	putTimeline struct {
+		sync.Mutex
+		chunks []ChunkTime
+	}
 
 	// gate admits operations. It is held only for a moment, never during
 	// teardown, so operations started while Close runs fail with ErrClosed
@@ -357,6 +364,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		s.ownMaster = true
 	}
 	s.embedded = master.IsEmbedded(s.m)
+	s.timeCopies = opts.TimeCopies
 	s.putParts = s.parts
 	if opts.BatchParts == 0 && s.embedded {
 		s.putParts = 1

@@ -529,7 +529,26 @@ type SubmitOptions struct {
 	// on the direction: on H200 reads into HBM gain from the copy engine at
 	// 64 KiB, writes from it only at 128 KiB (docs/perf/store.md).
 	CopyEngineMinBytes uint64
+	// Anchor, with Options.TimeBatches, is an event from Anchor: the
+	// Handle's GPUSpan is then measured from it.
+	Anchor cuda.Event
 }
+
+// Anchor records a timing event on s for SubmitOptions.Anchor (with
+// Options.TimeBatches), from which batches' GPUSpans are measured. The
+// caller gives it back with ReleaseAnchor once every Handle submitted with
+// it has finished.
+func (e *Engine) Anchor(s cuda.Stream) (cuda.Event, error) {
+	e.life.RLock()
+	defer e.life.RUnlock()
+	if e.closed {
+		return 0, ErrClosed
+	}
+	return e.recordEvent(s, true, "anchor")
+}
+
+// ReleaseAnchor returns an event from Anchor to the pool.
+func (e *Engine) ReleaseAnchor(ev cuda.Event) { e.putEvent(ev, true) }
 
 // SubmitAsyncWith is SubmitAsync with o applied to this batch.
 func (e *Engine) SubmitAsyncWith(s cuda.Stream, copies []cuda.Copy, o SubmitOptions) (*Handle, error) {
@@ -557,6 +576,9 @@ func (e *Engine) SubmitAsyncWith(s cuda.Stream, copies []cuda.Copy, o SubmitOpti
 		return nil, err
 	}
 	h.start = start
+	if start != 0 {
+		h.anchor = o.Anchor
+	}
 	return h, nil
 }
 
@@ -592,7 +614,9 @@ type Handle struct {
 	ev       cuda.Event
 	timed    bool       // ev keeps time (Options.TimeBatches)
 	start    cuda.Event // recorded before the batch's work; 0 unless timed
+	anchor   cuda.Event // SubmitOptions.Anchor of a timed batch; 0 when none
 	gpu      time.Duration
+	span     [2]time.Duration // GPU start and end, from anchor
 	finished bool
 	err      error
 }
@@ -604,6 +628,16 @@ func (h *Handle) GPUTime() time.Duration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.gpu
+}
+
+// GPUSpan is, for a batch submitted with SubmitOptions.Anchor and
+// Options.TimeBatches, when the GPU reached the batch and when it completed
+// it, measured from the anchor, once Wait or Done reported it complete
+// without error; zeros otherwise.
+func (h *Handle) GPUSpan() (start, end time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.span[0], h.span[1]
 }
 
 // Wait blocks until the batch (and the stream's earlier work) completed.
@@ -656,14 +690,25 @@ func (h *Handle) finishLocked(err error) {
 		// Timing is a measurement, not the batch's result: a failure to
 		// read it leaves GPUTime 0.
 		if err == nil {
-			if ms, terr := h.e.drv.EventElapsedTime(h.e.ctx, h.start, h.ev); terr == nil {
-				h.gpu = time.Duration(float64(ms) * float64(time.Millisecond))
+			h.gpu = h.elapsed(h.start, h.ev)
+			if h.anchor != 0 {
+				h.span = [2]time.Duration{h.elapsed(h.anchor, h.start), h.elapsed(h.anchor, h.ev)}
 			}
 		}
 		h.e.putEvent(h.start, true)
 		h.start = 0
 	}
 	h.e.putEvent(h.ev, h.timed)
+}
+
+// elapsed is the time between two completed timing events (0 when the
+// driver cannot tell).
+func (h *Handle) elapsed(from, to cuda.Event) time.Duration {
+	ms, err := h.e.drv.EventElapsedTime(h.e.ctx, from, to)
+	if err != nil {
+		return 0
+	}
+	return time.Duration(float64(ms) * float64(time.Millisecond))
 }
 
 // getEvent returns a pooled event — one that keeps time when timed —

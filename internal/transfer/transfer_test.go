@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvfabric/kvfabric/internal/cuda"
 	"github.com/kvfabric/kvfabric/internal/cuda/sim"
@@ -697,15 +698,23 @@ func TestTimeBatches(t *testing.T) {
 			t.Fatal(err)
 		}
 		for round := range 3 {
-			// Two batches in flight at once, each with both paths.
+			// Two batches in flight at once, each with both paths, timed
+			// from an anchor recorded before them.
+			var anchor cuda.Event
+			if timed {
+				if anchor, err = eng.Anchor(e.s); err != nil {
+					t.Fatal(err)
+				}
+			}
 			var hs []*transfer.Handle
 			for range 2 {
-				h, err := eng.SubmitAsync(e.s, plan(rng, []*region{src}, []*region{dram}, 40, 96<<10))
+				h, err := eng.SubmitAsyncWith(e.s, plan(rng, []*region{src}, []*region{dram}, 40, 96<<10), transfer.SubmitOptions{Anchor: anchor})
 				if err != nil {
 					t.Fatal(err)
 				}
 				hs = append(hs, h)
 			}
+			var prevEnd time.Duration
 			for i, h := range hs {
 				if err := h.Wait(); err != nil {
 					t.Fatal(err)
@@ -713,6 +722,15 @@ func TestTimeBatches(t *testing.T) {
 				if g := h.GPUTime(); (g > 0) != timed {
 					t.Errorf("timed %v, round %d, batch %d: GPUTime %v", timed, round, i, g)
 				}
+				// In stream order: each batch starts after the last ended.
+				st, end := h.GPUSpan()
+				if timed && (st < prevEnd || end <= st) || !timed && (st != 0 || end != 0) {
+					t.Errorf("timed %v, round %d, batch %d: GPU span [%v, %v], the last ended at %v", timed, round, i, st, end, prevEnd)
+				}
+				prevEnd = end
+			}
+			if anchor != 0 {
+				eng.ReleaseAnchor(anchor)
 			}
 		}
 		dram.check(t, e)
