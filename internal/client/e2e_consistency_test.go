@@ -767,11 +767,7 @@ func runStoppedWriter(t *testing.T, tm stopTiming, parts int, cases []stopCase) 
 	}
 	quit(t, r)
 	quit(t, b)
-	prov.Send("quit")
-	if m := prov.Recv(); m != "closed" {
-		t.Fatal(m)
-	}
-	prov.Wait()
+	quit(t, prov)
 }
 
 // TestStoppedReader is the reader's side of TestStoppedWriter: a reader
@@ -854,11 +850,7 @@ func runStoppedReader(t *testing.T, parts int) {
 	for _, c := range []*simtest.Child{r, b, w} {
 		quit(t, c)
 	}
-	prov.Send("quit")
-	if m := prov.Recv(); m != "closed" {
-		t.Fatal(m)
-	}
-	prov.Wait()
+	quit(t, prov)
 }
 
 // TestKilledReaderLeasesEnd: a reader killed (SIGKILL) between its
@@ -909,11 +901,7 @@ func TestKilledReaderLeasesEnd(t *testing.T) {
 		}
 	}
 	quit(t, w)
-	prov.Send("quit")
-	if m := prov.Recv(); m != "closed" {
-		t.Fatal(m)
-	}
-	prov.Wait()
+	quit(t, prov)
 }
 
 // Gone means released (DESIGN §9): when a provider goes away — it closes,
@@ -1033,11 +1021,7 @@ func TestProviderGoneReleasesMappings(t *testing.T) {
 		t.Fatalf("verify: %v %s", kv, tail)
 	}
 	quit(t, c)
-	prov.Send("quit")
-	if m := prov.Recv(); m != "closed" {
-		t.Fatal(m)
-	}
-	prov.Wait()
+	quit(t, prov)
 }
 
 // After a provider is killed (SIGKILL), puts placed on its segments by a

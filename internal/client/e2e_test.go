@@ -293,18 +293,9 @@ func TestMultiProcess(t *testing.T) {
 	c2.Send("get three 30")
 	expectOK(t, c2, "get from the restarted provider (remapped)")
 
-	for _, c := range []*simtest.Child{c1, c2} {
-		c.Send("quit")
-		if m := c.Recv(); m != "closed" {
-			t.Fatal(m)
-		}
-		c.Wait()
-	}
-	prov.Send("quit")
-	if m := prov.Recv(); m != "closed" {
-		t.Fatal(m)
-	}
-	prov.Wait()
+	quit(t, c1)
+	quit(t, c2)
+	quit(t, prov)
 
 	// Nothing is left mounted once every provider closed.
 	mc, err := master.Dial(context.Background(), addr)
