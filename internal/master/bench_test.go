@@ -19,21 +19,8 @@ import (
 // "embedded" or "grpc" (real TCP loopback).
 func benchService(b *testing.B, kind string) (*Service, Client) {
 	b.Helper()
-	svc, err := New(Config{ReapInterval: time.Second, PutTimeout: time.Hour, LeaseTTL: time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = svc.Close() })
+	svc := segmentedService(b, 4, 1<<48, 2)
 	ctx := context.Background()
-	reg, err := svc.RegisterClient(ctx, ClientInfo{ID: "bench", Node: "h", TTL: 5 * time.Minute, NUMANode: -1, Device: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	for i := range 4 {
-		if err := svc.MountSegment(ctx, desc("seg"+strconv.Itoa(i), reg.ID, "h", segment.TierDRAM, int32(i%2), 1<<48)); err != nil {
-			b.Fatal(err)
-		}
-	}
 	if kind == "embedded" {
 		return svc, NewEmbedded(svc)
 	}
@@ -52,6 +39,29 @@ func benchService(b *testing.B, kind string) (*Service, Client) {
 		_ = srv.Shutdown(context.Background())
 	})
 	return svc, c
+}
+
+// segmentedService returns a Service with the writer "bench" (benchWriter)
+// and segs DRAM segments of segSize bytes on its node, spread round-robin
+// over numas NUMA nodes.
+func segmentedService(b *testing.B, segs int, segSize uint64, numas int) *Service {
+	b.Helper()
+	svc, err := New(Config{ReapInterval: time.Second, PutTimeout: time.Hour, LeaseTTL: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = svc.Close() })
+	ctx := context.Background()
+	reg, err := svc.RegisterClient(ctx, ClientInfo{ID: "bench", Node: "h", TTL: 5 * time.Minute, NUMANode: -1, Device: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range segs {
+		if err := svc.MountSegment(ctx, desc("seg"+strconv.Itoa(i), reg.ID, "h", segment.TierDRAM, int32(i%numas), segSize)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return svc
 }
 
 var batches = []int{1, 16, 128, 1024}
@@ -369,21 +379,8 @@ func BenchmarkPutFull(b *testing.B) {
 	const n, batches, segs = 4096, 64, 8
 	for _, size := range []uint64{4 * KiB, 64 * KiB} {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
-			svc, err := New(Config{ReapInterval: time.Second, PutTimeout: time.Hour, LeaseTTL: time.Second})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = svc.Close() })
+			svc := segmentedService(b, segs, batches*n*size/segs, 2)
 			ctx := context.Background()
-			reg, err := svc.RegisterClient(ctx, ClientInfo{ID: "bench", Node: "h", TTL: 5 * time.Minute, NUMANode: -1, Device: -1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			for i := range segs {
-				if err := svc.MountSegment(ctx, desc("seg"+strconv.Itoa(i), reg.ID, "h", segment.TierDRAM, int32(i%2), batches*n*size/segs)); err != nil {
-					b.Fatal(err)
-				}
-			}
 			c := NewEmbedded(svc)
 			reqs := make([]PutStartReq, n)
 			refs := make([]PutRef, n)
@@ -428,21 +425,8 @@ func BenchmarkPutRounds(b *testing.B) {
 	const round, segs, segSize = 4096, 192, 128 << 20
 	for _, size := range []uint64{4 * KiB, 64 * KiB} {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
-			svc, err := New(Config{ReapInterval: time.Second, PutTimeout: time.Hour, LeaseTTL: time.Second})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = svc.Close() })
+			svc := segmentedService(b, segs, segSize, 1)
 			ctx := context.Background()
-			reg, err := svc.RegisterClient(ctx, ClientInfo{ID: "bench", Node: "h", TTL: 5 * time.Minute, NUMANode: -1, Device: -1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			for i := range segs {
-				if err := svc.MountSegment(ctx, desc("seg"+strconv.Itoa(i), reg.ID, "h", segment.TierDRAM, 0, segSize)); err != nil {
-					b.Fatal(err)
-				}
-			}
 			keys := make([]string, round)
 			for i := range keys {
 				keys[i] = fmt.Sprintf("bench/%d/%d", size, i)
@@ -457,26 +441,11 @@ func BenchmarkPutRounds(b *testing.B) {
 						reqs = append(reqs, PutStartReq{Key: k, Size: size, Placement: benchWriter})
 					}
 					t0 := time.Now()
-					res, err := svc.PutStart(ctx, reqs)
+					refs = startRefs(b, ctx, svc, reqs, refs)
 					t1 := time.Now()
-					if err != nil {
-						b.Fatal(err)
-					}
-					refs = refs[:0]
-					for i, r := range res {
-						if r.Err != nil {
-							b.Fatal(r.Err)
-						}
-						refs = append(refs, PutRef{Key: reqs[i].Key, Token: r.Token})
-					}
-					t2 := time.Now()
-					for _, err := range svc.PutEnd(ctx, refs) {
-						if err != nil {
-							b.Fatal(err)
-						}
-					}
+					endRefs(b, ctx, svc, refs)
 					tStart += t1.Sub(t0)
-					tEnd += time.Since(t2)
+					tEnd += time.Since(t1)
 				}
 				b.StopTimer()
 				if n, err := svc.RemoveAll(ctx, Filter{}, true); err != nil || n != round {

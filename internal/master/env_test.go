@@ -142,6 +142,15 @@ func (e *env) put(key string, size uint64, opts ...func(*PutStartReq)) PutStartR
 // them, and returns their refs (appended to refs[:0], reused).
 func putBatch(tb testing.TB, ctx context.Context, c Client, reqs []PutStartReq, refs []PutRef) []PutRef {
 	tb.Helper()
+	refs = startRefs(tb, ctx, c, reqs, refs)
+	endRefs(tb, ctx, c, refs)
+	return refs
+}
+
+// startRefs starts the puts reqs through c, fails tb on any error, and
+// returns their refs (appended to refs[:0]).
+func startRefs(tb testing.TB, ctx context.Context, c Client, reqs []PutStartReq, refs []PutRef) []PutRef {
+	tb.Helper()
 	res, err := c.PutStart(ctx, reqs)
 	if err != nil {
 		tb.Fatal(err)
@@ -153,12 +162,17 @@ func putBatch(tb testing.TB, ctx context.Context, c Client, reqs []PutStartReq, 
 		}
 		refs = append(refs, PutRef{Key: reqs[i].Key, Token: r.Token})
 	}
+	return refs
+}
+
+// endRefs ends the puts refs through c and fails tb on any error.
+func endRefs(tb testing.TB, ctx context.Context, c Client, refs []PutRef) {
+	tb.Helper()
 	for _, err := range c.PutEnd(ctx, refs) {
 		if err != nil {
 			tb.Fatal(err)
 		}
 	}
-	return refs
 }
 
 func (e *env) putStart(key string, size uint64, opts ...func(*PutStartReq)) PutStartResult {
