@@ -615,6 +615,11 @@ type putPipe struct {
 	errs   []error
 	queue  []putChunk // enqueued, oldest first
 	err    error      // the failure that stopped the pipeline
+	// ends hands chunks whose copies are complete to the ender goroutine,
+	// which ends their puts in order; nil until the pipeline has a chunk
+	// to end while more may follow (ended closes when the ender is done).
+	ends  chan putChunk
+	ended chan struct{}
 	// broken is a copy failure: the stream was drained, and no chunk
 	// enqueued after it is trusted (their puts are revoked).
 	broken error
@@ -668,7 +673,7 @@ func (p *putPipe) submit(c putChunk) bool {
 	c.h = h
 	p.queue = append(p.queue, c)
 	for len(p.queue) >= pipeDepth {
-		p.endOldest()
+		p.endOldest(true)
 	}
 	if p.broken != nil { // an earlier chunk's copies failed: end the rest
 		p.finish()
@@ -677,17 +682,29 @@ func (p *putPipe) submit(c putChunk) bool {
 	return true
 }
 
-// finish waits for every chunk in flight and ends its puts.
+// finish waits for every chunk in flight and ends its puts, and then for
+// the ender: when it returns, every put the pipeline started is ended or
+// revoked. It may be called again.
 func (p *putPipe) finish() {
 	for len(p.queue) > 0 {
-		p.endOldest()
+		p.endOldest(false)
+	}
+	if p.ends != nil {
+		close(p.ends)
+		<-p.ended
+		p.ends = nil
 	}
 }
 
 // endOldest waits for the oldest chunk in flight and ends its puts — or,
 // when its copies or an earlier chunk's failed, drains the stream and
-// revokes them.
-func (p *putPipe) endOldest() {
+// revokes them. With more (later chunks may follow) the PutEnd goes to the
+// ender goroutine, started for it, so that the caller's loop resolves and
+// submits the next chunks meanwhile instead of waiting for the master
+// (with an embedded one PutEnd was ~0.25 µs per key of a 4 KiB put's
+// ~1 µs on the H200, in series with the rest). A pipeline of only a few
+// chunks (a single put among them) ends them inline: no hand-off.
+func (p *putPipe) endOldest(more bool) {
 	c := p.queue[0]
 	p.queue = p.queue[1:]
 	t0 := time.Now()
@@ -707,7 +724,29 @@ func (p *putPipe) endOldest() {
 		p.fail(c, p.broken)
 		return
 	}
-	t0 = time.Now()
+	if more && p.ends == nil {
+		p.ends, p.ended = make(chan putChunk, pipeDepth), make(chan struct{})
+		go p.ender()
+	}
+	if p.ends != nil {
+		p.ends <- c // in order after the chunks before it
+		return
+	}
+	p.end(c)
+}
+
+// ender ends the puts of the chunks handed to it, in order, until ends is
+// closed. It writes errs only at its chunks' positions.
+func (p *putPipe) ender() {
+	defer close(p.ended)
+	for c := range p.ends {
+		p.end(c)
+	}
+}
+
+// end makes c's puts visible (PutEnd); its copies are complete.
+func (p *putPipe) end(c putChunk) {
+	t0 := time.Now()
 	for j, e := range p.s.m.PutEnd(p.ctx, c.refs) {
 		if e != nil {
 			p.errs[c.idx[j]] = putEndErr(p.keys[c.idx[j]], e)

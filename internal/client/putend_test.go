@@ -1,0 +1,132 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvfabric/kvfabric/internal/client"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim"
+	"github.com/kvfabric/kvfabric/internal/master"
+)
+
+// slowEnds is a master client whose PutEnds answer late (delay per call)
+// and record the keys of each call; a key in revoke is revoked instead of
+// ended and answered ErrNotFound, as the master answers a put it revoked.
+type slowEnds struct {
+	master.Client
+	delay  time.Duration
+	revoke map[string]bool
+	mu     sync.Mutex
+	calls  [][]string
+}
+
+func (m *slowEnds) PutEnd(ctx context.Context, puts []master.PutRef) []error {
+	time.Sleep(m.delay)
+	keys := make([]string, len(puts))
+	var end, rev []master.PutRef
+	for i, p := range puts {
+		keys[i] = p.Key
+		if m.revoke[p.Key] {
+			rev = append(rev, p)
+		} else {
+			end = append(end, p)
+		}
+	}
+	m.mu.Lock()
+	m.calls = append(m.calls, keys)
+	m.mu.Unlock()
+	for _, err := range m.Client.PutRevoke(ctx, rev) {
+		if err != nil {
+			return []error{err} // the length mismatch fails the test
+		}
+	}
+	ended := m.Client.PutEnd(ctx, end)
+	out := make([]error, len(puts))
+	for i, p := range puts {
+		if m.revoke[p.Key] {
+			out[i] = fmt.Errorf("%w: put of key %q was revoked", master.ErrNotFound, p.Key)
+		} else {
+			out[i], ended = ended[0], ended[1:]
+		}
+	}
+	return out
+}
+
+func (m *slowEnds) Close() error { return nil } // the env closes the master client
+
+// TestBatchPutEndsBeforeReturn: a batch of many chunks ends its puts off
+// the caller's loop (the ender), and still every put is ended or failed
+// when BatchPut returns, in batch order, with each PutEnd failure at its
+// key's position.
+func TestBatchPutEndsBeforeReturn(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
+	ctx := context.Background()
+	const n, size = 64, 4096
+	src := devBuf(t, e, n*size)
+	dst := devBuf(t, e, n*size)
+	want := fillRandom(t, e, src, n*size, rand.New(rand.NewPCG(3, 4)))
+	keys, srcs, dsts := slabs("ends", src, dst, n, size)
+	m := &slowEnds{Client: e.mc, delay: 3 * time.Millisecond, revoke: map[string]bool{keys[9]: true, keys[40]: true, keys[63]: true}}
+	st, err := client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: e.drv, Master: m, ClientID: "slow-ends", PipelineChunk: testPipelineChunk, BatchParts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{})
+	vis, err := e.mc.Exists(ctx, keys, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		switch {
+		case m.revoke[keys[i]]:
+			if !errors.Is(err, client.ErrTransfer) || vis[i] {
+				t.Fatalf("put %s (revoked): %v, visible %v; want ErrTransfer, not visible", keys[i], err, vis[i])
+			}
+		case err != nil || !vis[i]:
+			t.Fatalf("put %s: %v, visible when BatchPut returned: %v", keys[i], err, vis[i])
+		}
+	}
+	if s, err := e.mc.Stats(ctx); err != nil || s.PendingPuts != 0 {
+		t.Fatalf("pending puts after BatchPut: %+v, %v", s, err)
+	}
+	// Every key was ended once, chunk by chunk in batch order.
+	next := 0
+	for _, call := range m.calls {
+		for _, k := range call {
+			if i, _ := strconv.Atoi(k[strings.LastIndexByte(k, '/')+1:]); i != next {
+				t.Fatalf("PutEnd calls %v: key %s where key %d was next", m.calls, k, next)
+			}
+			next++
+		}
+	}
+	if next != n || len(m.calls) < 8 {
+		t.Fatalf("PutEnd calls %v: %d keys in %d calls, want %d keys in several chunks", m.calls, next, len(m.calls), n)
+	}
+	_, gerrs := st.BatchGet(ctx, keys, dsts, 0)
+	back := readBack(t, e, dst, n*size)
+	for i, err := range gerrs {
+		if m.revoke[keys[i]] {
+			if !errors.Is(err, client.ErrNotFound) {
+				t.Fatalf("get %s (revoked): %v, want ErrNotFound", keys[i], err)
+			}
+			continue
+		}
+		if lo := i * size; err != nil || string(back[lo:lo+size]) != string(want[lo:lo+size]) {
+			t.Fatalf("get %s: %v or not its bytes", keys[i], err)
+		}
+	}
+	if _, err := st.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
