@@ -60,11 +60,13 @@ func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft, 
 		}
 		s.mu.sample = sample
 		// The sampled records are far apart in a large table: load each
-		// once first, so that their cache misses overlap instead of
-		// following one another (the loop below then finds them cached).
+		// once first (both ends of the fields the loop below reads, which
+		// may straddle two cache lines), so that their cache misses
+		// overlap instead of following one another.
 		var sink int64
 		for _, slot := range sample {
-			sink += s.mu.objs.at(slot).stamp
+			o := s.mu.objs.at(slot)
+			sink += o.stamp + int64(o.flags)
 		}
 		s.rd.sink.Add(uint64(sink))
 		for _, slot := range sample {

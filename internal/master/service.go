@@ -59,13 +59,24 @@ type replica struct {
 }
 
 // object is one entry of the object table (72 bytes, no pointers). Objects
-// are addressed by slot index.
+// are addressed by slot index. What eviction reads of each sampled record
+// (stamp, leaseUntil, flags) lies within 24 bytes, in one cache line for
+// six records of eight. With flags at the end, most records took two
+// lines, the second a miss of its own: a tenth of a full store's put time
+// in the H200 host's profile (docs/perf/logs-2026-12-01-s8/runC).
 type object struct {
 	key        uint64 // reference to the key in objTable's arena; noKey when none
 	size       uint64
 	token      uint64
 	stamp      int64 // visible: last access; pending: put deadline (unix ns)
 	leaseUntil int64 // unix ns; 0 when not leased
+	// aux is the writer's registration (clientState.seq) while pending or
+	// timed out, and the number of unreleased leases of the current period
+	// while visible or a zombie.
+	aux   uint32
+	nrep  uint8
+	state uint8
+	flags uint8
 	// leaseID names the current lease period (from the first lease granted
 	// while none was held to the release or end of the last one): the id
 	// of the lease that began it, which its other leases' table entries
@@ -74,13 +85,6 @@ type object struct {
 	// (a lease period needs a visible object, and starts with aux 0).
 	leaseID uint64
 	reps    [inlineReps]replica
-	// aux is the writer's registration (clientState.seq) while pending or
-	// timed out, and the number of unreleased leases of the current period
-	// while visible or a zombie.
-	aux   uint32
-	nrep  uint8
-	state uint8
-	flags uint8
 }
 
 type segState struct {
