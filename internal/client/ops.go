@@ -301,7 +301,7 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		// the first chunk's master call and copies do not wait for the
 		// whole batch's: on the H200 building them took ~0.08 µs per key
 		// before any copy, 5 % of a 4096-key batch of 64 KiB objects.
-		s.putPart(ctx, keys, srcs, &lazyPuts{s: s, keys: keys, srcs: srcs, errs: errs, o: &o, place: place}, stream, inc, errs)
+		s.putPart(ctx, keys, srcs, &lazyPuts{s: s, keys: keys, srcs: srcs, errs: errs, o: &o, place: place}, stream, inc, errs, true)
 	} else {
 		// A large batch split over cores, as a get's (batchGet), needs
 		// every request first. Equal keys go to the same part, which
@@ -310,7 +310,7 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		reqs, idx := s.putReqs(keys, srcs, errs, 0, &o, place, nil, nil)
 		var wg sync.WaitGroup
 		for _, part := range splitByKey(reqs, idx, s.batchParts(s.putParts, len(reqs))) {
-			wg.Go(func() { s.putPart(ctx, keys, srcs, &part, stream, inc, errs) })
+			wg.Go(func() { s.putPart(ctx, keys, srcs, &part, stream, inc, errs, false) })
 		}
 		wg.Wait()
 	}
@@ -429,12 +429,17 @@ var partSeed = maphash.MakeSeed()
 
 // putPart runs the pipelined put of src's keys (their sources checked and
 // held) as registration incarnation inc. It writes errs at the keys'
-// positions only: parts of one batch run concurrently.
-func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src putSource, stream cuda.Stream, inc uint64, errs []error) {
+// positions only: parts of one batch run concurrently. With only (the
+// batch's only pipeline) its PutEnds may go to an ender goroutine
+// (putPipe.endOldest); the parts of a split batch already overlap one
+// another's PutEnds, and an ender each only adds calls contending for the
+// master (H200: 4-part remote puts of 256 KiB–1 MiB lost 1–2 % with them,
+// of 16 KiB in a full store 15–25 %).
+func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src putSource, stream cuda.Stream, inc uint64, errs []error, only bool) {
 	ph := phaseTimer{last: time.Now()}
 	cache := newSegCache()
 	defer cache.release()
-	p := putPipe{s: s, ctx: ctx, stream: stream, keys: keys, errs: errs}
+	p := putPipe{s: s, ctx: ctx, stream: stream, keys: keys, errs: errs, handOff: only}
 	p.startTimeline()
 	// The fence (see Store.reg): taken before the first chunk's copies are
 	// enqueued and held until the last chunk's are complete; each chunk
@@ -618,8 +623,9 @@ type putPipe struct {
 	// ends hands chunks whose copies are complete to the ender goroutine,
 	// which ends their puts in order; nil until the pipeline has a chunk
 	// to end while more may follow (ended closes when the ender is done).
-	ends  chan putChunk
-	ended chan struct{}
+	ends    chan putChunk
+	ended   chan struct{}
+	handOff bool // an ender may be started (putPart's only)
 	// broken is a copy failure: the stream was drained, and no chunk
 	// enqueued after it is trusted (their puts are revoked).
 	broken error
@@ -698,12 +704,13 @@ func (p *putPipe) finish() {
 
 // endOldest waits for the oldest chunk in flight and ends its puts — or,
 // when its copies or an earlier chunk's failed, drains the stream and
-// revokes them. With more (later chunks may follow) the PutEnd goes to the
-// ender goroutine, started for it, so that the caller's loop resolves and
-// submits the next chunks meanwhile instead of waiting for the master
-// (with an embedded one PutEnd was ~0.25 µs per key of a 4 KiB put's
-// ~1 µs on the H200, in series with the rest). A pipeline of only a few
-// chunks (a single put among them) ends them inline: no hand-off.
+// revokes them. With more (later chunks may follow) and handOff the PutEnd
+// goes to the ender goroutine, started for it, so that the caller's loop
+// resolves and submits the next chunks meanwhile instead of waiting for
+// the master (with an embedded one PutEnd was 0.25–0.32 µs per key of a
+// 4 KiB put's 1.0–1.3 µs on the H200, in series with the rest). A
+// pipeline of only a few chunks (a single put among them) ends them
+// inline: no hand-off.
 func (p *putPipe) endOldest(more bool) {
 	c := p.queue[0]
 	p.queue = p.queue[1:]
@@ -724,7 +731,7 @@ func (p *putPipe) endOldest(more bool) {
 		p.fail(c, p.broken)
 		return
 	}
-	if more && p.ends == nil {
+	if more && p.handOff && p.ends == nil {
 		p.ends, p.ended = make(chan putChunk, pipeDepth), make(chan struct{})
 		go p.ender()
 	}
