@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -127,6 +128,11 @@ func TestConfigBounds(t *testing.T) {
 		{"max key len 64KiB+1", Config{MaxKeyLen: 64<<10 + 1}, false},
 		{"max key len 2^40", Config{MaxKeyLen: 1 << 40}, false},
 		{"max key len -1", Config{MaxKeyLen: -1}, false},
+		{"placement slack exact", Config{PlacementSlack: ExactPlacement}, true},
+		{"placement slack 0.25", Config{PlacementSlack: 0.25}, true},
+		{"placement slack 0.5", Config{PlacementSlack: 0.5}, false},
+		{"placement slack -0.5", Config{PlacementSlack: -0.5}, false},
+		{"placement slack NaN", Config{PlacementSlack: math.NaN()}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			svc, err := New(tc.cfg)
@@ -141,7 +147,7 @@ func TestConfigBounds(t *testing.T) {
 				_ = svc.Close()
 				t.Fatal("accepted")
 			}
-			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "want") {
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "want") || !strings.Contains(err.Error(), "config ") {
 				t.Fatalf("%v: want ErrInvalid with the bounds", err)
 			}
 		})

@@ -58,6 +58,14 @@ type Config struct {
 	// EvictSample is how many candidates each approximate-LRU eviction
 	// step samples. Default 16.
 	EvictSample int
+	// PlacementSlack is how far, as a fraction of a segment's size, its
+	// free bytes may fall through allocations below the free bytes the
+	// placement index ranks it by before it is ranked anew (placeindex.go):
+	// a batch's puts then fill a segment in runs instead of moving it in
+	// the index at every allocation, and equal segments stay within that
+	// much of one another. Default 1/64 (2 MiB of a 128 MiB segment); from
+	// 0 to 0.25; ExactPlacement ranks by the exact free bytes always.
+	PlacementSlack float64
 	// ReapInterval is how often the background reaper expires leases, puts
 	// and clients. Default 100ms; negative disables the background reaper
 	// (tests then call Service.Reap).
@@ -77,6 +85,10 @@ type Config struct {
 	// Quotas bound each registration (zero fields: DefaultQuotas).
 	Quotas Quotas
 }
+
+// ExactPlacement is the Config.PlacementSlack that ranks segments by their
+// exact free bytes after every allocation.
+const ExactPlacement = -1.0
 
 // Bounds of Config.Alignment and Config.MaxKeyLen.
 //
@@ -132,6 +144,9 @@ func (c Config) Defaults() Config {
 	if c.EvictSample == 0 {
 		c.EvictSample = 16
 	}
+	if c.PlacementSlack == 0 {
+		c.PlacementSlack = 1.0 / 64
+	}
 	if c.Clock == nil {
 		c.Clock = SystemClock
 	}
@@ -158,6 +173,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: config MaxBatch %d", ErrInvalid, c.MaxBatch)
 	case c.EvictSample < 1:
 		return fmt.Errorf("%w: config EvictSample %d", ErrInvalid, c.EvictSample)
+	case c.PlacementSlack != ExactPlacement && !(c.PlacementSlack > 0 && c.PlacementSlack <= 0.25):
+		return fmt.Errorf("%w: config PlacementSlack %v: want ExactPlacement (%v) or more than 0 up to 0.25", ErrInvalid, c.PlacementSlack, ExactPlacement)
 	}
 	for _, w := range []struct {
 		name string

@@ -394,6 +394,34 @@ func (ix *placeIndex) update(sg *segState) {
 	ix.propagate(lb)
 }
 
+// allocated is update after an allocation from sg, which is not held:
+// while its free bytes stay less than sg.slack below the key it is ranked
+// by, it keeps its place. A key is so never below its segment's free bytes
+// (a free, a hold or any other change re-keys it exactly), only above by
+// less than the slack: a query may pick a segment whose key says a put
+// fits when it does not, and the put's Alloc failing holds it and takes
+// the next best (tryPlaceLocked), whose re-insertion re-keys it exactly.
+// Re-keying at every allocation was a quarter of PutStart's time (4 KiB
+// puts over 192 equal segments, dev VM; each one moved the top segment
+// down its heap). ExactPlacement (slack 0) re-keys every time.
+func (ix *placeIndex) allocated(sg *segState) {
+	if i := ix.pos[sg.slot]; i >= 0 {
+		if k, free := sg.lb.segs[i].free, sg.al.FreeBytes(); k >= free && k-free < sg.slack {
+			return
+		}
+	}
+	ix.update(sg)
+}
+
+// slackOf is the slack in bytes of a segment of size bytes with
+// Config.PlacementSlack frac.
+func slackOf(frac float64, size uint64) uint64 {
+	if frac <= 0 {
+		return 0
+	}
+	return uint64(frac * float64(size))
+}
+
 // propagate carries a change of lb's best segment up to its group.
 func (ix *placeIndex) propagate(lb *locBucket) {
 	if k := lb.segs.top(); k != lb.h.key {

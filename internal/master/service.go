@@ -110,6 +110,8 @@ type segState struct {
 	lb   *locBucket
 	slot uint32
 	held bool
+	// slack is Config.PlacementSlack of its size in bytes (0: exact).
+	slack uint64
 	// tier is desc.Tier, here because puts and frees need it and desc is
 	// one more cache miss away.
 	tier segment.Tier
@@ -556,7 +558,7 @@ func (s *Service) MountSegment(ctx context.Context, d segment.Descriptor) (err e
 	}
 	delete(s.mu.quarantine, d.ID)
 	desc := d
-	sg := &segState{desc: &desc, al: al, domain: owner.info.FabricDomain, tier: d.Tier}
+	sg := &segState{desc: &desc, al: al, domain: owner.info.FabricDomain, tier: d.Tier, slack: slackOf(s.cfg.PlacementSlack, al.Size())}
 	var slot uint32
 	if n := len(s.mu.freeSegs); n > 0 {
 		slot = s.mu.freeSegs[n-1]
