@@ -688,17 +688,19 @@ func (p *putPipe) submit(c putChunk) bool {
 	return true
 }
 
-// finish waits for every chunk in flight and ends its puts, and then for
-// the ender: when it returns, every put the pipeline started is ended or
-// revoked. It may be called again.
+// finish waits for the ender, then for every chunk in flight and ends its
+// puts: when it returns, every put the pipeline started is ended or
+// revoked. The last chunks are ended inline, after the ender's (which
+// keeps their order): a hand-off of them would add a wake-up to the
+// batch's tail. It may be called again.
 func (p *putPipe) finish() {
-	for len(p.queue) > 0 {
-		p.endOldest(false)
-	}
 	if p.ends != nil {
 		close(p.ends)
 		<-p.ended
 		p.ends = nil
+	}
+	for len(p.queue) > 0 {
+		p.endOldest(false)
 	}
 }
 

@@ -178,7 +178,7 @@ func (s *Service) tryPlaceLocked(r *PutStartReq, slot uint32, t *target, tiers [
 			chosen[len(out)] = sg.desc
 			out = append(out, replica{seg: best, ref: ref})
 			if len(out) == n {
-				ix.allocated(sg) // the last: no need to hold it
+				ix.allocated(sg, l) // the last: no need to hold it
 				break
 			}
 		} // else fragmented: held, so the next query finds the next best

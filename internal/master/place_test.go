@@ -896,27 +896,42 @@ func TestPlacementSlack(t *testing.T) {
 	}
 	e2.mount(desc("t0", "p", "h", segment.TierDRAM, 0, 128*KiB))
 	e2.mount(desc("t1", "p", "h", segment.TierDRAM, 0, 128*KiB))
+	keyOf := func(r PutStartResult) (key pkey, free uint64) {
+		t.Helper()
+		e2.svc.mu.Lock()
+		slot, err := e2.svc.segmentLocked(r.Replicas[0].Segment.Key())
+		if err == nil {
+			sg := e2.svc.mu.segs[slot]
+			key, free = sg.lb.segs[e2.svc.mu.place.pos[slot]], sg.al.FreeBytes()
+		}
+		e2.svc.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return key, free
+	}
 	r := e2.putStart("small", KiB)
 	if r.Err != nil || r.Replicas[0].Segment.ID != "t0" {
 		t.Fatalf("small put: %v on %v", r.Err, r.Replicas)
 	}
-	e2.svc.mu.Lock()
-	slot, err := e2.svc.segmentLocked(r.Replicas[0].Segment.Key())
-	sg := e2.svc.mu.segs[slot]
-	k, f := sg.lb.segs[e2.svc.mu.place.pos[slot]], sg.al.FreeBytes()
-	e2.svc.mu.Unlock()
-	if err != nil || k.free != 128*KiB || f != 127*KiB {
-		t.Fatalf("t0 after a small put: key %+v, free %d (%v); want a stale key", k, f, err)
+	if k, f := keyOf(r); k.free != 128*KiB || f != 127*KiB {
+		t.Fatalf("t0 after a small put: key %+v, free %d; want a stale key", k, f)
 	}
 	const large = 127*KiB + 512
-	if r := e2.putStart("large", large); r.Err != nil || r.Replicas[0].Segment.ID != "t1" {
+	r = e2.putStart("large", large)
+	if r.Err != nil || r.Replicas[0].Segment.ID != "t1" {
 		t.Fatalf("127.5 KiB put: %v on %v; want t1", r.Err, r.Replicas)
+	}
+	// t1 cannot take another put of that size: its key is exact at once
+	// (as in a full store, where each put fills what its eviction freed).
+	if k, f := keyOf(r); k.free != f || f != KiB/2 {
+		t.Fatalf("t1 after a put that leaves less than its size: key %+v, free %d; want an exact key", k, f)
 	}
 	if r := e2.putStart("larger", large); !errors.Is(r.Err, ErrNoSpace) {
 		t.Fatalf("127.5 KiB put with no segment that fits it: %v on %v; want ErrNoSpace", r.Err, r.Replicas)
 	}
 	e2.svc.mu.Lock()
-	err = checkPlaceIndex(e2.svc)
+	err := checkPlaceIndex(e2.svc)
 	e2.svc.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
