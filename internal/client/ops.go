@@ -384,6 +384,50 @@ func (l *lazyPuts) rest(errs []error, err error) {
 	l.pos = len(l.keys)
 }
 
+// aheadSource yields a put source's chunks, in the chunker's sizes, one
+// ahead when asked: fill builds the next chunk's requests (checking its
+// keys) while the pipeline waits for the master's answer to the chunk
+// before, so that building them is not in series with the master calls
+// (0.12–0.17 µs per key of 4–16 KiB puts on the H200, which the master's
+// PutStart otherwise waited for).
+type aheadSource struct {
+	src   putSource
+	ch    *chunker
+	reqs  []master.PutStartReq
+	idx   []int
+	done  bool
+	ready bool // reqs, idx and done are the next chunk's
+}
+
+// fill builds the next chunk, if it is not built yet.
+func (a *aheadSource) fill() {
+	if !a.ready {
+		a.reqs, a.idx, a.done = a.src.next(a.ch.take())
+		a.ready = true
+	}
+}
+
+// next yields the next chunk (putSource.next).
+func (a *aheadSource) next() ([]master.PutStartReq, []int, bool) {
+	a.fill()
+	a.ready = false
+	return a.reqs, a.idx, a.done
+}
+
+// rest fails with err every key not yielded by next, those of a chunk
+// built ahead included (putSource.rest).
+func (a *aheadSource) rest(errs []error, err error) {
+	if a.ready {
+		for _, i := range a.idx {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		a.ready = false
+	}
+	a.src.rest(errs, err)
+}
+
 // putBatchPart is one part of a split BatchPut: its requests and their
 // keys' positions in the batch.
 type putBatchPart struct {
@@ -475,20 +519,26 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 		}
 	}()
 	ch := s.chunker()
-	reqs, idx, done := src.next(ch.take())
+	ahead := &aheadSource{src: src, ch: &ch}
+	reqs, idx, done := ahead.next()
 	ph.lap(&s.phases.put.check)
 	// The first chunk's call runs here: a batch of one chunk (a single
 	// put) makes no goroutine hand-off.
 	m := s.putStart(ctx, reqs)
 	for !done {
 		if next != nil {
+			// The chunk after next is built while the master answers
+			// next, so that its PutStart goes out the moment the answer
+			// is in.
+			ahead.fill()
+			ph.lap(&s.phases.put.check)
 			m = <-next
 			next = nil
 			reqs, idx = nreqs, nidx
 		}
 		ph.lap(&s.phases.put.meta)
 		if m.err == nil {
-			nreqs, nidx, done = src.next(ch.take())
+			nreqs, nidx, done = ahead.next()
 			ph.lap(&s.phases.put.check)
 			if !done {
 				next = s.prefetchPutStart(ctx, nreqs)
@@ -498,7 +548,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 		if err != nil {
 			err = mapErr(fmt.Errorf("put start: %w", err))
 			p.failFrom(idx, err)
-			src.rest(errs, err)
+			ahead.rest(errs, err)
 			break
 		}
 		c := putChunk{copies: make([]cuda.Copy, 0, len(res)), refs: make([]master.PutRef, 0, len(res)), idx: make([]int, 0, len(res))}
@@ -539,12 +589,12 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 		if err := s.writableRLocked(inc, sent); err != nil {
 			p.fail(c, err)
 			p.failFrom(nidx, err) // the prefetched chunk's (revoked on return)
-			src.rest(errs, err)
+			ahead.rest(errs, err)
 			break
 		}
 		if !p.submit(c) {
 			p.failFrom(nidx, p.err)
-			src.rest(errs, p.err)
+			ahead.rest(errs, p.err)
 			break
 		}
 		ph.lap(&s.phases.put.copy)

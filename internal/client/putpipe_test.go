@@ -130,3 +130,81 @@ func TestBatchPutEndsBeforeReturn(t *testing.T) {
 	}
 	e.close()
 }
+
+// failStart is a master client whose PutStart call number fail (from 1)
+// fails as a lost master would, starting nothing.
+type failStart struct {
+	master.Client
+	fail  int
+	mu    sync.Mutex
+	calls int
+}
+
+func (m *failStart) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]master.PutStartResult, error) {
+	m.mu.Lock()
+	m.calls++
+	n := m.calls
+	m.mu.Unlock()
+	if n == m.fail {
+		return nil, fmt.Errorf("%w: injected: no master answered", master.ErrNotLeader)
+	}
+	return m.Client.PutStart(ctx, reqs)
+}
+
+func (m *failStart) Close() error { return nil } // the env closes the master client
+
+// TestBatchPutStartFailsTheRest: when a chunk's PutStart fails, that
+// chunk's keys and every later one fail — the chunk built ahead while the
+// master answered (aheadSource) and the one whose PutStart was in flight
+// among them — and exactly the keys reported put are stored.
+func TestBatchPutStartFailsTheRest(t *testing.T) {
+	for _, fail := range []int{2, 3, 5} {
+		t.Run(fmt.Sprintf("call=%d", fail), func(t *testing.T) {
+			e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
+			ctx := context.Background()
+			const n, size = 48, 4096
+			src := devBuf(t, e, n*size)
+			dst := devBuf(t, e, n*size)
+			keys, srcs, _ := slabs(fmt.Sprintf("start-fails/%d", fail), src, dst, n, size)
+			m := &failStart{Client: e.mc, fail: fail}
+			st, err := client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: e.drv, Master: m, ClientID: "fail-start", PipelineChunk: testPipelineChunk, BatchParts: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs := st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{})
+			vis, err := e.mc.Exists(ctx, keys, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok := 0
+			for i, err := range errs {
+				if (err == nil) != vis[i] {
+					t.Fatalf("put %s: %v, but visible: %v", keys[i], err, vis[i])
+				}
+				if err == nil {
+					if ok != i {
+						t.Fatalf("put %s succeeded after a failed key", keys[i])
+					}
+					ok++
+				} else if !errors.Is(err, client.ErrRPC) {
+					t.Fatalf("put %s: %v, want ErrRPC", keys[i], err)
+				}
+			}
+			// Chunks of 1, 2, 4, 5, 5, … keys: call k fails keys from the
+			// k-th chunk on.
+			if want := []int{0, 1, 3, 7, 12, 17}[fail-1]; ok != want {
+				t.Fatalf("%d keys put before call %d failed, want %d", ok, fail, want)
+			}
+			if s, err := e.mc.Stats(ctx); err != nil || s.PendingPuts != 0 {
+				t.Fatalf("pending puts after BatchPut: %+v, %v", s, err)
+			}
+			if _, err := st.RemoveAll(ctx, true); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			e.close()
+		})
+	}
+}
