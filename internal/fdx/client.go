@@ -116,6 +116,13 @@ func Fetch(ctx context.Context, socketPath string, k segment.Key) (int, error) {
 // sending the request, the server at the other end must run as a trusted
 // uid (SO_PEERCRED; ErrUntrusted otherwise). An untrusted server is not an
 // unavailable one: the errors do not wrap ErrUnavailable.
+//
+// A server closes a connection that stays idle past its IOTimeout. When it
+// closed this one before taking the request — the consumer was paused
+// (SIGSTOP, a stall) between connecting and sending — the request, which
+// changes nothing on the server, is sent once more on a new connection:
+// a paused consumer would otherwise fail its gets with ErrUnavailable and
+// report a live provider unreachable.
 func (t Trust) Fetch(ctx context.Context, socketPath string, k segment.Key) (int, error) {
 	req, err := encodeRequest(k)
 	if err != nil {
@@ -125,17 +132,28 @@ func (t Trust) Fetch(ctx context.Context, socketPath string, k segment.Key) (int
 	if err != nil {
 		return -1, err
 	}
+	fd, dropped, err := t.fetchOnce(ctx, socketPath, dial, req, k)
+	if dropped && ctx.Err() == nil {
+		fd, _, err = t.fetchOnce(ctx, socketPath, dial, req, k)
+	}
+	return fd, err
+}
+
+// fetchOnce is one connection of Fetch. dropped reports that the server
+// closed the connection before it took the request (the send failed with
+// EPIPE or ECONNRESET, or the reply was the close itself).
+func (t Trust) fetchOnce(ctx context.Context, socketPath, dial string, req []byte, k segment.Key) (fd int, dropped bool, err error) {
 	ctxDeadline, hasDeadline := ctx.Deadline()
-	fail := func(what string, err error) (int, error) {
+	fail := func(what string, err error) (int, bool, error) {
 		cerr := ctx.Err()
 		if cerr == nil && hasDeadline && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(ctxDeadline) {
 			// The socket deadline is ctx's; its timer may not have fired yet.
 			cerr = context.DeadlineExceeded
 		}
 		if cerr != nil {
-			return -1, fmt.Errorf("%w: fetch %v from %s: %s: %w", ErrUnavailable, k, socketPath, what, cerr)
+			return -1, false, fmt.Errorf("%w: fetch %v from %s: %s: %w", ErrUnavailable, k, socketPath, what, cerr)
 		}
-		return -1, fmt.Errorf("%w: fetch %v from %s: %s: %w", ErrUnavailable, k, socketPath, what, err)
+		return -1, false, fmt.Errorf("%w: fetch %v from %s: %s: %w", ErrUnavailable, k, socketPath, what, err)
 	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unixpacket", dial)
@@ -152,9 +170,10 @@ func (t Trust) Fetch(ctx context.Context, socketPath string, k segment.Key) (int
 		return fail("peer credentials", err)
 	}
 	if !t.trustsUID(uid) {
-		return -1, fmt.Errorf("%w: fetch %v from %s: the fd server runs as uid %d (pid %d), expected %s",
+		return -1, false, fmt.Errorf("%w: fetch %v from %s: the fd server runs as uid %d (pid %d), expected %s",
 			ErrUntrusted, k, socketPath, uid, pid, t.expectedUIDs())
 	}
+	afterConnect()
 	deadline := ctxDeadline
 	if !hasDeadline {
 		deadline = time.Now().Add(DefaultFetchTimeout)
@@ -167,7 +186,8 @@ func (t Trust) Fetch(ctx context.Context, socketPath string, k segment.Key) (int
 	defer stop()
 
 	if _, _, err := c.WriteMsgUnix(req, nil, nil); err != nil {
-		return fail("send request", err)
+		fd, _, ferr := fail("send request", err)
+		return fd, errors.Is(ferr, syscall.EPIPE) || errors.Is(ferr, syscall.ECONNRESET), ferr
 	}
 	buf := make([]byte, 3+maxReason+1)
 	// Room for several fds so that a misbehaving server's extras are
@@ -184,7 +204,8 @@ func (t Trust) Fetch(ctx context.Context, socketPath string, k segment.Key) (int
 		}
 	}
 	if n == 0 && oobn == 0 {
-		return fail("read response", fmt.Errorf("server closed the connection without replying"))
+		fd, _, err := fail("read response", fmt.Errorf("server closed the connection without replying"))
+		return fd, true, err
 	}
 	if flags&(syscall.MSG_TRUNC|syscall.MSG_CTRUNC) != 0 {
 		closeAll()
@@ -200,11 +221,15 @@ func (t Trust) Fetch(ctx context.Context, socketPath string, k segment.Key) (int
 		if reason == "" {
 			reason = fmt.Sprintf("status %d", status)
 		}
-		return -1, fmt.Errorf("%w: fetch %v from %s: %s", statusErr(status), k, socketPath, reason)
+		return -1, false, fmt.Errorf("%w: fetch %v from %s: %s", statusErr(status), k, socketPath, reason)
 	}
 	if len(fds) != 1 {
 		closeAll()
 		return fail("decode response", fmt.Errorf("success carried %d fds, want 1", len(fds)))
 	}
-	return fds[0], nil
+	return fds[0], false, nil
 }
+
+// afterConnect runs between a fetch's connect and its request (a test
+// hook: a pause there).
+var afterConnect = func() {}

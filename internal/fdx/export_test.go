@@ -17,3 +17,11 @@ func FailNextClose(err error) (restore func()) {
 	}
 	return func() { closeFD = old }
 }
+
+// SetAfterConnect runs f in every Fetch between its connect and its
+// request; the returned func restores the hook.
+func SetAfterConnect(f func()) (restore func()) {
+	old := afterConnect
+	afterConnect = f
+	return func() { afterConnect = old }
+}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -585,4 +586,42 @@ func TestUnregisterRetryAfterCloseError(t *testing.T) {
 	if _, err := fdx.Fetch(context.Background(), s.SocketPath(), keyA); !errors.Is(err, fdx.ErrUnknownSegment) {
 		t.Fatalf("fetch after unregister: %v", err)
 	}
+}
+
+// TestFetchAfterIdleClose: a consumer paused between connecting and
+// sending past the server's IOTimeout finds its connection closed; Fetch
+// asks once more on a new connection and gets the fd. Paused on every
+// connection, it fails with ErrUnavailable after that one retry, leaking
+// nothing.
+func TestFetchAfterIdleClose(t *testing.T) {
+	s := newServer(t, fdx.Options{IOTimeout: 50 * time.Millisecond})
+	if err := s.Register(keyA, tempFD(t, "idle")); err != nil {
+		t.Fatal(err)
+	}
+	before := stableFDs(t)
+	var connects atomic.Int32
+	pauses := int32(1)
+	defer fdx.SetAfterConnect(func() {
+		if connects.Add(1) <= pauses {
+			time.Sleep(300 * time.Millisecond) // past the server's IOTimeout
+		}
+	})()
+	fd, err := fdx.Fetch(context.Background(), s.SocketPath(), keyA)
+	if err != nil {
+		t.Fatalf("fetch after a pause past the server's idle timeout: %v", err)
+	}
+	if got := readFD(t, fd); got != "idle" || connects.Load() != 2 {
+		t.Fatalf("fetched fd reads %q after %d connections; want \"idle\" after 2", got, connects.Load())
+	}
+	syscall.Close(fd)
+
+	connects.Store(0)
+	pauses = 1 << 30
+	if fd, err := fdx.Fetch(context.Background(), s.SocketPath(), keyA); !errors.Is(err, fdx.ErrUnavailable) || connects.Load() != 2 {
+		if err == nil {
+			syscall.Close(fd)
+		}
+		t.Fatalf("fetch paused on every connection: %v after %d connections; want ErrUnavailable after 2", err, connects.Load())
+	}
+	settleFDs(t, before)
 }

@@ -63,8 +63,9 @@ type Config struct {
 	// placement index ranks it by before it is ranked anew (placeindex.go):
 	// a batch's puts then fill a segment in runs instead of moving it in
 	// the index at every allocation, and equal segments stay within that
-	// much of one another. Default 1/64 (2 MiB of a 128 MiB segment); from
-	// 0 to 0.25; ExactPlacement ranks by the exact free bytes always.
+	// much of one another. Default 1/64 (2 MiB of a 128 MiB segment); more
+	// than 0 up to 0.25, or ExactPlacement: ranked by the exact free bytes
+	// after every allocation.
 	PlacementSlack float64
 	// ReapInterval is how often the background reaper expires leases, puts
 	// and clients. Default 100ms; negative disables the background reaper
