@@ -121,8 +121,8 @@ func Fetch(ctx context.Context, socketPath string, k segment.Key) (int, error) {
 // closed this one before taking the request — the consumer was paused
 // (SIGSTOP, a stall) between connecting and sending — the request, which
 // changes nothing on the server, is sent once more on a new connection:
-// a paused consumer would otherwise fail its gets with ErrUnavailable and
-// report a live provider unreachable.
+// a paused consumer would otherwise fail the copies that needed the
+// mapping, with the provider alive.
 func (t Trust) Fetch(ctx context.Context, socketPath string, k segment.Key) (int, error) {
 	req, err := encodeRequest(k)
 	if err != nil {
