@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvfabric/kvfabric/internal/client"
+	"github.com/kvfabric/kvfabric/internal/cuda"
 	"github.com/kvfabric/kvfabric/internal/cuda/sim"
 	"github.com/kvfabric/kvfabric/internal/master"
 )
@@ -207,4 +208,46 @@ func TestBatchPutStartFailsTheRest(t *testing.T) {
 			e.close()
 		})
 	}
+}
+
+// TestBatchPutCopyFailsWithEnder: a copy that fails after the ender has
+// taken chunks (the sixth chunk's kernel launch) fails that chunk and every
+// later key, the chunks before it end, and the store holds exactly their
+// bytes: nothing is left pending or reserved.
+func TestBatchPutCopyFailsWithEnder(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
+	ctx := context.Background()
+	const n, size = 60, 4096
+	src := devBuf(t, e, n*size)
+	dst := devBuf(t, e, n*size)
+	keys, srcs, _ := slabs("ender-fails", src, dst, n, size)
+	// Chunks of 1, 2, 4, 5, 5, 5, … keys: the first two go to the copy
+	// engine, so the fourth kernel launch is the sixth chunk's (keys 17–21),
+	// by when the ender has ended the first chunks.
+	e.drv.Fail("LaunchKernel", 4, cuda.ErrorLaunchFailed)
+	errs := e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{})
+	vis, err := e.mc.Exists(ctx, keys, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ok = 17
+	for i, err := range errs {
+		if wantOK := i < ok; (err == nil) != wantOK || vis[i] != wantOK {
+			t.Fatalf("put %s: %v, visible %v (want success: %v)", keys[i], err, vis[i], wantOK)
+		}
+		if i >= ok && !errors.Is(err, client.ErrTransfer) {
+			t.Fatalf("put %s: %v, want ErrTransfer", keys[i], err)
+		}
+	}
+	st, err := e.mc.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PendingPuts != 0 || st.Tiers[0].Used != ok*size {
+		t.Fatalf("after the failed batch: %d pending puts, %d bytes used; want 0 and %d", st.PendingPuts, st.Tiers[0].Used, ok*size)
+	}
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
 }
