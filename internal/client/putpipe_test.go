@@ -62,6 +62,39 @@ func (m *slowEnds) PutEnd(ctx context.Context, puts []master.PutRef) []error {
 
 func (m *slowEnds) Close() error { return nil } // the env closes the master client
 
+// openThrough opens a consumer Store of e's cluster whose master calls go
+// through m (a wrapper of e.mc), each batch in one pipeline of test-sized
+// chunks.
+func openThrough(t *testing.T, e *env, m master.Client, id string) *client.Store {
+	t.Helper()
+	st, err := client.Open(context.Background(), cfgFor(t, map[string]any{}), client.Options{Driver: e.drv, Master: m, ClientID: id, PipelineChunk: testPipelineChunk, BatchParts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// wantNoPending fails unless e's master holds no put in progress.
+func wantNoPending(t *testing.T, e *env) {
+	t.Helper()
+	if s, err := e.mc.Stats(context.Background()); err != nil || s.PendingPuts != 0 {
+		t.Fatalf("pending puts after BatchPut: %+v, %v", s, err)
+	}
+}
+
+// closeThrough removes everything and closes st, then e (which asserts
+// that nothing leaked).
+func closeThrough(t *testing.T, e *env, st *client.Store) {
+	t.Helper()
+	if _, err := st.RemoveAll(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
+
 // TestBatchPutEndsBeforeReturn: a batch of many chunks ends its puts off
 // the caller's loop (the ender), and still every put is ended or failed
 // when BatchPut returns, in batch order, with each PutEnd failure at its
@@ -75,10 +108,7 @@ func TestBatchPutEndsBeforeReturn(t *testing.T) {
 	want := fillRandom(t, e, src, n*size, rand.New(rand.NewPCG(3, 4)))
 	keys, srcs, dsts := slabs("ends", src, dst, n, size)
 	m := &slowEnds{Client: e.mc, delay: 3 * time.Millisecond, revoke: map[string]bool{keys[9]: true, keys[40]: true, keys[63]: true}}
-	st, err := client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: e.drv, Master: m, ClientID: "slow-ends", PipelineChunk: testPipelineChunk, BatchParts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openThrough(t, e, m, "slow-ends")
 	errs := st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{})
 	vis, err := e.mc.Exists(ctx, keys, false)
 	if err != nil {
@@ -94,9 +124,7 @@ func TestBatchPutEndsBeforeReturn(t *testing.T) {
 			t.Fatalf("put %s: %v, visible when BatchPut returned: %v", keys[i], err, vis[i])
 		}
 	}
-	if s, err := e.mc.Stats(ctx); err != nil || s.PendingPuts != 0 {
-		t.Fatalf("pending puts after BatchPut: %+v, %v", s, err)
-	}
+	wantNoPending(t, e)
 	// Every key was ended once, chunk by chunk in batch order.
 	next := 0
 	for _, call := range m.calls {
@@ -123,13 +151,7 @@ func TestBatchPutEndsBeforeReturn(t *testing.T) {
 			t.Fatalf("get %s: %v or not its bytes", keys[i], err)
 		}
 	}
-	if _, err := st.RemoveAll(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-	e.close()
+	closeThrough(t, e, st)
 }
 
 // failStart is a master client whose PutStart call number fail (from 1)
@@ -168,10 +190,7 @@ func TestBatchPutStartFailsTheRest(t *testing.T) {
 			dst := devBuf(t, e, n*size)
 			keys, srcs, _ := slabs(fmt.Sprintf("start-fails/%d", fail), src, dst, n, size)
 			m := &failStart{Client: e.mc, fail: fail}
-			st, err := client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: e.drv, Master: m, ClientID: "fail-start", PipelineChunk: testPipelineChunk, BatchParts: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := openThrough(t, e, m, "fail-start")
 			errs := st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{})
 			vis, err := e.mc.Exists(ctx, keys, false)
 			if err != nil {
@@ -196,16 +215,8 @@ func TestBatchPutStartFailsTheRest(t *testing.T) {
 			if want := []int{0, 1, 3, 7, 12, 17}[fail-1]; ok != want {
 				t.Fatalf("%d keys put before call %d failed, want %d", ok, fail, want)
 			}
-			if s, err := e.mc.Stats(ctx); err != nil || s.PendingPuts != 0 {
-				t.Fatalf("pending puts after BatchPut: %+v, %v", s, err)
-			}
-			if _, err := st.RemoveAll(ctx, true); err != nil {
-				t.Fatal(err)
-			}
-			if err := st.Close(); err != nil {
-				t.Fatal(err)
-			}
-			e.close()
+			wantNoPending(t, e)
+			closeThrough(t, e, st)
 		})
 	}
 }
