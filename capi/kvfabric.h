@@ -164,6 +164,23 @@ int32_t kvfabric_batch_get(int64_t handle, size_t n, const char *const *keys,
                            const uint64_t *lens, const uint32_t *parts,
                            uintptr_t stream, uint64_t *nread, int32_t *statuses);
 
+/* kvfabric_batch_put and kvfabric_batch_get with the n keys packed into one
+ * buffer: keys holds them in order, separated by single NUL bytes (none
+ * after the last), keys_len bytes in all. A caller in an interpreted
+ * language builds this with one join instead of a loop over the keys (the
+ * Python package does). A key holding a NUL byte cannot be passed this way:
+ * a count of keys other than n rejects the whole batch with
+ * KVFABRIC_ERR_INVALID_ARGUMENT. Added after 0.1.0 without a
+ * KVFABRIC_ABI_VERSION bump: look the symbols up. */
+int32_t kvfabric_batch_put_packed(int64_t handle, size_t n, const char *keys, size_t keys_len,
+                                  const uint64_t *ptrs, const uint64_t *lens, const uint32_t *parts,
+                                  uintptr_t stream, int32_t replicas, uint32_t flags,
+                                  const char *preferred, size_t preferred_len,
+                                  uint64_t soft_pin_ttl_ms, int32_t *statuses);
+int32_t kvfabric_batch_get_packed(int64_t handle, size_t n, const char *keys, size_t keys_len,
+                                  const uint64_t *ptrs, const uint64_t *lens, const uint32_t *parts,
+                                  uintptr_t stream, uint64_t *nread, int32_t *statuses);
+
 /* Puts n bytes of any host memory (staged; no registration needed). */
 int32_t kvfabric_put_bytes(int64_t handle, const char *key, size_t key_len,
                            const void *data, uint64_t n, int32_t replicas, uint32_t flags,

@@ -114,6 +114,25 @@ func kvfabric_batch_get(h C.int64_t, n C.size_t, keys **C.char, keyLens *C.size_
 		unsafe.Pointer(nread), unsafe.Pointer(statuses)))
 }
 
+//export kvfabric_batch_put_packed
+func kvfabric_batch_put_packed(h C.int64_t, n C.size_t, keys *C.char, keysLen C.size_t, ptrs, lens *C.uint64_t,
+	parts *C.uint32_t, stream C.uintptr_t, replicas C.int32_t, flags C.uint32_t, preferred *C.char,
+	preferredLen C.size_t, softPinTTLms C.uint64_t, statuses *C.int32_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.BatchPutPacked(int64(h), uint64(n), unsafe.Pointer(keys), uint64(keysLen),
+		unsafe.Pointer(ptrs), unsafe.Pointer(lens), unsafe.Pointer(parts), uintptr(stream), int32(replicas),
+		uint32(flags), unsafe.Pointer(preferred), uint64(preferredLen), uint64(softPinTTLms), unsafe.Pointer(statuses)))
+}
+
+//export kvfabric_batch_get_packed
+func kvfabric_batch_get_packed(h C.int64_t, n C.size_t, keys *C.char, keysLen C.size_t, ptrs, lens *C.uint64_t,
+	parts *C.uint32_t, stream C.uintptr_t, nread *C.uint64_t, statuses *C.int32_t) (st C.int32_t) {
+	defer recoverStatus(&st)
+	return C.int32_t(cabi.BatchGetPacked(int64(h), uint64(n), unsafe.Pointer(keys), uint64(keysLen),
+		unsafe.Pointer(ptrs), unsafe.Pointer(lens), unsafe.Pointer(parts), uintptr(stream),
+		unsafe.Pointer(nread), unsafe.Pointer(statuses)))
+}
+
 //export kvfabric_put_bytes
 func kvfabric_put_bytes(h C.int64_t, key *C.char, keyLen C.size_t, data unsafe.Pointer, n C.uint64_t,
 	replicas C.int32_t, flags C.uint32_t, preferred *C.char, preferredLen C.size_t, softPinTTLms C.uint64_t) (st C.int32_t) {

@@ -11,7 +11,7 @@ facade's per-key gap beyond its Python work comes from
 (docs/perf/store.md, sixth round). It has run on the simulator only: the
 session that wrote it had no device time left."""
 import sys, time, tempfile
-from kvfabric.compat.mooncake import MooncakeDistributedStore, _keys
+from kvfabric.compat.mooncake import MooncakeDistributedStore
 
 sim = len(sys.argv) > 1 and sys.argv[1] == "sim"
 ROUND = (16 << 20) if sim else (256 << 20)
@@ -67,7 +67,7 @@ for size in (64 << 10, 256 << 10):
                 got = ms.batch_get_into(ks, dp, sz)
                 assert got == sz, got[:4]
             else:
-                codes, nread, _ = s._batch_get_flat(_keys(ks), dp, sz, side)
+                codes, nread, _ = s._batch_get_flat(ks, dp, sz, side)
                 assert not any(codes), codes[:4]
         if mode == "side":
             sync()

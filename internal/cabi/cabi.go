@@ -1,6 +1,7 @@
 package cabi
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -258,15 +259,23 @@ type batch struct {
 // ptrs is not nil, their regions: key i has parts[i] consecutive entries of
 // ptrs/lens (parts nil: one each).
 func decodeBatch(n uint64, keys, keyLens, ptrs, lens, parts unsafe.Pointer) (batch, error) {
-	if n > maxBatch {
-		return batch{}, fmt.Errorf("%w: batch of %d keys (max %d)", client.ErrInvalidArgument, n, maxBatch)
+	ks, err := decodeKeys(n, keys, keyLens)
+	if err != nil {
+		return batch{}, err
 	}
-	var b batch
+	return withRegions(ks, ptrs, lens, parts)
+}
+
+// decodeKeys reads n keys, keys[i] a char* of keyLens[i] bytes.
+func decodeKeys(n uint64, keys, keyLens unsafe.Pointer) ([]string, error) {
+	if n > maxBatch {
+		return nil, fmt.Errorf("%w: batch of %d keys (max %d)", client.ErrInvalidArgument, n, maxBatch)
+	}
 	if n == 0 {
-		return b, nil
+		return nil, nil
 	}
 	if keys == nil || keyLens == nil {
-		return b, fmt.Errorf("%w: keys and key lengths must not be NULL", client.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: keys and key lengths must not be NULL", client.ErrInvalidArgument)
 	}
 	kp := unsafe.Slice((*unsafe.Pointer)(keys), n)
 	kl := unsafe.Slice((*uint64)(keyLens), n)
@@ -278,24 +287,82 @@ func decodeBatch(n uint64, keys, keyLens, ptrs, lens, parts unsafe.Pointer) (bat
 			continue
 		}
 		if kp[i] == nil {
-			return batch{}, fmt.Errorf("key %d: %w: key is NULL with length %d", i, client.ErrInvalidArgument, kl[i])
+			return nil, fmt.Errorf("key %d: %w: key is NULL with length %d", i, client.ErrInvalidArgument, kl[i])
 		}
 		if kl[i] > math.MaxInt32 || size+kl[i] > math.MaxInt32 {
-			return batch{}, fmt.Errorf("key %d: %w: key has length %d (%d bytes of keys before it)", i, client.ErrInvalidArgument, kl[i], size)
+			return nil, fmt.Errorf("key %d: %w: key has length %d (%d bytes of keys before it)", i, client.ErrInvalidArgument, kl[i], size)
 		}
 		size += kl[i]
 	}
 	buf := make([]byte, size)
-	b.keys = make([]string, n)
+	ks := make([]string, n)
 	var at uint64
-	for i := range b.keys {
+	for i := range ks {
 		if k := kl[i]; k > 0 {
 			copy(buf[at:at+k], unsafe.Slice((*byte)(kp[i]), k))
-			b.keys[i] = unsafe.String(&buf[at], int(k))
+			ks[i] = unsafe.String(&buf[at], int(k))
 			at += k
 		}
 	}
-	if ptrs == nil && lens == nil {
+	return ks, nil
+}
+
+// decodePackedKeys reads n keys from the packed bytes of
+// kvfabric_batch_put_packed: the keys in order, separated by single NUL
+// bytes (no NUL after the last), size bytes in all. A count of keys other
+// than n — a key holding a NUL byte, or a wrong n or size — rejects the
+// batch: the keys cannot be told apart.
+func decodePackedKeys(n uint64, packed unsafe.Pointer, size uint64) ([]string, error) {
+	if n > maxBatch {
+		return nil, fmt.Errorf("%w: batch of %d keys (max %d)", client.ErrInvalidArgument, n, maxBatch)
+	}
+	if n == 0 {
+		if size != 0 {
+			return nil, fmt.Errorf("%w: packed keys: %d bytes for a batch of 0 keys", client.ErrInvalidArgument, size)
+		}
+		return nil, nil
+	}
+	if size > math.MaxInt32 {
+		return nil, fmt.Errorf("%w: packed keys: %d bytes (max %d)", client.ErrInvalidArgument, size, math.MaxInt32)
+	}
+	if packed == nil && size > 0 {
+		return nil, fmt.Errorf("%w: packed keys are NULL with length %d", client.ErrInvalidArgument, size)
+	}
+	// One copy, which the strings share (never written after).
+	buf := make([]byte, size)
+	if size > 0 {
+		copy(buf, unsafe.Slice((*byte)(packed), size))
+	}
+	ks := make([]string, n)
+	rest := buf
+	for i := range ks {
+		end := bytes.IndexByte(rest, 0)
+		last := i == len(ks)-1
+		switch {
+		case !last && end < 0:
+			return nil, fmt.Errorf("%w: packed keys: %d keys in %d bytes, n is %d", client.ErrInvalidArgument, i+1, size, n)
+		case last && end >= 0:
+			return nil, fmt.Errorf("%w: packed keys: more than %d keys in %d bytes (a key holds a NUL byte? pass it with kvfabric_batch_put)",
+				client.ErrInvalidArgument, n, size)
+		case last:
+			end = len(rest)
+		}
+		if end > 0 {
+			ks[i] = unsafe.String(&rest[0], end)
+		}
+		if !last {
+			rest = rest[end+1:]
+		}
+	}
+	return ks, nil
+}
+
+// withRegions adds to keys their regions when ptrs is not nil: key i has
+// parts[i] consecutive entries of ptrs/lens (parts nil: one each).
+func withRegions(keys []string, ptrs, lens, parts unsafe.Pointer) (batch, error) {
+	b := batch{keys: keys}
+	n := uint64(len(keys))
+	if n == 0 || ptrs == nil && lens == nil {
 		return b, nil
 	}
 	if ptrs == nil || lens == nil {
@@ -368,6 +435,22 @@ func perKey(keys []string, errs []error, out unsafe.Pointer) error {
 func BatchPut(h int64, n uint64, keys, keyLens, ptrs, lens, parts unsafe.Pointer,
 	stream uintptr, replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen, softPinTTLms uint64,
 	statuses unsafe.Pointer) int32 {
+	return batchPut(h, n, func() ([]string, error) { return decodeKeys(n, keys, keyLens) }, ptrs, lens, parts,
+		stream, replicas, flags, preferred, preferredLen, softPinTTLms, statuses)
+}
+
+// BatchPutPacked is BatchPut with the keys packed into one buffer of size
+// bytes, separated by single NUL bytes (decodePackedKeys).
+func BatchPutPacked(h int64, n uint64, packed unsafe.Pointer, size uint64, ptrs, lens, parts unsafe.Pointer,
+	stream uintptr, replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen, softPinTTLms uint64,
+	statuses unsafe.Pointer) int32 {
+	return batchPut(h, n, func() ([]string, error) { return decodePackedKeys(n, packed, size) }, ptrs, lens, parts,
+		stream, replicas, flags, preferred, preferredLen, softPinTTLms, statuses)
+}
+
+func batchPut(h int64, n uint64, keys func() ([]string, error), ptrs, lens, parts unsafe.Pointer,
+	stream uintptr, replicas int32, flags uint32, preferred unsafe.Pointer, preferredLen, softPinTTLms uint64,
+	statuses unsafe.Pointer) int32 {
 	var ran bool
 	st := call(h, func(e *entry) error {
 		o, err := putOptions(replicas, flags, preferred, preferredLen, softPinTTLms)
@@ -377,7 +460,11 @@ func BatchPut(h int64, n uint64, keys, keyLens, ptrs, lens, parts unsafe.Pointer
 		if ptrs == nil || lens == nil {
 			return fmt.Errorf("%w: batch put needs pointers and lengths", client.ErrInvalidArgument)
 		}
-		b, err := decodeBatch(n, keys, keyLens, ptrs, lens, parts)
+		ks, err := keys()
+		if err != nil {
+			return err
+		}
+		b, err := withRegions(ks, ptrs, lens, parts)
 		if err != nil {
 			return err
 		}
@@ -403,12 +490,29 @@ func BatchPut(h int64, n uint64, keys, keyLens, ptrs, lens, parts unsafe.Pointer
 // value as for BatchPut.
 func BatchGet(h int64, n uint64, keys, keyLens, ptrs, lens, parts unsafe.Pointer,
 	stream uintptr, nread, statuses unsafe.Pointer) int32 {
+	return batchGet(h, n, func() ([]string, error) { return decodeKeys(n, keys, keyLens) }, ptrs, lens, parts,
+		stream, nread, statuses)
+}
+
+// BatchGetPacked is BatchGet with the keys packed as for BatchPutPacked.
+func BatchGetPacked(h int64, n uint64, packed unsafe.Pointer, size uint64, ptrs, lens, parts unsafe.Pointer,
+	stream uintptr, nread, statuses unsafe.Pointer) int32 {
+	return batchGet(h, n, func() ([]string, error) { return decodePackedKeys(n, packed, size) }, ptrs, lens, parts,
+		stream, nread, statuses)
+}
+
+func batchGet(h int64, n uint64, keys func() ([]string, error), ptrs, lens, parts unsafe.Pointer,
+	stream uintptr, nread, statuses unsafe.Pointer) int32 {
 	var ran bool
 	st := call(h, func(e *entry) error {
 		if ptrs == nil || lens == nil {
 			return fmt.Errorf("%w: batch get needs pointers and lengths", client.ErrInvalidArgument)
 		}
-		b, err := decodeBatch(n, keys, keyLens, ptrs, lens, parts)
+		ks, err := keys()
+		if err != nil {
+			return err
+		}
+		b, err := withRegions(ks, ptrs, lens, parts)
 		if err != nil {
 			return err
 		}

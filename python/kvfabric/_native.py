@@ -94,6 +94,15 @@ _PROTOS = {
 # missing one instead of failing the load.
 _OPTIONAL = {
     "kvfabric_phases": (c_int32, [c_int64, _p_u64, c_size_t]),
+    "kvfabric_batch_put_packed": (
+        c_int32,
+        [c_int64, c_size_t, c_char_p, c_size_t, _p_u64, _p_u64, _p_u32, c_uintptr, c_int32, c_uint32, c_char_p,
+         c_size_t, c_uint64, _p_i32],
+    ),
+    "kvfabric_batch_get_packed": (
+        c_int32,
+        [c_int64, c_size_t, c_char_p, c_size_t, _p_u64, _p_u64, _p_u32, c_uintptr, _p_u64, _p_i32],
+    ),
     "kvfabric_acquire": (
         c_int32, [c_int64, c_size_t, POINTER(c_char_p), _p_size, POINTER(c_int64), _p_u64, _p_u64, _p_i32],
     ),
@@ -240,6 +249,23 @@ def u32_ones(n: int) -> ctypes.Array:
     if n == 0:
         return (c_uint32 * 0)()
     return (c_uint32 * n).from_buffer(array("I", [1]) * n)
+
+
+def joined_keys(keys: list) -> bytes | None:
+    """The keys of kvfabric_batch_put_packed: one bytes object, the keys
+    separated by single NUL bytes, built by one join (for 4096 keys about a
+    tenth of the time of packed_keys and the per-key encode before it).
+    None when the keys cannot be joined: a key that is neither str nor
+    bytes, a str that does not encode as UTF-8, or keys of both kinds. A key
+    holding a NUL byte is not looked for here (that would be a pass over
+    every key): the library counts more than n keys and refuses the batch
+    before doing anything, and the caller then passes key arrays."""
+    if not keys:
+        return b""
+    try:
+        return "\0".join(keys).encode() if isinstance(keys[0], str) else b"\0".join(keys)
+    except (TypeError, UnicodeEncodeError):
+        return None
 
 
 def packed_keys(keys: list[bytes]):

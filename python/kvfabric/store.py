@@ -17,6 +17,7 @@ from ._views import Views, _prepare
 from .errors import (
     OK,
     BUFFER_TOO_SMALL,
+    INVALID_ARGUMENT,
     ClosedError,
     CleanupPendingError,
     ConfigError,
@@ -696,46 +697,65 @@ class Store:
     # _batch_put / _batch_get.
 
     @staticmethod
-    def _flat_args(ks: list[bytes], ptrs: Sequence[int], sizes: Sequence[int]):
-        n = len(ks)
+    def _flat_regions(keys: list, ptrs: Sequence[int], sizes: Sequence[int]):
+        """The region arrays of one raw buffer per key: (ptrs, sizes, parts)."""
+        n = len(keys)
         if len(ptrs) != n or len(sizes) != n:
             raise InvalidArgumentError(f"kvfabric: {n} keys, {len(ptrs)} buffer pointers, {len(sizes)} sizes")
         try:
-            pa, sa = _native.u64_view(ptrs), _native.u64_view(sizes)
+            return _native.u64_view(ptrs), _native.u64_view(sizes), _native.u32_ones(n)
         except (OverflowError, TypeError):
             for name, vals in (("ptr", ptrs), ("size", sizes)):
                 for i, v in enumerate(vals):
                     if not isinstance(v, int) or v < 0:
-                        raise InvalidArgumentError(f"kvfabric: key {ks[i]!r}: bad buffer {name} {v!r}") from None
+                        raise InvalidArgumentError(f"kvfabric: key {keys[i]!r}: bad buffer {name} {v!r}") from None
             raise
-        kp, kl, keep = _native.packed_keys(ks)
-        return kp, kl, pa, sa, _native.u32_ones(n), keep
 
-    def _batch_put_flat(self, ks: list[bytes], ptrs: Sequence[int], sizes: Sequence[int], stream: int = 0,
+    def _flat_call(self, packed_fn: str, arrays_fn: str, keys: list, *args):
+        """Calls the library's packed-keys batch function (the keys joined
+        by NUL: one join in Python) or, when the keys cannot be joined or
+        the library predates it, the key-arrays one. keys: str or bytes."""
+        lib = self._lib
+        n = len(keys)
+        j = _native.joined_keys(keys)
+        fn = getattr(lib, packed_fn, None) if j is not None else None
+        if fn is not None:
+            rc = fn(self._handle(), n, j, len(j), *args)
+            # A key holding NUL splits into more than n: the library refused
+            # the whole batch before touching any key or buffer. Looked for
+            # only then, so the fast path has no pass over the keys.
+            if rc != INVALID_ARGUMENT or not any((b"\0" if isinstance(k, bytes) else "\0") in k for k in keys):
+                return rc
+        kp, kl, keep = _native.packed_keys([_key(k) for k in keys])
+        rc = getattr(lib, arrays_fn)(self._handle(), n, kp, kl, *args)
+        del keep  # the keys' bytes, pointed into by kp, lived until here
+        return rc
+
+    def _batch_put_flat(self, keys: list, ptrs: Sequence[int], sizes: Sequence[int], stream: int = 0,
                         replicas=0, flags=0, preferred=None, soft_pin_ttl_ms=0):
-        """_batch_put of one raw buffer per key: (codes, handle)."""
-        n = len(ks)
-        kp, kl, pa, sa, ca, keep = self._flat_args(ks, ptrs, sizes)
+        """_batch_put of one raw buffer per key: (codes, handle). keys: str
+        or bytes."""
+        n = len(keys)
+        pa, sa, ca = self._flat_regions(keys, ptrs, sizes)
         h = self._handle()
         pref = ",".join(preferred or ()).encode()
         st = array("i", bytes(4 * n))
-        rc = self._lib.kvfabric_batch_put(h, n, kp, kl, pa, sa, ca, stream, replicas, flags, pref, len(pref),
-                                          _ttl(soft_pin_ttl_ms, flags), (c_int32 * n).from_buffer(st))
-        del keep  # the keys' bytes, pointed into by kp, lived until here
+        rc = self._flat_call("kvfabric_batch_put_packed", "kvfabric_batch_put", keys, pa, sa, ca, stream, replicas,
+                             flags, pref, len(pref), _ttl(soft_pin_ttl_ms, flags), (c_int32 * n).from_buffer(st))
         if rc < 0:
             self._raise(rc, h)
         return st.tolist(), h
 
-    def _batch_get_flat(self, ks: list[bytes], ptrs: Sequence[int], sizes: Sequence[int], stream: int = 0):
-        """_batch_get of one raw buffer per key: (codes, sizes read, handle)."""
-        n = len(ks)
-        kp, kl, pa, sa, ca, keep = self._flat_args(ks, ptrs, sizes)
+    def _batch_get_flat(self, keys: list, ptrs: Sequence[int], sizes: Sequence[int], stream: int = 0):
+        """_batch_get of one raw buffer per key: (codes, sizes read, handle).
+        keys: str or bytes."""
+        n = len(keys)
+        pa, sa, ca = self._flat_regions(keys, ptrs, sizes)
         h = self._handle()
         st = array("i", bytes(4 * n))
         nread = array("Q", bytes(8 * n))
-        rc = self._lib.kvfabric_batch_get(h, n, kp, kl, pa, sa, ca, stream, (c_uint64 * n).from_buffer(nread),
-                                          (c_int32 * n).from_buffer(st))
-        del keep  # the keys' bytes, pointed into by kp, lived until here
+        rc = self._flat_call("kvfabric_batch_get_packed", "kvfabric_batch_get", keys, pa, sa, ca, stream,
+                             (c_uint64 * n).from_buffer(nread), (c_int32 * n).from_buffer(st))
         if rc < 0:
             self._raise(rc, h)
         return st.tolist(), nread.tolist(), h

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from kvfabric.compat.mooncake import BufferHandle, MooncakeDistributedStore, ReplicateConfig
+from kvfabric.errors import InvalidArgumentError
 
 from conftest import MIB, PYDIR
 
@@ -110,6 +111,88 @@ def test_batch_flat_bad_input_changes_nothing(ms, pool):
     assert ms.batch_get_into(keys, [dst + i * PAGE for i in range(3)], [PAGE] * 3) == [PAGE] * 3
     assert np.array_equal(pool[: 3 * PAGE], pool[8 * PAGE: 11 * PAGE])
     assert ms.batch_put_from([], [], []) == [] and ms.batch_get_into([], [], []) == []
+
+
+class _LibSpy:
+    """Stands in for a Store's CDLL: records the batch functions called and
+    can hide the packed-keys ones, as a library older than them lacks them."""
+
+    def __init__(self, lib, hide_packed=False):
+        self._lib, self._hide, self.called = lib, hide_packed, []
+
+    def __getattr__(self, name):
+        if self._hide and name.endswith("_packed"):
+            raise AttributeError(name)
+        fn = getattr(self._lib, name)
+        if name.startswith("kvfabric_batch_"):
+            def rec(*args):
+                self.called.append(name)
+                return fn(*args)
+            return rec
+        return fn
+
+
+@pytest.mark.parametrize("hide_packed", [False, True])
+def test_batch_flat_key_paths(ms, pool, monkeypatch, hide_packed):
+    # batch_put_from / batch_get_into pass keys joined by NUL (one join)
+    # when they can, and key arrays when the keys mix str and bytes or the
+    # library has no packed-keys functions; a key holding a NUL byte makes
+    # the library refuse the packed keys (they split into more than n) and
+    # the call is made again with arrays. The same bytes are stored and read
+    # either way, at the same keys.
+    st = ms._s()
+    spy = _LibSpy(st._lib, hide_packed)
+    monkeypatch.setattr(st, "_lib", spy)
+    fill(pool, 8, 5)
+    base = pool.ctypes.data
+    packed, arrays, refused = ["_packed"], [""], ["_packed", ""]
+    cases = [
+        (["paths-a", "paths-ключ", "paths-c"], packed),
+        ([b"paths-d", b"paths-e", b"paths-f"], packed),
+        (["paths-nul\0x", "paths-g"], refused),          # a key holds NUL
+        ([b"paths-h", b"paths-nul\0y"], refused),
+        (["paths-i", b"paths-j"], arrays),                # str and bytes
+    ]
+    at = 0
+    for keys, calls in cases:
+        if hide_packed:
+            calls = arrays
+        n = len(keys)
+        src = [base + (at + i) * PAGE for i in range(n)]
+        spy.called.clear()
+        assert ms.batch_put_from(keys, src, [PAGE] * n) == [0] * n, keys
+        dst = [base + (16 + i) * PAGE for i in range(n)]
+        pool[16 * PAGE: (16 + n) * PAGE] = 0xEE
+        assert ms.batch_get_into(keys, dst, [PAGE] * n) == [PAGE] * n, keys
+        assert np.array_equal(pool[at * PAGE: (at + n) * PAGE], pool[16 * PAGE: (16 + n) * PAGE]), keys
+        want = [f"kvfabric_batch_{op}{c}" for op in ("put", "get") for c in calls]
+        assert spy.called == want, (keys, spy.called)
+        # The same keys through the other calls: each one object.
+        assert ms.batch_is_exist(keys) == [1] * n, keys
+        at += n
+    assert ms.remove_all(force=True) == at
+    # A key that is not str or bytes: -600 for every key, nothing stored.
+    assert ms.batch_put_from(["paths-x", 7], [base, base + PAGE], [PAGE] * 2) == [-600] * 2
+    assert ms.batch_is_exist(["paths-x"]) == [0]
+    # Refused whole for another reason (replicas=-1, which the library
+    # checks): raised, not made again with arrays.
+    spy.called.clear()
+    with pytest.raises(InvalidArgumentError, match="replicas"):
+        st._batch_put_flat(["paths-y"], [base], [PAGE], 0, -1)
+    assert spy.called == ["kvfabric_batch_put" + ("" if hide_packed else "_packed")]
+    assert ms.batch_is_exist(["paths-y"]) == [0]
+
+
+def test_joined_keys():
+    from kvfabric import _native
+
+    assert _native.joined_keys([]) == b""
+    assert _native.joined_keys(["a"]) == b"a"
+    assert _native.joined_keys(["a", "", "ключ"]) == b"a\0\0" + "ключ".encode()
+    assert _native.joined_keys([b"a", b"b"]) == b"a\0b"
+    assert _native.joined_keys(["a\0b", "c"]) == b"a\0b\0c"  # the library counts 3 keys, not 2
+    for keys in (["a", b"b"], [b"a", "b"], [1, 2], ["\udc80"]):
+        assert _native.joined_keys(keys) is None, keys
 
 
 def test_batch_get_into_large(ms, pool):

@@ -450,6 +450,13 @@ int main(int argc, char **argv) {
        refused before the master is asked (so "a" is not ALREADY_EXISTS) */
     if (kvfabric_batch_put(h, 2, keys, klen, ptrs, lens, NULL, 0, 0, 0, NULL, 0, 0, st) != 0) return 18;
     if (st[0] != KVFABRIC_ERR_NOT_REGISTERED || st[1] != KVFABRIC_ERR_NOT_REGISTERED) return 19;
+    /* the same keys packed ("a", NUL, "b"); three keys given as two are
+       refused whole, every status set */
+    if (kvfabric_batch_put_packed(h, 2, "a\0b", 3, ptrs, lens, NULL, 0, 0, 0, NULL, 0, 0, st) != 0) return 29;
+    if (st[0] != KVFABRIC_ERR_NOT_REGISTERED || st[1] != KVFABRIC_ERR_NOT_REGISTERED) return 30;
+    uint64_t nr[2];
+    if (kvfabric_batch_get_packed(h, 2, "a\0b\0c", 5, ptrs, lens, NULL, 0, nr, st) != KVFABRIC_ERR_INVALID_ARGUMENT) return 31;
+    if (st[0] != KVFABRIC_ERR_INVALID_ARGUMENT || st[1] != KVFABRIC_ERR_INVALID_ARGUMENT) return 32;
     char msg[8];
     size_t full = kvfabric_last_error(h, msg, sizeof msg);
     if (full == 0 || strlen(msg) != (full < 7 ? full : 7)) return 20;

@@ -588,14 +588,6 @@ def _bind_port() -> socket.socket:
     raise _Reject(INTERNAL_ERROR, f"no free port in {lo}..{hi} for this store's name (host:port)")
 
 
-def _keys(keys: list) -> list[bytes]:
-    """The keys as bytes (str encoded as UTF-8), as _key does one by one."""
-    try:
-        return [k.encode() for k in keys]
-    except AttributeError:
-        return [_key(k) for k in keys]
-
-
 def _raw(ptr: int, size: int) -> Buf:
     if not isinstance(ptr, int) or not isinstance(size, int) or ptr < 0 or size < 0:
         raise _e.InvalidArgumentError(f"bad buffer (ptr={ptr!r}, size={size!r})")
@@ -998,7 +990,7 @@ class MooncakeDistributedStore:
             o = _resolve(config, upsert=upsert)
             if not keys:
                 return []
-            codes, _ = s._batch_put_flat(_keys(keys), ptrs, sizes, 0, o.replicas, o.flags, o.preferred, o.ttl)
+            codes, _ = s._batch_put_flat(keys, ptrs, sizes, 0, o.replicas, o.flags, o.preferred, o.ttl)
         except Exception as err:  # noqa: BLE001
             if isinstance(err, _Reject):
                 log.error("kvfabric: %s", err)
@@ -1083,7 +1075,7 @@ class MooncakeDistributedStore:
         try:
             if not keys:
                 return []
-            codes, nread, _ = self._s()._batch_get_flat(_keys(keys), buffer_ptrs, sizes)
+            codes, nread, _ = self._s()._batch_get_flat(keys, buffer_ptrs, sizes)
         except Exception as err:  # noqa: BLE001
             return [_code(err)] * len(keys)
         if not any(codes):
