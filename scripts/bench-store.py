@@ -3,7 +3,7 @@
 
 Started by the kvfabric binary, one process per GPU, with one argument: a
 JSON object (device, driver, mode, sizes, round_bytes, iters, max_keys,
-capacity, max_mr, socket_dir). It opens kvfabric.compat.mooncake's
+capacity, max_mr, socket_dir, lockstep). It opens kvfabric.compat.mooncake's
 MooncakeDistributedStore with an embedded master and an EGM pool of
 `capacity` bytes, registers a source and a destination buffer of
 `round_bytes` (torch CUDA tensors with driver "cuda"; numpy host arrays on
@@ -14,8 +14,10 @@ poisoned with the round's byte, batch_get_into, a byte-for-byte comparison,
 remove_all.
 
 Protocol (stdout lines starting with "KVFBENCH ", then JSON):
-  {"t":"ready"}   before each timed phase; the phase starts when "go\\n"
-                  arrives on stdin (all GPUs' processes start together)
+  {"t":"ready"}   with lockstep (more than one process), before each timed
+                  phase; the phase starts when "go\\n" arrives on stdin (all
+                  GPUs' processes start together). A process alone starts
+                  each phase at once, as the Go paths' goroutine does.
   {"t":"round", "size", "round", "timed", "keys", "batches", "put_s",
    "get_s", "put_ph", "get_ph", "ok", "error"}
                   (put_ph, get_ph: the Store's phase split of the round's
@@ -38,7 +40,12 @@ def send(**msg):
     sys.stdout.flush()
 
 
+LOCKSTEP = True  # set from the config in main
+
+
 def wait_go():
+    if not LOCKSTEP:
+        return
     send(t="ready")
     line = sys.stdin.readline()
     if line.strip() != "go":
@@ -103,7 +110,9 @@ class NumpyBuffers:
 
 
 def main():
+    global LOCKSTEP
     cfg = json.loads(sys.argv[1])
+    LOCKSTEP = cfg.get("lockstep", True)
     dev, n_round = cfg["device"], cfg["round_bytes"]
     try:
         from kvfabric.compat.mooncake import MooncakeDistributedStore

@@ -24,10 +24,14 @@ import (
 // scripts/bench-store.py, which drives kvfabric.compat.mooncake's
 // MooncakeDistributedStore (batch_put_from / batch_get_into on registered
 // buffers: torch CUDA tensors on a GPU, numpy host arrays on the
-// simulator) with an embedded master of its own. The processes run in
-// lockstep with this one: each announces a timed phase ("ready") and
-// starts it when every GPU's process is ready ("go"), as the Go paths'
-// goroutines do with their barrier. Every round is verified in Python (the
+// simulator) with an embedded master of its own. Several processes (the
+// all-GPUs mode) run in lockstep with this one: each announces a timed
+// phase ("ready") and starts it when every GPU's process is ready ("go"),
+// as the Go paths' goroutines do with their barrier. A process alone
+// starts each phase at once, as a Go path's goroutine alone does (its
+// barrier of one never waits): the handshake before each phase cost the
+// lone python path 3–5 % at 64 KiB on the H200, a phase that begins with
+// an idle process (docs/perf/store.md, ninth round). Every round is verified in Python (the
 // destination poisoned before each get) and reported.
 
 // pyMsgPrefix marks the script's protocol lines on its stdout.
@@ -76,6 +80,9 @@ type pyConfig struct {
 	Capacity   uint64   `json:"capacity"`
 	MaxMR      uint64   `json:"max_mr"`
 	SocketDir  string   `json:"socket_dir"`
+	// Lockstep: announce each timed phase and wait for "go" (more than
+	// one process).
+	Lockstep bool `json:"lockstep"`
 }
 
 // pyTimeout bounds the wait for any one message of the script.
@@ -210,7 +217,8 @@ func runStorePython(ctx context.Context, drv cuda.Driver, m storeMode, p storePa
 	}()
 	for _, dev := range m.devs {
 		arg, _ := json.Marshal(pyConfig{Device: int(dev), Driver: driver, Mode: m.name, Sizes: p.sizes, RoundBytes: p.roundBytes,
-			Iters: p.iters, MaxKeys: p.maxKeys, Capacity: p.capacity, MaxMR: p.maxMR, SocketDir: p.socketDir})
+			Iters: p.iters, MaxKeys: p.maxKeys, Capacity: p.capacity, MaxMR: p.maxMR, SocketDir: p.socketDir,
+			Lockstep: len(m.devs) > 1})
 		cmd := exec.CommandContext(ctx, python, script, string(arg))
 		cmd.Env = env
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // not outliving the bench
