@@ -368,29 +368,27 @@ func withRegions(keys []string, ptrs, lens, parts unsafe.Pointer) (batch, error)
 	if ptrs == nil || lens == nil {
 		return batch{}, fmt.Errorf("%w: pointers and lengths must both be given", client.ErrInvalidArgument)
 	}
-	counts := make([]uint64, n)
+	b.regions = make([][]client.Region, n)
+	if parts == nil { // one region each
+		all := regions(unsafe.Slice((*uint64)(ptrs), n), unsafe.Slice((*uint64)(lens), n))
+		for i := range b.regions {
+			b.regions[i] = all[i : i+1 : i+1]
+		}
+		return b, nil
+	}
+	pc := unsafe.Slice((*uint32)(parts), n)
 	var total uint64
-	if parts == nil {
-		for i := range counts {
-			counts[i] = 1
-		}
-		total = n
-	} else {
-		pc := unsafe.Slice((*uint32)(parts), n)
-		for i := range counts {
-			counts[i] = uint64(pc[i])
-			total += counts[i]
-		}
+	for _, c := range pc {
+		total += uint64(c)
 	}
 	if total > maxBatch*64 {
 		return batch{}, fmt.Errorf("%w: %d regions in one batch", client.ErrInvalidArgument, total)
 	}
 	all := regions(unsafe.Slice((*uint64)(ptrs), total), unsafe.Slice((*uint64)(lens), total))
-	b.regions = make([][]client.Region, n)
 	var off uint64
-	for i, c := range counts {
-		b.regions[i] = all[off : off+c : off+c]
-		off += c
+	for i, c := range pc {
+		b.regions[i] = all[off : off+uint64(c) : off+uint64(c)]
+		off += uint64(c)
 	}
 	return b, nil
 }

@@ -244,13 +244,6 @@ def u64_view(values) -> ctypes.Array:
     return (c_uint64 * len(a)).from_buffer(a)
 
 
-def u32_ones(n: int) -> ctypes.Array:
-    """A c_uint32 array of n ones."""
-    if n == 0:
-        return (c_uint32 * 0)()
-    return (c_uint32 * n).from_buffer(array("I", [1]) * n)
-
-
 def joined_keys(keys: list) -> bytes | None:
     """The keys of kvfabric_batch_put_packed: one bytes object, the keys
     separated by single NUL bytes, built by one join (for 4096 keys about a

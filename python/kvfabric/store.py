@@ -698,12 +698,13 @@ class Store:
 
     @staticmethod
     def _flat_regions(keys: list, ptrs: Sequence[int], sizes: Sequence[int]):
-        """The region arrays of one raw buffer per key: (ptrs, sizes, parts)."""
+        """The region arrays of one raw buffer per key: (ptrs, sizes, parts);
+        parts is None (NULL: one region per key)."""
         n = len(keys)
         if len(ptrs) != n or len(sizes) != n:
             raise InvalidArgumentError(f"kvfabric: {n} keys, {len(ptrs)} buffer pointers, {len(sizes)} sizes")
         try:
-            return _native.u64_view(ptrs), _native.u64_view(sizes), _native.u32_ones(n)
+            return _native.u64_view(ptrs), _native.u64_view(sizes), None
         except (OverflowError, TypeError):
             for name, vals in (("ptr", ptrs), ("size", sizes)):
                 for i, v in enumerate(vals):
