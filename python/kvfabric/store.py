@@ -12,6 +12,7 @@ from typing import Any, Iterable, Sequence
 
 from . import _exit, _native
 from . import errors as _errors
+from . import _buffers
 from ._buffers import Buf, resolve
 from ._views import Views, _prepare
 from .errors import (
@@ -118,6 +119,50 @@ def _parts(obj, writable: bool) -> list[Buf]:
             raise InvalidArgumentError("kvfabric: empty list of buffers")
         return [resolve(o, writable) for o in obj]
     return [resolve(obj, writable)]
+
+
+def _raw_regions(objs: Sequence) -> tuple[list[int], list[int]] | None:
+    """(pointers, sizes) when every obj is a (ptr, nbytes) tuple of plain
+    non-negative ints — one region each, used as given, never staged — else
+    None."""
+    ptrs, sizes = [], []
+    for o in objs:
+        if type(o) is not tuple or len(o) != 2:
+            return None
+        p, n = o
+        if type(p) is not int or type(n) is not int or p < 0 or n < 0:
+            return None
+        ptrs.append(p)
+        sizes.append(n)
+    return ptrs, sizes
+
+
+def _parts_all(objs: Sequence, writable: bool) -> list[list[Buf]]:
+    """[_parts(o, writable) for o in objs], with the two kinds a large batch
+    is usually made of resolved inline: (ptr, nbytes) tuples of plain ints,
+    and contiguous CUDA tensors of torch, whose current stream is looked up
+    once per device and batch (nothing runs between the lookups that could
+    change it). Every other object, and a tuple or tensor that is not of
+    that kind, goes through _parts unchanged."""
+    torch = _buffers._torch()
+    tensor = torch.Tensor if torch is not None else None
+    streams: dict[int, int] = {}
+    out = []
+    for o in objs:
+        if type(o) is tuple and len(o) == 2:
+            p, n = o
+            if type(p) is int and type(n) is int and p >= 0 and n >= 0:
+                out.append([Buf(p, n, None, None, None)])
+                continue
+        elif tensor is not None and type(o) is tensor and o.is_cuda and o.is_contiguous():
+            dev = o.get_device()
+            st = streams.get(dev)
+            if st is None:
+                st = streams[dev] = _buffers._current_stream(torch, o)
+            out.append([Buf(int(o.data_ptr()), o.numel() * o.element_size(), True, st, o)])
+            continue
+        out.append(_parts(o, writable))
+    return out
 
 
 class Store:
@@ -618,37 +663,65 @@ class Store:
         """Puts many keys with one native call for the directly copyable
         ones. Returns one entry per key: None on success, else the exception
         (not raised). Raises only when the batch as a whole is rejected."""
-        ks = [_key(k) for k in keys]
-        if len(ks) != len(datas):
-            raise InvalidArgumentError(f"kvfabric: {len(ks)} keys but {len(datas)} buffers")
-        codes, h = self._batch_put(ks, [_parts(d, False) for d in datas], _stream_handle(stream), replicas,
-                                   _put_flags(pin, soft_pin), preferred_segments)
-        return self._results(ks, codes, h)
+        keys = list(keys)
+        if len(keys) != len(datas):
+            raise InvalidArgumentError(f"kvfabric: {len(keys)} keys but {len(datas)} buffers")
+        flags, s = _put_flags(pin, soft_pin), _stream_handle(stream)
+        raw = _raw_regions(datas)
+        if raw is not None:  # the facade's flat path: no Buf per key
+            codes, h = self._batch_put_flat(keys, raw[0], raw[1], s or 0, replicas, flags, preferred_segments)
+        else:
+            codes, h = self._batch_put([_key(k) for k in keys], _parts_all(datas, False), s, replicas, flags,
+                                       preferred_segments)
+        if not any(codes):
+            return [None] * len(keys)
+        return self._results([_key(k) for k in keys], codes, h)
+
+    def _split_direct(self, parts: list[list[Buf]]) -> tuple[list[int], list[int]]:
+        """The positions of the keys whose every buffer the GPU copies
+        directly, and of the others (staged)."""
+        direct, staged = [], []
+        for i, bufs in enumerate(parts):
+            if len(bufs) == 1:
+                b = bufs[0]
+                ok = b.device is not False or self._registered(b.ptr, b.nbytes)
+            else:
+                ok = all(self._direct(b) for b in bufs)
+            (direct if ok else staged).append(i)
+        return direct, staged
+
+    @staticmethod
+    def _direct_arrays(parts: list[list[Buf]], direct: list[int], stream):
+        """The region arguments of the direct keys' batch call: (ptrs, lens,
+        parts — None when every key has one buffer —, stream: the caller's,
+        else the first one a buffer names, else 0)."""
+        flat = [b for i in direct for b in parts[i]]
+        s = stream if stream is not None else next((b.stream for b in flat if b.stream is not None), 0)
+        counts = None
+        if len(flat) != len(direct):
+            counts = (c_uint32 * len(direct)).from_buffer(array("I", [len(parts[i]) for i in direct]))
+        return _native.u64_view([b.ptr for b in flat]), _native.u64_view([b.nbytes for b in flat]), counts, s
 
     def _batch_put(self, ks, parts: list[list[Buf]], stream, replicas=0, flags=0, preferred=None,
                    soft_pin_ttl_ms=0):
         h = self._handle()
         ttl = _ttl(soft_pin_ttl_ms, flags)
         codes = [0] * len(ks)
-        direct = [i for i, bufs in enumerate(parts) if all(self._direct(b) for b in bufs)]
-        dset = set(direct)
-        staged = [i for i in range(len(ks)) if i not in dset]
+        direct, staged = self._split_direct(parts)
         if direct:
             pref = ",".join(preferred or ()).encode()
-            s = stream if stream is not None else next(
-                (b.stream for i in direct for b in parts[i] if b.stream is not None), 0)
-            dk = [ks[i] for i in direct]
-            kp, kl = _native.key_arrays(dk)
-            flat = [b for i in direct for b in parts[i]]
-            st = (c_int32 * len(dk))()
-            rc = self._lib.kvfabric_batch_put(
-                h, len(dk), kp, kl, _native.u64_array([b.ptr for b in flat]), _native.u64_array([b.nbytes for b in flat]),
-                (c_uint32 * len(dk))(*[len(parts[i]) for i in direct]), s, replicas, flags, pref, len(pref), ttl, st,
-            )
+            pa, la, ca, s = self._direct_arrays(parts, direct, stream)
+            dk = ks if not staged else [ks[i] for i in direct]
+            st = array("i", bytes(4 * len(dk)))
+            rc = self._flat_call("kvfabric_batch_put_packed", "kvfabric_batch_put", dk, pa, la, ca, s, replicas,
+                                 flags, pref, len(pref), ttl, (c_int32 * len(dk)).from_buffer(st))
             if rc < 0:
                 self._raise(rc, h)
-            for j, i in enumerate(direct):
-                codes[i] = st[j]
+            if not staged:
+                codes = st.tolist()
+            else:
+                for j, i in enumerate(direct):
+                    codes[i] = st[j]
         for i in staged:
             codes[i], _ = self._put(ks[i], parts[i], stream, replicas, flags, preferred, ttl)
         return codes, h
@@ -656,38 +729,41 @@ class Store:
     def batch_get(self, keys: Sequence, outs: Sequence, stream=None) -> list[int | KvfabricError]:
         """Gets many keys. Returns one entry per key: the object's size in
         bytes, or the exception (not raised; NotFoundError on a miss)."""
-        ks = [_key(k) for k in keys]
-        if len(ks) != len(outs):
-            raise InvalidArgumentError(f"kvfabric: {len(ks)} keys but {len(outs)} buffers")
-        codes, sizes, h = self._batch_get(ks, [_parts(o, True) for o in outs], _stream_handle(stream))
-        res = self._results(ks, codes, h)
+        keys = list(keys)
+        if len(keys) != len(outs):
+            raise InvalidArgumentError(f"kvfabric: {len(keys)} keys but {len(outs)} buffers")
+        s = _stream_handle(stream)
+        raw = _raw_regions(outs)
+        if raw is not None:  # the facade's flat path: no Buf per key
+            codes, sizes, h = self._batch_get_flat(keys, raw[0], raw[1], s or 0)
+        else:
+            codes, sizes, h = self._batch_get([_key(k) for k in keys], _parts_all(outs, True), s)
+        if not any(codes):
+            return sizes
+        res = self._results([_key(k) for k in keys], codes, h)
         return [sizes[i] if r is None else r for i, r in enumerate(res)]
 
     def _batch_get(self, ks, parts: list[list[Buf]], stream):
         h = self._handle()
         codes = [0] * len(ks)
         sizes = [0] * len(ks)
-        direct = [i for i, bufs in enumerate(parts) if all(self._direct(b) for b in bufs)]
-        dset = set(direct)
+        direct, staged = self._split_direct(parts)
         if direct:
-            s = stream if stream is not None else next(
-                (b.stream for i in direct for b in parts[i] if b.stream is not None), 0)
-            dk = [ks[i] for i in direct]
-            kp, kl = _native.key_arrays(dk)
-            flat = [b for i in direct for b in parts[i]]
-            st = (c_int32 * len(dk))()
-            nread = (c_uint64 * len(dk))()
-            rc = self._lib.kvfabric_batch_get(
-                h, len(dk), kp, kl, _native.u64_array([b.ptr for b in flat]), _native.u64_array([b.nbytes for b in flat]),
-                (c_uint32 * len(dk))(*[len(parts[i]) for i in direct]), s, nread, st,
-            )
+            pa, la, ca, s = self._direct_arrays(parts, direct, stream)
+            dk = ks if not staged else [ks[i] for i in direct]
+            st = array("i", bytes(4 * len(dk)))
+            nread = array("Q", bytes(8 * len(dk)))
+            rc = self._flat_call("kvfabric_batch_get_packed", "kvfabric_batch_get", dk, pa, la, ca, s,
+                                 (c_uint64 * len(dk)).from_buffer(nread), (c_int32 * len(dk)).from_buffer(st))
             if rc < 0:
                 self._raise(rc, h)
-            for j, i in enumerate(direct):
-                codes[i], sizes[i] = st[j], nread[j]
-        for i in range(len(ks)):
-            if i not in dset:
-                codes[i], sizes[i], _ = self._get(ks[i], parts[i], stream)
+            if not staged:
+                codes, sizes = st.tolist(), nread.tolist()
+            else:
+                for j, i in enumerate(direct):
+                    codes[i], sizes[i] = st[j], nread[j]
+        for i in staged:
+            codes[i], sizes[i], _ = self._get(ks[i], parts[i], stream)
         return codes, sizes, h
 
     # ---- one raw buffer per key (the Mooncake facade's batch_put_from /

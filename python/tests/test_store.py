@@ -197,6 +197,135 @@ def test_batch_put_get(store, host):
         store.batch_put(["x", "y"], [srcs[0]])
 
 
+class _LibSpy:
+    """Stands in for a Store's CDLL, recording the batch functions called."""
+
+    def __init__(self, lib):
+        self._lib, self.called = lib, []
+
+    def __getattr__(self, name):
+        fn = getattr(self._lib, name)
+        if name.startswith("kvfabric_batch_") or name in ("kvfabric_put", "kvfabric_get"):
+            def rec(*args):
+                self.called.append(name)
+                return fn(*args)
+            return rec
+        return fn
+
+
+def test_batch_raw_regions(store, host, monkeypatch):
+    # batch_put / batch_get of (ptr, nbytes) tuples take the facade's flat
+    # path (one packed call, no Buf per key) and behave as the Buf path did:
+    # per-key errors at their keys, bad input refused whole.
+    from kvfabric import store as store_mod
+
+    spy = _LibSpy(store._lib)
+    monkeypatch.setattr(store, "_lib", spy)
+    resolve_all = store_mod._parts_all
+
+    def no_bufs(*args):
+        raise AssertionError("raw regions resolved one by one")
+
+    monkeypatch.setattr(store_mod, "_parts_all", no_bufs)
+    srcs = [host(1000 + i) for i in range(4)]
+    for i, a in enumerate(srcs):
+        a[:] = rand(len(a), 20 + i)
+    raw = [(a.ctypes.data, a.nbytes) for a in srcs]
+    assert store.batch_put([f"raw{i}" for i in range(4)], raw) == [None] * 4
+    assert spy.called == ["kvfabric_batch_put_packed"]
+    res = store.batch_put(["raw0", b"raw9"], raw[:2])  # str and bytes keys: key arrays
+    assert isinstance(res[0], kvfabric.AlreadyExistsError) and res[1] is None
+    assert spy.called[-1] == "kvfabric_batch_put"
+    outs = [host(2000) for _ in range(5)]
+    spy.called.clear()
+    got = store.batch_get(["raw0", "raw1", "nope", "raw3", "raw9"], [(o.ctypes.data, o.nbytes) for o in outs])
+    assert spy.called == ["kvfabric_batch_get_packed"]
+    assert got[0] == 1000 and got[1] == 1001 and got[3] == 1003 and got[4] == 1001
+    assert isinstance(got[2], kvfabric.NotFoundError) and "nope" in str(got[2])
+    for i in (0, 1, 3):
+        assert np.array_equal(outs[i][: 1000 + i], srcs[i])
+    # Pageable host memory given raw: that key alone is NotRegistered.
+    loose = np.zeros(64, np.uint8)
+    res = store.batch_put(["raw-a", "raw-b"], [raw[0], (loose.ctypes.data, 64)])
+    assert res[0] is None and isinstance(res[1], kvfabric.NotRegisteredError)
+    # Refused whole, nothing stored: a negative size (not raw: resolved as
+    # before, which refuses it), a key neither str nor bytes.
+    monkeypatch.setattr(store_mod, "_parts_all", resolve_all)
+    for keys, regions in ((["raw-x", "raw-y"], [raw[0], (raw[1][0], -1)]), (["raw-x", 7], raw[:2])):
+        with pytest.raises(kvfabric.InvalidArgumentError):
+            store.batch_put(keys, regions)
+        assert store.batch_exists(["raw-x", "raw-y"]) == [False, False]
+    # A tuple of int subclasses is not raw: it goes the Buf way, as before.
+    assert store.batch_put(["raw-bool"], [(srcs[0].ctypes.data, True)]) == [None]
+    assert store.size("raw-bool") == 1
+
+
+class _FakeTensor:
+    """Enough of a torch CUDA tensor for kvfabric's resolution, over host
+    memory (the simulator's device pointers are process addresses)."""
+
+    def __init__(self, arr, dev=0, contiguous=True):
+        self._arr, self._dev, self._contig = arr, dev, contiguous
+        self.is_cuda = True
+        self.device = f"cuda:{dev}"
+
+    def is_contiguous(self):
+        return self._contig
+
+    def numel(self):
+        return self._arr.size
+
+    def element_size(self):
+        return self._arr.itemsize
+
+    def data_ptr(self):
+        return self._arr.ctypes.data
+
+    def get_device(self):
+        return self._dev
+
+
+def _fake_torch(monkeypatch):
+    import types
+
+    lookups = []
+    fake = types.ModuleType("torch")
+    fake.Tensor = _FakeTensor
+    fake._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda dev: lookups.append(dev) or 0)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    return lookups
+
+
+def test_batch_parts_all_matches_parts(store, host, monkeypatch):
+    # The batch resolver gives what resolving each object alone gives, and
+    # looks torch's current stream up once per device and batch.
+    from kvfabric import store as store_mod
+
+    lookups = _fake_torch(monkeypatch)
+    a, b = host(256), host(512)
+    objs = [(a.ctypes.data, 256), _FakeTensor(a), _FakeTensor(b, dev=1), _FakeTensor(a), b, bytearray(8),
+            [a, b], (a.ctypes.data, True), _FakeTensor(b)]
+    got = store_mod._parts_all(objs, False)
+    n_batch = len(lookups)
+    want = [store_mod._parts(o, False) for o in objs]
+    assert [[x[:4] for x in g] for g in got] == [[x[:4] for x in w] for w in want]
+    assert n_batch == 2 and len(lookups) == 2 + 4  # once per device; _parts once per tensor
+    with pytest.raises(kvfabric.InvalidArgumentError, match="contiguous"):
+        store_mod._parts_all([_FakeTensor(a), _FakeTensor(b, contiguous=False)], True)
+
+
+def test_batch_fake_tensors_round_trip(store, host, monkeypatch):
+    _fake_torch(monkeypatch)
+    srcs = [host(4096) for _ in range(3)]
+    for i, a in enumerate(srcs):
+        a[:] = rand(4096, 40 + i)
+    assert store.batch_put(["t0", "t1", "t2"], [_FakeTensor(a) for a in srcs]) == [None] * 3
+    outs = [host(4096) for _ in range(3)]
+    assert store.batch_get(["t0", "t1", "t2"], [_FakeTensor(o) for o in outs]) == [4096] * 3
+    for a, o in zip(srcs, outs):
+        assert np.array_equal(a, o)
+
+
 def test_phases(store, host):
     """Store.phases() counts the batch calls and keys of each kind and the
     time in their phases since the store opened."""
