@@ -552,6 +552,108 @@ func TestGPUCloseIsFinal(t *testing.T) {
 	}
 }
 
+// TestGPUPointerMemoryTypesRanges: a batch's answers are each pointer's own
+// where a shortcut in the shim (a pointer inside the address range of the
+// last one the driver knew takes its type unasked) would go wrong — each
+// probe comes right after one whose range it must not be taken for: the
+// last byte of a cuMemAlloc allocation and the byte past it, a registered
+// host page and the page after it, and a VMM reservation with a hole
+// between a mapping on the device and one on the host NUMA node. Such a
+// shortcut was tried (session 10, docs/perf/store.md ninth round) and this
+// test failed it on the H200: for a VMM address the driver's
+// CU_POINTER_ATTRIBUTE_RANGE_START_ADDR/_RANGE_SIZE are the whole
+// reservation's, so the hole came out as device memory and the host NUMA
+// mapping as the device's.
+func TestGPUPointerMemoryTypesRanges(t *testing.T) {
+	d := openGPU(t)
+	ctx, err := d.PrimaryCtxRetain(0)
+	must(t, err)
+	const size = 1 << 20
+	dm, err := d.MemAlloc(ctx, size)
+	must(t, err)
+	dm2, err := d.MemAlloc(ctx, size)
+	must(t, err)
+	const page = 4096
+	reg, err := unix.Mmap(-1, 0, 2*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	must(t, err)
+	defer unix.Munmap(reg)
+	regPtr := DevicePtr(uintptr(unsafe.Pointer(&reg[0])))
+	must(t, d.MemHostRegister(ctx, uintptr(regPtr), page, HostRegisterPortable|HostRegisterDevMap))
+
+	devProp := AllocProp{Location: Location{Type: LocationDevice, ID: 0}}
+	gran, err := d.MemGetAllocationGranularity(ctx, devProp, GranularityMinimum)
+	must(t, err)
+	farProp := devProp
+	if id, err := d.DeviceAttribute(0, AttrHostNUMAID); err == nil && id >= 0 {
+		farProp = AllocProp{Location: Location{Type: LocationHostNUMA, ID: int32(id)}}
+		if g, err := d.MemGetAllocationGranularity(ctx, farProp, GranularityMinimum); err != nil || g != gran {
+			t.Logf("HOST_NUMA granularity %d (%v), device %d: the second mapping is on the device", g, err, gran)
+			farProp = devProp
+		}
+	}
+	va, err := d.MemAddressReserve(ctx, 3*gran, gran)
+	must(t, err)
+	h1, err := d.MemCreate(ctx, gran, devProp)
+	must(t, err)
+	h2, err := d.MemCreate(ctx, gran, farProp)
+	must(t, err)
+	must(t, d.MemMap(ctx, va, gran, 0, h1))
+	must(t, d.MemMap(ctx, va+DevicePtr(2*gran), gran, 0, h2))
+	must(t, d.MemSetAccess(ctx, va, gran, accessAll(t, d)))
+	must(t, d.MemSetAccess(ctx, va+DevicePtr(2*gran), gran, accessAll(t, d)))
+
+	g := DevicePtr(gran)
+	probes := []struct {
+		name string
+		p    DevicePtr
+		want MemoryType // 255: only the same as alone
+	}{
+		{"cuMemAlloc base", dm, MemoryTypeDevice},
+		{"cuMemAlloc last byte", dm + size - 1, MemoryTypeDevice},
+		{"past cuMemAlloc", dm + size, 255},
+		{"second cuMemAlloc", dm2 + 7, MemoryTypeDevice},
+		{"registered page", regPtr, MemoryTypeHost},
+		{"registered page, last byte", regPtr + page - 1, MemoryTypeHost},
+		{"page after the registration", regPtr + page, MemoryTypeUnregistered},
+		{"VMM mapping 1", va, 255},
+		{"VMM mapping 1, last byte", va + g - 1, 255},
+		{"VMM hole", va + g, MemoryTypeUnregistered},
+		{"VMM hole, middle", va + g + g/2, MemoryTypeUnregistered},
+		{"VMM mapping 2", va + 2*g, 255},
+		{"VMM mapping 2, last byte", va + 3*g - 1, 255},
+		{"past the reservation", va + 3*g, 255},
+		{"first cuMemAlloc again", dm + 5, MemoryTypeDevice},
+	}
+	ptrs := make([]DevicePtr, len(probes))
+	for i, p := range probes {
+		ptrs[i] = p.p
+	}
+	batch := make([]MemoryType, len(ptrs))
+	must(t, d.PointerMemoryTypes(ctx, ptrs, batch))
+	for i, p := range probes {
+		alone := make([]MemoryType, 1)
+		must(t, d.PointerMemoryTypes(ctx, ptrs[i:i+1], alone))
+		t.Logf("%-28s %#014x batch %v alone %v", p.name, uint64(p.p), batch[i], alone[0])
+		if batch[i] != alone[0] {
+			t.Errorf("%s: %v in the batch, %v alone", p.name, batch[i], alone[0])
+		}
+		if p.want != 255 && alone[0] != p.want {
+			t.Errorf("%s: %v, want %v", p.name, alone[0], p.want)
+		}
+	}
+
+	must(t, d.MemUnmap(ctx, va, gran))
+	must(t, d.MemUnmap(ctx, va+DevicePtr(2*gran), gran))
+	must(t, d.MemAddressFree(ctx, va, 3*gran))
+	must(t, d.MemRelease(ctx, h1))
+	must(t, d.MemRelease(ctx, h2))
+	must(t, d.MemHostUnregister(ctx, uintptr(regPtr)))
+	must(t, d.MemFree(ctx, dm2))
+	must(t, d.MemFree(ctx, dm))
+	must(t, d.PrimaryCtxRelease(0))
+	assertNoLeaks(t, d)
+}
+
 // TestGPUPointerMemoryTypes records what cuPointerGetAttribute
 // (CU_POINTER_ATTRIBUTE_MEMORY_TYPE) reports for every kind of memory
 // kvfabric meets, in one PointerMemoryTypes batch. Asserted: cuMemAlloc
