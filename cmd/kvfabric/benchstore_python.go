@@ -31,8 +31,9 @@ import (
 // starts each phase at once, as a Go path's goroutine alone does (its
 // barrier of one never waits): the handshake before each phase cost the
 // lone python path 3–5 % at 64 KiB on the H200, a phase that begins with
-// an idle process (docs/perf/store.md, ninth round). Every round is verified in Python (the
-// destination poisoned before each get) and reported.
+// an idle process (docs/perf/store.md, ninth round). Every round is
+// verified in Python (the destination poisoned before each get) and
+// reported.
 
 // pyMsgPrefix marks the script's protocol lines on its stdout.
 const pyMsgPrefix = "KVFBENCH "
