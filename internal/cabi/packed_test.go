@@ -169,11 +169,24 @@ func TestBatchPacked(t *testing.T) {
 	if rc := BatchGetPacked(h, 3, kp, ks, nil, nil, nil, 0, nil, unsafe.Pointer(&st[0])); rc != StatusInvalidArgument || st[2] != rc {
 		t.Errorf("BatchGetPacked without regions = %s %v", StatusName(rc), st)
 	}
+	// A handle that is not open (never, or no longer): refused whole.
+	st = []int32{1, 1, 1}
+	if rc := BatchPutPacked(999999, 3, kp, ks, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), nil, 0, 0, 0, nil, 0, 0,
+		unsafe.Pointer(&st[0])); rc != StatusInvalidHandle || st[0] != rc || st[2] != rc {
+		t.Errorf("BatchPutPacked on a bad handle = %s %v", StatusName(rc), st)
+	}
 	if rc := BatchPutPacked(h, 0, nil, 0, unsafe.Pointer(&ptrs[0]), unsafe.Pointer(&lens[0]), nil, 0, 0, 0, nil, 0, 0, nil); rc != StatusOK {
 		t.Errorf("empty BatchPutPacked = %s", StatusName(rc))
 	}
 	var removed uint64
 	if rc := RemoveAll(h, false, &removed); rc != StatusOK || removed != 2 {
 		t.Errorf("RemoveAll = %s %d", StatusName(rc), removed)
+	}
+	if rc := Close(h); rc != StatusOK {
+		t.Fatalf("Close = %s", StatusName(rc))
+	}
+	if rc := BatchGetPacked(h, 3, kp, ks, unsafe.Pointer(&gp[0]), unsafe.Pointer(&gl[0]), nil, 0, nil,
+		unsafe.Pointer(&st[0])); rc != StatusInvalidHandle || st[1] != rc {
+		t.Errorf("BatchGetPacked after Close = %s %v", StatusName(rc), st)
 	}
 }

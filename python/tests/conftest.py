@@ -185,3 +185,23 @@ def stop_process(pid, timeout=5.0):
                 return
         time.sleep(0.001)
     raise AssertionError(f"process {pid} did not stop within {timeout} s")
+
+
+class LibSpy:
+    """Stands in for a Store's CDLL: records the batch functions (and the
+    single put and get) called, and can hide the packed-keys ones, as a
+    library older than them lacks them."""
+
+    def __init__(self, lib, hide_packed=False):
+        self._lib, self._hide, self.called = lib, hide_packed, []
+
+    def __getattr__(self, name):
+        if self._hide and name.endswith("_packed"):
+            raise AttributeError(name)
+        fn = getattr(self._lib, name)
+        if name.startswith("kvfabric_batch_") or name in ("kvfabric_put", "kvfabric_get"):
+            def rec(*args):
+                self.called.append(name)
+                return fn(*args)
+            return rec
+        return fn

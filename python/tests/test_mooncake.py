@@ -13,7 +13,7 @@ import pytest
 from kvfabric.compat.mooncake import BufferHandle, MooncakeDistributedStore, ReplicateConfig
 from kvfabric.errors import InvalidArgumentError
 
-from conftest import MIB, PYDIR
+from conftest import MIB, PYDIR, LibSpy
 
 PAGE = 64 * 1024
 
@@ -113,25 +113,6 @@ def test_batch_flat_bad_input_changes_nothing(ms, pool):
     assert ms.batch_put_from([], [], []) == [] and ms.batch_get_into([], [], []) == []
 
 
-class _LibSpy:
-    """Stands in for a Store's CDLL: records the batch functions called and
-    can hide the packed-keys ones, as a library older than them lacks them."""
-
-    def __init__(self, lib, hide_packed=False):
-        self._lib, self._hide, self.called = lib, hide_packed, []
-
-    def __getattr__(self, name):
-        if self._hide and name.endswith("_packed"):
-            raise AttributeError(name)
-        fn = getattr(self._lib, name)
-        if name.startswith("kvfabric_batch_"):
-            def rec(*args):
-                self.called.append(name)
-                return fn(*args)
-            return rec
-        return fn
-
-
 @pytest.mark.parametrize("hide_packed", [False, True])
 def test_batch_flat_key_paths(ms, pool, monkeypatch, hide_packed):
     # batch_put_from / batch_get_into pass keys joined by NUL (one join)
@@ -141,7 +122,7 @@ def test_batch_flat_key_paths(ms, pool, monkeypatch, hide_packed):
     # the call is made again with arrays. The same bytes are stored and read
     # either way, at the same keys.
     st = ms._s()
-    spy = _LibSpy(st._lib, hide_packed)
+    spy = LibSpy(st._lib, hide_packed)
     monkeypatch.setattr(st, "_lib", spy)
     fill(pool, 8, 5)
     base = pool.ctypes.data

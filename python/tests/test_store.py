@@ -11,7 +11,7 @@ import pytest
 import kvfabric
 from kvfabric import errors
 
-from conftest import MIB, PYDIR, header_dir, sim_config
+from conftest import MIB, PYDIR, header_dir, sim_config, LibSpy
 
 
 def rand(n, seed=0):
@@ -197,29 +197,13 @@ def test_batch_put_get(store, host):
         store.batch_put(["x", "y"], [srcs[0]])
 
 
-class _LibSpy:
-    """Stands in for a Store's CDLL, recording the batch functions called."""
-
-    def __init__(self, lib):
-        self._lib, self.called = lib, []
-
-    def __getattr__(self, name):
-        fn = getattr(self._lib, name)
-        if name.startswith("kvfabric_batch_") or name in ("kvfabric_put", "kvfabric_get"):
-            def rec(*args):
-                self.called.append(name)
-                return fn(*args)
-            return rec
-        return fn
-
-
 def test_batch_raw_regions(store, host, monkeypatch):
     # batch_put / batch_get of (ptr, nbytes) tuples take the facade's flat
     # path (one packed call, no Buf per key) and behave as the Buf path did:
     # per-key errors at their keys, bad input refused whole.
     from kvfabric import store as store_mod
 
-    spy = _LibSpy(store._lib)
+    spy = LibSpy(store._lib)
     monkeypatch.setattr(store, "_lib", spy)
     resolve_all = store_mod._parts_all
 
@@ -258,6 +242,19 @@ def test_batch_raw_regions(store, host, monkeypatch):
     # A tuple of int subclasses is not raw: it goes the Buf way, as before.
     assert store.batch_put(["raw-bool"], [(srcs[0].ctypes.data, True)]) == [None]
     assert store.size("raw-bool") == 1
+
+
+def test_batch_raw_regions_closed(tmp_path):
+    # The flat path of a closed store raises ClosedError, as the Buf path does.
+    s = kvfabric.Store(sim_config(tmp_path))
+    pool = np.zeros(MIB, np.uint8)
+    s.register_buffer(pool)
+    raw = [(pool.ctypes.data, 64), (pool.ctypes.data + 64, 64)]
+    assert s.batch_put(["c0", "c1"], raw) == [None, None]
+    s.close()
+    for call in (lambda: s.batch_put(["c2", "c3"], raw), lambda: s.batch_get(["c0", "c1"], raw)):
+        with pytest.raises(kvfabric.ClosedError):
+            call()
 
 
 class _FakeTensor:
