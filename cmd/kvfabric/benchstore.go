@@ -182,6 +182,9 @@ type storeResult struct {
 // storeChunkTime is a client.ChunkTime in µs.
 type storeChunkTime struct {
 	Keys      int     `json:"keys"`
+	Asked     float64 `json:"asked"`
+	Answered  float64 `json:"answered"`
+	Received  float64 `json:"received"`
 	Submitted float64 `json:"submitted"`
 	Waited    float64 `json:"waited"`
 	GPUStart  float64 `json:"gpu_start"`
@@ -192,7 +195,7 @@ func chunkTimesUs(tl []client.ChunkTime) []storeChunkTime {
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 	var out []storeChunkTime
 	for _, c := range tl {
-		out = append(out, storeChunkTime{Keys: c.Keys, Submitted: us(c.Submitted), Waited: us(c.Waited), GPUStart: us(c.GPUStart), GPUFinish: us(c.GPUFinish)})
+		out = append(out, storeChunkTime{Keys: c.Keys, Asked: us(c.Asked), Answered: us(c.Answered), Received: us(c.Received), Submitted: us(c.Submitted), Waited: us(c.Waited), GPUStart: us(c.GPUStart), GPUFinish: us(c.GPUFinish)})
 	}
 	return out
 }
@@ -579,10 +582,10 @@ func writeStoreTable(w io.Writer, rows []storeResult) {
 		}
 		fmt.Fprintf(w, "put timeline %s %s %s gpu %d (the last round's last pipeline; µs from its start):\n", r.Mode, r.Path, sizeLabel(r.Size), r.GPU)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "chunk\tkeys\tsubmitted\tgpu start\tgpu end\tgpu idle before\twaited\t")
+		fmt.Fprintln(tw, "chunk\tkeys\tput start asked\tanswered\treceived\tsubmitted\tgpu start\tgpu end\tgpu idle before\twaited\t")
 		var prev float64
 		for i, c := range r.PutTimeline {
-			fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", i, c.Keys, c.Submitted, c.GPUStart, c.GPUFinish, c.GPUStart-prev, c.Waited)
+			fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", i, c.Keys, c.Asked, c.Answered, c.Received, c.Submitted, c.GPUStart, c.GPUFinish, c.GPUStart-prev, c.Waited)
 			prev = c.GPUFinish
 		}
 		tw.Flush()

@@ -114,6 +114,11 @@ func TestBenchStoreSim(t *testing.T) {
 								if c.GPUFinish <= c.GPUStart || i > 0 && c.GPUStart < tl[i-1].GPUFinish {
 									t.Errorf("row %s %s put %s gpu %d: chunk %d of %+v out of order", mode.name, path, sizeLabel(size), gpu, i, tl)
 								}
+								// Its PutStart was asked, answered and taken
+								// before its copies were submitted.
+								if c.Asked < 0 || c.Answered < c.Asked || c.Received < c.Answered || c.Submitted < c.Received {
+									t.Errorf("row %s %s put %s gpu %d: chunk %d's put start times out of order: %+v", mode.name, path, sizeLabel(size), gpu, i, c)
+								}
 							}
 							if len(tl) == 0 || keys > 32 {
 								t.Errorf("row %s %s put %s gpu %d: timeline %+v (a pipeline of at most 32 keys)", mode.name, path, sizeLabel(size), gpu, tl)

@@ -552,6 +552,9 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 			break
 		}
 		c := putChunk{copies: make([]cuda.Copy, 0, len(res)), refs: make([]master.PutRef, 0, len(res)), idx: make([]int, 0, len(res))}
+		if p.anchor != 0 {
+			c.asked, c.answered, c.received = m.asked.Sub(p.t0), m.answered.Sub(p.t0), time.Since(p.t0)
+		}
 		for j, r := range res {
 			i := idx[j]
 			if r.Err != nil {
@@ -651,6 +654,9 @@ type putChunk struct {
 	idx       []int
 	h         *transfer.Handle
 	submitted time.Duration // with a timeline: when its copies were submitted
+	// With a timeline: when its PutStart began and returned, and when the
+	// loop took the answer.
+	asked, answered, received time.Duration
 }
 
 // pipeDepth is how many chunks of one batch may be enqueued on the GPU at
@@ -772,7 +778,7 @@ func (p *putPipe) endOldest(more bool) {
 	p.s.phases.put.gpu.Add(int64(c.h.GPUTime()))
 	if p.anchor != 0 {
 		st, end := c.h.GPUSpan()
-		p.timeline = append(p.timeline, ChunkTime{Keys: len(c.refs), Submitted: c.submitted, Waited: time.Since(p.t0), GPUStart: st, GPUFinish: end})
+		p.timeline = append(p.timeline, ChunkTime{Keys: len(c.refs), Asked: c.asked, Answered: c.answered, Received: c.received, Submitted: c.submitted, Waited: time.Since(p.t0), GPUStart: st, GPUFinish: end})
 	}
 	if err != nil && p.broken == nil {
 		p.broken = fmt.Errorf("%w: put of %d objects: %w", ErrTransfer, len(c.refs), err)
@@ -1122,6 +1128,8 @@ type putMeta struct {
 	sent time.Time
 	res  []master.PutStartResult
 	err  error
+	// asked and answered bound the PutStart call (zero without one).
+	asked, answered time.Time
 }
 
 // prefetchPutStart starts reqs' puts on another goroutine. The answer
@@ -1141,8 +1149,9 @@ func (s *Store) putStart(ctx context.Context, reqs []master.PutStartReq) putMeta
 	}
 	t0 := time.Now()
 	res, err := s.m.PutStart(ctx, reqs)
-	since(&s.phases.put.master, t0)
-	return putMeta{sent, res, err}
+	t1 := time.Now()
+	s.phases.put.master.Add(int64(t1.Sub(t0)))
+	return putMeta{sent: sent, res: res, err: err, asked: t0, answered: t1}
 }
 
 // getMeta is the answer of one chunk's GetReplicas.

@@ -103,9 +103,13 @@ func since(into *atomic.Int64, t0 time.Time) { into.Add(int64(time.Since(t0))) }
 // with Options.TimeCopies: offsets from the pipeline's start, on the CPU
 // (when its copies were submitted, when the pipeline's wait for them
 // returned) and on the GPU (when the GPU reached them and completed them,
-// from an event recorded at the start).
+// from an event recorded at the start), and its PutStart: when the call
+// began and returned (on whichever goroutine made it) and when the
+// pipeline's loop took its answer.
 type ChunkTime struct {
 	Keys                int
+	Asked, Answered     time.Duration
+	Received            time.Duration
 	Submitted, Waited   time.Duration
 	GPUStart, GPUFinish time.Duration
 }
