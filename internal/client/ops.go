@@ -350,6 +350,8 @@ type putSource interface {
 	// rest fails with err (in errs, the batch's) every key it has not
 	// yielded yet.
 	rest(errs []error, err error)
+	// more reports whether it has keys not yielded yet.
+	more() bool
 }
 
 // lazyPuts builds the requests of a batch's keys (their buffers checked
@@ -374,6 +376,8 @@ func (l *lazyPuts) next(n int) ([]master.PutStartReq, []int, bool) {
 		make([]master.PutStartReq, 0, hi-lo), make([]int, 0, hi-lo))
 	return reqs, idx, false
 }
+
+func (l *lazyPuts) more() bool { return l.pos < len(l.keys) }
 
 func (l *lazyPuts) rest(errs []error, err error) {
 	for i := l.pos; i < len(l.keys); i++ {
@@ -416,6 +420,9 @@ func (a *aheadSource) next() ([]master.PutStartReq, []int, bool) {
 
 // rest fails with err every key not yielded by next, those of a chunk
 // built ahead included (putSource.rest).
+// more reports whether a chunk is built ahead or the source has more keys.
+func (a *aheadSource) more() bool { return a.ready && !a.done || a.src.more() }
+
 func (a *aheadSource) rest(errs []error, err error) {
 	if a.ready {
 		for _, i := range a.idx {
@@ -441,6 +448,8 @@ func (p *putBatchPart) next(n int) ([]master.PutStartReq, []int, bool) {
 	p.pos = hi
 	return p.reqs[lo:hi], p.idx[lo:hi], lo == hi
 }
+
+func (p *putBatchPart) more() bool { return p.pos < len(p.reqs) }
 
 func (p *putBatchPart) rest(errs []error, err error) {
 	for _, i := range p.idx[p.pos:] {
@@ -500,10 +509,14 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 	// the loop stops is waited for and the puts it started are revoked
 	// (their keys were failed with the rest: nothing was enqueued for
 	// them).
+	// Those prefetches run on the pipeline's metaWorker (handoff.go),
+	// closed once the last one is taken.
 	var next chan putMeta
 	var nreqs []master.PutStartReq
 	var nidx []int
+	var w *metaWorker
 	defer func() {
+		defer w.close()
 		if next == nil {
 			return
 		}
@@ -523,7 +536,11 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 	reqs, idx, done := ahead.next()
 	ph.lap(&s.phases.put.check)
 	// The first chunk's call runs here: a batch of one chunk (a single
-	// put) makes no goroutine hand-off.
+	// put) makes no goroutine hand-off. A longer one starts its worker
+	// first, so that it is running by the time of the first prefetch.
+	if !done && ahead.more() {
+		w = startMetaWorker(&s.spin)
+	}
 	m := s.putStart(ctx, reqs)
 	for !done {
 		if next != nil {
@@ -532,7 +549,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 			// is in.
 			ahead.fill()
 			ph.lap(&s.phases.put.check)
-			m = <-next
+			m = awaitMeta(&s.spin, next)
 			next = nil
 			reqs, idx = nreqs, nidx
 		}
@@ -541,7 +558,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 			nreqs, nidx, done = ahead.next()
 			ph.lap(&s.phases.put.check)
 			if !done {
-				next = s.prefetchPutStart(ctx, nreqs)
+				next = s.prefetchPutStart(ctx, w, nreqs)
 			}
 		}
 		sent, res, err := m.sent, m.res, m.err
@@ -1044,7 +1061,9 @@ func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream
 	// waited for and its leases go with the others (deferred after the
 	// cache's release, so it runs first).
 	var next chan getMeta
+	var w *metaWorker // runs the prefetches (handoff.go)
 	defer func() {
+		defer w.close()
 		if next != nil {
 			leases = appendLeases(leases, (<-next).res)
 		}
@@ -1052,17 +1071,21 @@ func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream
 	ch := s.chunker()
 	hi := ch.next(0, len(q))
 	// The first chunk's call runs here: a batch of one chunk (a single
-	// get) makes no goroutine hand-off.
+	// get) makes no goroutine hand-off. A longer one starts its worker
+	// first, so that it is running by the time of the first prefetch.
+	if hi < len(q) {
+		w = startMetaWorker(&s.spin)
+	}
 	m := s.getReplicas(ctx, q[:hi])
 	for lo := 0; lo < len(q); {
 		if next != nil {
-			m = <-next
+			m = awaitMeta(&s.spin, next)
 			next = nil
 		}
 		nhi := hi
 		if m.err == nil && hi < len(q) {
 			nhi = ch.next(hi, len(q))
-			next = s.prefetchReplicas(ctx, q[hi:nhi])
+			next = s.prefetchReplicas(ctx, w, q[hi:nhi])
 		}
 		ph.lap(&s.phases.get.meta)
 		res, err := m.res, m.err
@@ -1132,12 +1155,12 @@ type putMeta struct {
 	asked, answered time.Time
 }
 
-// prefetchPutStart starts reqs' puts on another goroutine. The answer
+// prefetchPutStart starts reqs' puts on w (another goroutine). The answer
 // arrives on the returned channel, which never blocks the sender: the
 // caller must receive it (and end or revoke every put it started).
-func (s *Store) prefetchPutStart(ctx context.Context, reqs []master.PutStartReq) chan putMeta {
+func (s *Store) prefetchPutStart(ctx context.Context, w *metaWorker, reqs []master.PutStartReq) chan putMeta {
 	ch := make(chan putMeta, 1)
-	go func() { ch <- s.putStart(ctx, reqs) }()
+	w.call(func() { ch <- s.putStart(ctx, reqs) })
 	return ch
 }
 
@@ -1160,14 +1183,14 @@ type getMeta struct {
 	err error
 }
 
-// prefetchReplicas asks the master for keys' replicas on another goroutine,
+// prefetchReplicas asks the master for keys' replicas on w (another goroutine),
 // named as the reader (only replicas this process can import). The answer
 // arrives on the returned channel, which never blocks the sender: the
 // caller must receive it (the leases it grants are the caller's to
 // release).
-func (s *Store) prefetchReplicas(ctx context.Context, keys []string) chan getMeta {
+func (s *Store) prefetchReplicas(ctx context.Context, w *metaWorker, keys []string) chan getMeta {
 	ch := make(chan getMeta, 1)
-	go func() { ch <- s.getReplicas(ctx, keys) }()
+	w.call(func() { ch <- s.getReplicas(ctx, keys) })
 	return ch
 }
 

@@ -154,10 +154,11 @@ type Store struct {
 	mounted atomic.Pointer[pool.Pool]
 
 	closeTimeout time.Duration
-	chunk        int  // Options.PipelineChunk
-	parts        int  // Options.BatchParts, resolved
-	putParts     int  // the same for puts
-	embedded     bool // the master is in this process (master.IsEmbedded)
+	chunk        int        // Options.PipelineChunk
+	parts        int        // Options.BatchParts, resolved
+	putParts     int        // the same for puts
+	embedded     bool       // the master is in this process (master.IsEmbedded)
+	spin         spinBudget // the pipelines' hand-offs (handoff.go)
 	rel          releaser
 	keeper       viewKeeper // renews held Views' leases (views.go)
 	exitOnClose  bool
@@ -364,6 +365,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		s.ownMaster = true
 	}
 	s.embedded = master.IsEmbedded(s.m)
+	s.spin.init()
 	s.timeCopies = opts.TimeCopies
 	s.putParts = s.parts
 	if opts.BatchParts == 0 && s.embedded {

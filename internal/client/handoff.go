@@ -1,0 +1,143 @@
+package client
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// How a pipeline hands its next chunk's master call to another goroutine.
+//
+// A batch's pipeline (putPart, getPart) asks the master for chunk k+1 while
+// it resolves and submits chunk k. It used to start a goroutine per call.
+// Go puts a new (or woken) goroutine in the runnext slot of the P that made
+// it runnable, and while that P's goroutine keeps running — the pipeline,
+// resolving the chunk before — another P may take it only after sleeping
+// 3 µs, which Linux's default 50 µs timer slack stretches. On the H200 host
+// each chunk's PutStart so began 30–190 µs (mostly 60–80) after the
+// pipeline asked for it, with the master idle meanwhile: at 16 KiB a fifth
+// of a batch's time (docs/perf/logs-2026-12-02-s11/runA, the timeline's
+// "asked" against the chunk before's "received").
+//
+// So each pipeline of more than one chunk has one metaWorker, started
+// before its first master call and joined when it returns, that runs the
+// calls one at a time. Both sides wait spinning, for up to handOffSpin,
+// before they park: the worker for the next call, the pipeline for a
+// call's answer. While neither parks no goroutine is made runnable, and a
+// hand-off takes what an atomic load takes. A side that parked is woken as
+// before (and the worker yields its P after each call, so that a pipeline
+// woken by the answer runs at once on it). Spinning costs a core while it
+// lasts; a Store lets at most half of GOMAXPROCS goroutines spin at once
+// (spinBudget), none with GOMAXPROCS 1, where a spinner would only keep
+// the other side from running.
+
+// handOffSpin bounds how long one wait of a hand-off spins before it parks:
+// longer than a 512-key chunk's embedded PutStart (0.3–0.6 µs per key on
+// the H200 host), so a master-bound pipeline does not park, and short
+// enough that a copy-bound one (waiting for its GPU) stops burning a core
+// soon.
+const handOffSpin = 300 * time.Microsecond
+
+// spinBudget limits how many goroutines of a Store spin in hand-offs at
+// once.
+type spinBudget struct {
+	n   atomic.Int32
+	max int32
+}
+
+// init sets the limit: half of GOMAXPROCS.
+func (b *spinBudget) init() { b.max = int32(runtime.GOMAXPROCS(0) / 2) }
+
+// acquire reports whether the caller may spin; if so it must release.
+func (b *spinBudget) acquire() bool {
+	if b.n.Add(1) > b.max {
+		b.n.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (b *spinBudget) release() { b.n.Add(-1) }
+
+// spinRecv receives from ch, spinning for up to handOffSpin first when b
+// allows. ok is false when ch is closed.
+func spinRecv[T any](b *spinBudget, ch <-chan T) (v T, ok bool) {
+	select {
+	case v, ok = <-ch:
+		return v, ok
+	default:
+	}
+	if b.acquire() {
+		deadline := time.Now().Add(handOffSpin)
+		for i := 1; ; i++ {
+			select {
+			case v, ok = <-ch:
+				b.release()
+				return v, ok
+			default:
+			}
+			if i%64 == 0 && time.Now().After(deadline) {
+				break
+			}
+		}
+		b.release()
+	}
+	v, ok = <-ch
+	return v, ok
+}
+
+// metaWorker runs one pipeline's master calls, one at a time, on a
+// goroutine of its own. The pipeline that starts it closes it; close
+// returns once the goroutine has ended.
+type metaWorker struct {
+	spin *spinBudget
+	jobs chan func() // at most one queued: a pipeline has one call ahead
+	done chan struct{}
+}
+
+func startMetaWorker(spin *spinBudget) *metaWorker {
+	w := &metaWorker{spin: spin, jobs: make(chan func(), 1), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *metaWorker) run() {
+	defer close(w.done)
+	for {
+		f, ok := spinRecv(w.spin, w.jobs)
+		if !ok {
+			return
+		}
+		f()
+		// Sending the answer may have woken the pipeline onto this P:
+		// let it run now rather than after this goroutine's next spin.
+		runtime.Gosched()
+	}
+}
+
+// call runs f on the worker; without one (nil: a pipeline of one chunk
+// starts none) on a goroutine of its own. The caller waits for f's answer
+// (awaitMeta) before its next call.
+func (w *metaWorker) call(f func()) {
+	if w == nil {
+		go f()
+		return
+	}
+	w.jobs <- f
+}
+
+// close ends the worker once its calls are done and waits for it. A nil
+// worker is a no-op.
+func (w *metaWorker) close() {
+	if w == nil {
+		return
+	}
+	close(w.jobs)
+	<-w.done
+}
+
+// awaitMeta receives a call's answer from ch, spinning first (spinRecv).
+func awaitMeta[T any](b *spinBudget, ch <-chan T) T {
+	v, _ := spinRecv(b, ch)
+	return v
+}
