@@ -2,6 +2,7 @@ package client
 
 import (
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -20,8 +21,10 @@ import (
 // "asked" against the chunk before's "received").
 //
 // So each pipeline of more than one chunk has one metaWorker, started
-// before its first master call and joined when it returns, that runs the
-// calls one at a time. Both sides wait spinning, for up to handOffSpin,
+// before its first master call and stopped when it returns, that runs the
+// calls one at a time. The Store owns the workers: Close waits for them
+// (a pipeline does not: a caller locked to its thread, as the C ABI's is,
+// would park for the worker's exit and wait for its thread to be woken). Both sides wait spinning, for up to handOffSpin,
 // before they park: the worker for the next call, the pipeline for a
 // call's answer. While neither parks no goroutine is made runnable, and a
 // hand-off takes what an atomic load takes. A side that parked is woken as
@@ -32,11 +35,12 @@ import (
 // the other side from running.
 
 // handOffSpin bounds how long one wait of a hand-off spins before it parks:
-// longer than a 512-key chunk's embedded PutStart (0.3–0.6 µs per key on
-// the H200 host), so a master-bound pipeline does not park, and short
-// enough that a copy-bound one (waiting for its GPU) stops burning a core
-// soon.
-const handOffSpin = 300 * time.Microsecond
+// longer than the pipeline takes between two calls when the master bounds
+// it, and short, because a copy-bound pipeline's worker waits for the GPU
+// and spinning takes a core from the other parts of a batch. On the H200
+// host 100 µs did better than 300 µs at every size, gets most (runC:
+// embedded 4 KiB get 0.239–0.252 against 0.153–0.217).
+const handOffSpin = 100 * time.Microsecond
 
 // spinBudget limits how many goroutines of a Store spin in hand-offs at
 // once.
@@ -87,17 +91,23 @@ func spinRecv[T any](b *spinBudget, ch <-chan T) (v T, ok bool) {
 }
 
 // metaWorker runs one pipeline's master calls, one at a time, on a
-// goroutine of its own. The pipeline that starts it closes it; close
-// returns once the goroutine has ended.
+// goroutine of its own. The pipeline that starts it stops it; the
+// goroutine then ends after the calls queued, and the Store's Close waits
+// for it (Store.workers).
 type metaWorker struct {
 	spin *spinBudget
 	jobs chan func() // at most one queued: a pipeline has one call ahead
 	done chan struct{}
 }
 
-func startMetaWorker(spin *spinBudget) *metaWorker {
+// startMetaWorker starts a worker counted in wg.
+func startMetaWorker(spin *spinBudget, wg *sync.WaitGroup) *metaWorker {
 	w := &metaWorker{spin: spin, jobs: make(chan func(), 1), done: make(chan struct{})}
-	go w.run()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.run()
+	}()
 	return w
 }
 
@@ -126,14 +136,12 @@ func (w *metaWorker) call(f func()) {
 	w.jobs <- f
 }
 
-// close ends the worker once its calls are done and waits for it. A nil
-// worker is a no-op.
-func (w *metaWorker) close() {
-	if w == nil {
-		return
+// stop lets the worker end once its queued call has run; done is closed
+// when it has. A nil worker is a no-op.
+func (w *metaWorker) stop() {
+	if w != nil {
+		close(w.jobs)
 	}
-	close(w.jobs)
-	<-w.done
 }
 
 // awaitMeta receives a call's answer from ch, spinning first (spinRecv).

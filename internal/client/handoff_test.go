@@ -1,6 +1,7 @@
 package client
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,11 +76,12 @@ func TestSpinBudget(t *testing.T) {
 }
 
 // TestMetaWorker: calls run one at a time in order; a call queued when
-// close is called still runs; close returns once the worker has ended; a
-// nil worker runs calls on a goroutine each and closes as a no-op.
+// stop is called still runs, and then the worker ends (its WaitGroup
+// done); a nil worker runs calls on a goroutine each and stops as a no-op.
 func TestMetaWorker(t *testing.T) {
 	b := &spinBudget{max: 1}
-	w := startMetaWorker(b)
+	var wg sync.WaitGroup
+	w := startMetaWorker(b, &wg)
 	var running atomic.Int32
 	var order []int
 	done := make(chan int, 1)
@@ -104,14 +106,15 @@ func TestMetaWorker(t *testing.T) {
 	}
 	var last atomic.Bool
 	w.call(func() { time.Sleep(time.Millisecond); last.Store(true) })
-	w.close()
+	w.stop()
+	wg.Wait()
 	if !last.Load() {
-		t.Fatal("close returned before the queued call ran")
+		t.Fatal("the worker ended before the call queued at stop ran")
 	}
 	select {
 	case <-w.done:
 	default:
-		t.Fatal("close returned before the worker ended")
+		t.Fatal("the WaitGroup was done before the worker ended")
 	}
 	for i, v := range order {
 		if v != i {
@@ -119,7 +122,7 @@ func TestMetaWorker(t *testing.T) {
 		}
 	}
 	if n := b.n.Load(); n != 0 {
-		t.Fatalf("budget holds %d spinners after close", n)
+		t.Fatalf("budget holds %d spinners after the worker ended", n)
 	}
 
 	var nw *metaWorker
@@ -128,5 +131,5 @@ func TestMetaWorker(t *testing.T) {
 	if v := awaitMeta(b, ch); v != 1 {
 		t.Fatalf("nil worker's call answered %d", v)
 	}
-	nw.close()
+	nw.stop()
 }

@@ -510,13 +510,13 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 	// (their keys were failed with the rest: nothing was enqueued for
 	// them).
 	// Those prefetches run on the pipeline's metaWorker (handoff.go),
-	// closed once the last one is taken.
+	// stopped once the last one is taken.
 	var next chan putMeta
 	var nreqs []master.PutStartReq
 	var nidx []int
 	var w *metaWorker
 	defer func() {
-		defer w.close()
+		defer w.stop()
 		if next == nil {
 			return
 		}
@@ -539,7 +539,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 	// put) makes no goroutine hand-off. A longer one starts its worker
 	// first, so that it is running by the time of the first prefetch.
 	if !done && ahead.more() {
-		w = startMetaWorker(&s.spin)
+		w = startMetaWorker(&s.spin, &s.workers)
 	}
 	m := s.putStart(ctx, reqs)
 	for !done {
@@ -1063,7 +1063,7 @@ func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream
 	var next chan getMeta
 	var w *metaWorker // runs the prefetches (handoff.go)
 	defer func() {
-		defer w.close()
+		defer w.stop()
 		if next != nil {
 			leases = appendLeases(leases, (<-next).res)
 		}
@@ -1074,7 +1074,7 @@ func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream
 	// get) makes no goroutine hand-off. A longer one starts its worker
 	// first, so that it is running by the time of the first prefetch.
 	if hi < len(q) {
-		w = startMetaWorker(&s.spin)
+		w = startMetaWorker(&s.spin, &s.workers)
 	}
 	m := s.getReplicas(ctx, q[:hi])
 	for lo := 0; lo < len(q); {

@@ -307,8 +307,8 @@ func goroutineLives(id uint64) bool {
 // call on the caller's goroutine and every prefetched one (the next
 // chunk's, while this one copies) on one goroutine of its own — not a new
 // goroutine per call, whose start cost 30–190 µs on the H200 host — and
-// that goroutine has ended when the batch returns. A batch of one chunk
-// makes its only call on the caller's goroutine.
+// that goroutine has ended when the Store's Close returns. A batch of one
+// chunk makes its only call on the caller's goroutine.
 func TestPipelineMetaWorker(t *testing.T) {
 	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
 	ctx := context.Background()
@@ -320,6 +320,7 @@ func TestPipelineMetaWorker(t *testing.T) {
 	m := &goroutineSpy{Client: e.mc}
 	st := openThrough(t, e, m, "worker")
 	me := goroutineID()
+	var workers []uint64
 	check := func(op string, calls []uint64) {
 		t.Helper()
 		if len(calls) < 4 || calls[0] != me {
@@ -331,9 +332,7 @@ func TestPipelineMetaWorker(t *testing.T) {
 				t.Fatalf("%s: calls on goroutines %v; want every prefetch on one worker, not the caller's (%d)", op, calls, me)
 			}
 		}
-		if goroutineLives(w) {
-			t.Fatalf("%s: worker goroutine %d still runs after the batch returned", op, w)
-		}
+		workers = append(workers, w)
 	}
 	for i, err := range st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
 		if err != nil {
@@ -359,5 +358,16 @@ func TestPipelineMetaWorker(t *testing.T) {
 	if len(m.puts) != 1 || m.puts[0] != me || len(m.gets) != 1 || m.gets[0] != me {
 		t.Fatalf("one-key batches: PutStart on %v, GetReplicas on %v; want each once on the caller's goroutine %d", m.puts, m.gets, me)
 	}
-	closeThrough(t, e, st)
+	if _, err := st.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range workers {
+		if goroutineLives(w) {
+			t.Fatalf("worker goroutine %d still runs after the Store closed", w)
+		}
+	}
+	e.close()
 }

@@ -154,11 +154,12 @@ type Store struct {
 	mounted atomic.Pointer[pool.Pool]
 
 	closeTimeout time.Duration
-	chunk        int        // Options.PipelineChunk
-	parts        int        // Options.BatchParts, resolved
-	putParts     int        // the same for puts
-	embedded     bool       // the master is in this process (master.IsEmbedded)
-	spin         spinBudget // the pipelines' hand-offs (handoff.go)
+	chunk        int            // Options.PipelineChunk
+	parts        int            // Options.BatchParts, resolved
+	putParts     int            // the same for puts
+	embedded     bool           // the master is in this process (master.IsEmbedded)
+	spin         spinBudget     // the pipelines' hand-offs (handoff.go)
+	workers      sync.WaitGroup // the pipelines' metaWorkers, stopped by their pipelines
 	rel          releaser
 	keeper       viewKeeper // renews held Views' leases (views.go)
 	exitOnClose  bool
@@ -762,7 +763,8 @@ const StaleSocketAge = 10 * time.Second
 const CloseTimeout = 30 * time.Second
 
 // Close tears the Store down. Teardown order:
-//  1. refuse new operations and wait (bounded) for those in flight;
+//  1. refuse new operations and wait (bounded) for those in flight, then
+//     for their pipelines' workers (stopped as each pipeline returned);
 //  2. release the Views still held (their leases end, their mappings are
 //     released) and stop renewing views; stop heartbeats;
 //  3. close the provider pool (unmount → unregister fds → unmap → free VA →
@@ -832,6 +834,10 @@ func (s *Store) teardown() error {
 		releaseCtx  = "release context"
 	)
 	err := s.mu.done.Run(
+		teardown.Step{Name: "join pipeline workers", Do: func() error {
+			s.workers.Wait() // each ends after its last call, which has returned
+			return nil
+		}},
 		teardown.Step{Name: "release views", Do: func() error {
 			for _, v := range s.keeper.stop() {
 				v.Release() // the caller's kernels reading them are done (Views' contract)
