@@ -15,10 +15,10 @@ import (
 // it runnable, and while that P's goroutine keeps running — the pipeline,
 // resolving the chunk before — another P may take it only after sleeping
 // 3 µs, which Linux's default 50 µs timer slack stretches. On the H200 host
-// each chunk's PutStart so began 30–190 µs (mostly 60–80) after the
+// each chunk's PutStart so began 9–203 µs (middle half 61–81) after the
 // pipeline asked for it, with the master idle meanwhile: at 16 KiB a fifth
-// of a batch's time (docs/perf/logs-2026-12-02-s11/runA, the timeline's
-// "asked" against the chunk before's "received").
+// of a batch's time (docs/perf/logs-2026-12-02-s11/runA/timeline.txt, by
+// timeline.py there).
 //
 // So each pipeline of more than one chunk has one metaWorker, started
 // before its first master call and stopped when it returns, that runs the

@@ -418,11 +418,11 @@ func (a *aheadSource) next() ([]master.PutStartReq, []int, bool) {
 	return a.reqs, a.idx, a.done
 }
 
-// rest fails with err every key not yielded by next, those of a chunk
-// built ahead included (putSource.rest).
 // more reports whether a chunk is built ahead or the source has more keys.
 func (a *aheadSource) more() bool { return a.ready && !a.done || a.src.more() }
 
+// rest fails with err every key not yielded by next, those of a chunk
+// built ahead included (putSource.rest).
 func (a *aheadSource) rest(errs []error, err error) {
 	if a.ready {
 		for _, i := range a.idx {

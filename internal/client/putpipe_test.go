@@ -306,7 +306,7 @@ func goroutineLives(id uint64) bool {
 // TestPipelineMetaWorker: a batch of many chunks makes its first master
 // call on the caller's goroutine and every prefetched one (the next
 // chunk's, while this one copies) on one goroutine of its own — not a new
-// goroutine per call, whose start cost 30–190 µs on the H200 host — and
+// goroutine per call, whose start cost 9–203 µs on the H200 host — and
 // that goroutine has ended when the Store's Close returns. A batch of one
 // chunk makes its only call on the caller's goroutine.
 func TestPipelineMetaWorker(t *testing.T) {
