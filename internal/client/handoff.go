@@ -24,12 +24,15 @@ import (
 // before its first master call and stopped when it returns, that runs the
 // calls one at a time. The Store owns the workers: Close waits for them
 // (a pipeline does not: a caller locked to its thread, as the C ABI's is,
-// would park for the worker's exit and wait for its thread to be woken). Both sides wait spinning, for up to handOffSpin,
-// before they park: the worker for the next call, the pipeline for a
-// call's answer. While neither parks no goroutine is made runnable, and a
-// hand-off takes what an atomic load takes. A side that parked is woken as
-// before (and the worker yields its P after each call, so that a pipeline
-// woken by the answer runs at once on it). Spinning costs a core while it
+// would park for the worker's exit and wait for its thread to be woken).
+// With an embedded master a put pipeline's worker also runs its PutEnds
+// (putPipe.w), so that one goroutine, not two, takes the master's lock.
+// Both sides wait spinning, for up to handOffSpin, before they park: the
+// worker for the next call, the pipeline for a call's answer. While
+// neither parks no goroutine is made runnable, and a hand-off takes what
+// an atomic load takes. A side that parked is woken as before (and the
+// worker yields its P after each call, so that a pipeline woken by the
+// answer runs at once on it). Spinning costs a core while it
 // lasts; a Store lets at most half of GOMAXPROCS goroutines spin at once
 // (spinBudget), none with GOMAXPROCS 1, where a spinner would only keep
 // the other side from running.
@@ -96,13 +99,20 @@ func spinRecv[T any](b *spinBudget, ch <-chan T) (v T, ok bool) {
 // for it (Store.workers).
 type metaWorker struct {
 	spin *spinBudget
-	jobs chan func() // at most one queued: a pipeline has one call ahead
+	// jobs are the calls queued: a put pipeline's one PutStart ahead and
+	// the PutEnds of the chunks it has seen complete (putPipe.w), which
+	// sending must not wait for while the worker runs the call before.
+	jobs chan func()
 	done chan struct{}
 }
 
+// workerQueue is how many calls a metaWorker queues before a send waits:
+// one PutStart, the PutEnds of up to pipeDepth chunks and finish's marker.
+const workerQueue = pipeDepth + 2
+
 // startMetaWorker starts a worker counted in wg.
 func startMetaWorker(spin *spinBudget, wg *sync.WaitGroup) *metaWorker {
-	w := &metaWorker{spin: spin, jobs: make(chan func(), 1), done: make(chan struct{})}
+	w := &metaWorker{spin: spin, jobs: make(chan func(), workerQueue), done: make(chan struct{})}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -125,9 +135,10 @@ func (w *metaWorker) run() {
 	}
 }
 
-// call runs f on the worker; without one (nil: a pipeline of one chunk
-// starts none) on a goroutine of its own. The caller waits for f's answer
-// (awaitMeta) before its next call.
+// call runs f on the worker, after the calls queued before it; without a
+// worker (nil: a pipeline of one chunk starts none) on a goroutine of its
+// own. A pipeline waits for a prefetch's answer (awaitMeta) before it
+// queues its next prefetch.
 func (w *metaWorker) call(f func()) {
 	if w == nil {
 		go f()
@@ -136,7 +147,7 @@ func (w *metaWorker) call(f func()) {
 	w.jobs <- f
 }
 
-// stop lets the worker end once its queued call has run; done is closed
+// stop lets the worker end once its queued calls have run; done is closed
 // when it has. A nil worker is a no-op.
 func (w *metaWorker) stop() {
 	if w != nil {

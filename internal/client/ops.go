@@ -540,6 +540,9 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 	// first, so that it is running by the time of the first prefetch.
 	if !done && ahead.more() {
 		w = startMetaWorker(&s.spin, &s.workers)
+		if s.embedded {
+			p.w = w
+		}
 	}
 	m := s.putStart(ctx, reqs)
 	for !done {
@@ -698,7 +701,17 @@ type putPipe struct {
 	// to end while more may follow (ended closes when the ender is done).
 	ends    chan putChunk
 	ended   chan struct{}
-	handOff bool // an ender may be started (putPart's only)
+	handOff bool // its PutEnds may run off the loop (putPart's only)
+	// w, when set (an embedded master), ends the chunks instead of an
+	// ender: the worker that runs the pipeline's PutStarts runs its
+	// PutEnds between them (endsQueued: some are queued). The master's
+	// lock is then taken by one goroutine of the pipeline, not two: with
+	// an ender the H200 host's master held it 0.55–0.61 µs per 4 KiB put
+	// of the 0.62–0.73 a put took, and each of the two waited for the
+	// other 0.07 (PutStart) and 0.16–0.20 µs (PutEnd) per key
+	// (docs/perf/logs-2026-12-02-s12/runB).
+	w          *metaWorker
+	endsQueued bool
 	// broken is a copy failure: the stream was drained, and no chunk
 	// enqueued after it is trusted (their puts are revoked).
 	broken error
@@ -772,6 +785,14 @@ func (p *putPipe) finish() {
 		<-p.ended
 		p.ends = nil
 	}
+	if p.endsQueued {
+		// The worker runs its calls in order: once this one has run, so
+		// have the PutEnds queued before it.
+		done := make(chan struct{})
+		p.w.call(func() { close(done) })
+		spinRecv(&p.s.spin, done)
+		p.endsQueued = false
+	}
 	for len(p.queue) > 0 {
 		p.endOldest(false)
 	}
@@ -780,12 +801,12 @@ func (p *putPipe) finish() {
 // endOldest waits for the oldest chunk in flight and ends its puts — or,
 // when its copies or an earlier chunk's failed, drains the stream and
 // revokes them. With more (later chunks may follow) and handOff the PutEnd
-// goes to the ender goroutine, started for it, so that the caller's loop
-// resolves and submits the next chunks meanwhile instead of waiting for
-// the master (with an embedded one PutEnd was 0.25–0.32 µs per key of a
-// 4 KiB put's 1.0–1.3 µs on the H200, in series with the rest). A
-// pipeline of only a few chunks (a single put among them) ends them
-// inline: no hand-off.
+// goes to the pipeline's worker (p.w) or else to the ender goroutine,
+// started for it, so that the caller's loop resolves and submits the next
+// chunks meanwhile instead of waiting for the master (with an embedded one
+// PutEnd was 0.25–0.32 µs per key of a 4 KiB put's 1.0–1.3 µs on the H200,
+// in series with the rest). A pipeline of only a few chunks (a single put
+// among them) ends them inline: no hand-off.
 func (p *putPipe) endOldest(more bool) {
 	c := p.queue[0]
 	p.queue = p.queue[1:]
@@ -804,6 +825,11 @@ func (p *putPipe) endOldest(more bool) {
 	}
 	if p.broken != nil {
 		p.fail(c, p.broken)
+		return
+	}
+	if more && p.handOff && p.w != nil {
+		p.w.call(func() { p.end(c) })
+		p.endsQueued = true
 		return
 	}
 	if more && p.handOff && p.ends == nil {

@@ -97,10 +97,16 @@ func closeThrough(t *testing.T, e *env, st *client.Store) {
 }
 
 // TestBatchPutEndsBeforeReturn: a batch of many chunks ends its puts off
-// the caller's loop (the ender), and still every put is ended or failed
-// when BatchPut returns, in batch order, with each PutEnd failure at its
-// key's position.
+// the caller's loop (on the ender, or with an embedded master on the
+// pipeline's worker), and still every put is ended or failed when BatchPut
+// returns, in batch order, with each PutEnd failure at its key's position.
 func TestBatchPutEndsBeforeReturn(t *testing.T) {
+	for _, embedded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("embedded=%v", embedded), func(t *testing.T) { testBatchPutEndsBeforeReturn(t, embedded) })
+	}
+}
+
+func testBatchPutEndsBeforeReturn(t *testing.T, embedded bool) {
 	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
 	ctx := context.Background()
 	const n, size = 64, 4096
@@ -110,6 +116,9 @@ func TestBatchPutEndsBeforeReturn(t *testing.T) {
 	keys, srcs, dsts := slabs("ends", src, dst, n, size)
 	m := &slowEnds{Client: e.mc, delay: 3 * time.Millisecond, revoke: map[string]bool{keys[9]: true, keys[40]: true, keys[63]: true}}
 	st := openThrough(t, e, m, "slow-ends")
+	if embedded {
+		client.ForceEmbedded(st)
+	}
 	errs := st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{})
 	vis, err := e.mc.Exists(ctx, keys, false)
 	if err != nil {
@@ -265,11 +274,18 @@ func TestBatchPutCopyFailsWithEnder(t *testing.T) {
 }
 
 // goroutineSpy is a master client that records the goroutine each
-// PutStart and GetReplicas call ran on.
+// PutStart, PutEnd and GetReplicas call ran on.
 type goroutineSpy struct {
 	master.Client
-	mu         sync.Mutex
-	puts, gets []uint64
+	mu               sync.Mutex
+	puts, ends, gets []uint64
+}
+
+func (m *goroutineSpy) PutEnd(ctx context.Context, puts []master.PutRef) []error {
+	m.mu.Lock()
+	m.ends = append(m.ends, goroutineID())
+	m.mu.Unlock()
+	return m.Client.PutEnd(ctx, puts)
 }
 
 func (m *goroutineSpy) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]master.PutStartResult, error) {
@@ -370,4 +386,55 @@ func TestPipelineMetaWorker(t *testing.T) {
 		}
 	}
 	e.close()
+}
+
+// TestPipelineEndsOnWorker: with an embedded master a batch of many
+// chunks runs its PutEnds on the pipeline's worker, the goroutine of its
+// PutStarts (the last chunks' on the caller's, inline), so that one
+// goroutine, not two, takes the master's lock; with another master an
+// ender goroutine of its own runs them, next to the worker's PutStarts.
+func TestPipelineEndsOnWorker(t *testing.T) {
+	for _, embedded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("embedded=%v", embedded), func(t *testing.T) {
+			e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
+			ctx := context.Background()
+			const n, size = 64, 4096
+			src := devBuf(t, e, n*size)
+			fillRandom(t, e, src, n*size, rand.New(rand.NewPCG(7, 8)))
+			keys, srcs, _ := slabs("ends-on", src, src, n, size)
+			m := &goroutineSpy{Client: e.mc}
+			st := openThrough(t, e, m, "ends-on")
+			if embedded {
+				client.ForceEmbedded(st)
+			}
+			me := goroutineID()
+			for i, err := range st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
+				if err != nil {
+					t.Fatalf("put %s: %v", keys[i], err)
+				}
+			}
+			if len(m.puts) < 4 || len(m.ends) < 4 {
+				t.Fatalf("PutStart on %v, PutEnd on %v: want several calls of each", m.puts, m.ends)
+			}
+			w := m.puts[1]
+			onWorker, onOther := 0, 0
+			for _, id := range m.ends {
+				switch id {
+				case w:
+					onWorker++
+				case me:
+				default:
+					onOther++
+				}
+			}
+			if embedded && (onWorker == 0 || onOther > 0) {
+				t.Fatalf("PutEnd on %v (worker %d, caller %d): want them on the worker, the last ones on the caller", m.ends, w, me)
+			}
+			if !embedded && (onWorker > 0 || onOther == 0) {
+				t.Fatalf("PutEnd on %v (worker %d, caller %d): want them on an ender, not the worker", m.ends, w, me)
+			}
+			wantNoPending(t, e)
+			closeThrough(t, e, st)
+		})
+	}
 }
