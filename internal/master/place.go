@@ -67,27 +67,63 @@ func tierOrder(p *Placement) []segment.Tier {
 	return tierOrders[0]
 }
 
-// placeLocked allocates r's replicas, tagged with the object slot, into out.
-// writer is r's writer, the registered client r.Placement.Client. When they
-// do not fit it evicts and tries once more; then ErrNoSpace. On error
-// nothing stays allocated.
-func (s *Service) placeLocked(r *PutStartReq, writer *clientState, slot uint32, now int64, out []replica) ([]replica, error) {
-	n := max(r.Replicas, 1)
-	tiers := tierOrder(&r.Placement)
-	t := targetOf(&r.Placement, writer)
-	cands := s.mu.place.candidatesFor(t.writer, t.node)
+// placePlan is what placing a put takes from its placement and writer
+// alone: the tiers, the target, the candidate segments and their limits.
+// A PutStart's puts mostly share one placement, so it makes the plan once
+// per run of puts that do (plan) rather than once per put: on the H200
+// host that was a sixth of PutStart's time under the lock
+// (docs/perf/logs-2026-12-02-s12/runB/mbench.pprof).
+type placePlan struct {
+	ok bool
+	// What it was made for: the placement's fields it depends on, the
+	// writer, and the index's version (its groups and node buckets).
+	tier         segment.Tier
+	tierOnly     bool
+	client, node string
+	numa, dev    int32
+	writer       *clientState
+	version      uint64
+	tiers        []segment.Tier
+	t            target
+	cands        *candidates
+	largest      uint64
+	segs, far    int
+}
+
+// planLocked returns the plan of p written by writer: pl itself when it
+// was made for them and is current, else pl remade.
+func (s *Service) planLocked(pl *placePlan, p *Placement, writer *clientState) *placePlan {
+	ix := &s.mu.place
+	if pl.ok && pl.writer == writer && pl.version == ix.version && pl.tier == p.Tier && pl.tierOnly == p.TierOnly &&
+		pl.numa == p.NUMANode && pl.dev == p.Device && pl.client == p.Client && pl.node == p.Node {
+		return pl
+	}
+	*pl = placePlan{ok: true, tier: p.Tier, tierOnly: p.TierOnly, client: p.Client, node: p.Node, numa: p.NUMANode, dev: p.Device,
+		writer: writer, version: ix.version, tiers: tierOrder(p), t: targetOf(p, writer)}
+	pl.cands = ix.candidatesFor(pl.t.writer, pl.t.node)
 	// Size against segment limits: a size no segment of the allowed tiers
 	// could ever hold is a bad request, not a full store.
-	var largest uint64
-	segs, far := 0, 0
-	for _, tier := range tiers {
-		far += s.mu.place.mounted[tier]
-		for _, g := range cands.groups[tier] {
-			largest = max(largest, g.max)
-			segs += g.n
+	for _, tier := range pl.tiers {
+		pl.far += ix.mounted[tier]
+		for _, g := range pl.cands.groups[tier] {
+			pl.largest = max(pl.largest, g.max)
+			pl.segs += g.n
 		}
 	}
-	far -= segs
+	pl.far -= pl.segs
+	return pl
+}
+
+// placeLocked allocates r's replicas, tagged with the object slot, into out.
+// writer is r's writer, the registered client r.Placement.Client; pl is a
+// plan to reuse (planLocked), made again when it is not r's. When the
+// replicas do not fit it evicts and tries once more; then ErrNoSpace. On
+// error nothing stays allocated.
+func (s *Service) placeLocked(r *PutStartReq, writer *clientState, pl *placePlan, slot uint32, now int64, out []replica) ([]replica, error) {
+	n := max(r.Replicas, 1)
+	pl = s.planLocked(pl, &r.Placement, writer)
+	tiers, t, cands := pl.tiers, pl.t, pl.cands
+	largest, segs, far := pl.largest, pl.segs, pl.far
 	if segs == 0 && far > 0 {
 		return out, fmt.Errorf("%w: key %q: none of the %d segments in tiers %v is reachable from writer %q on node %q (fabric domain %q): posix_fd segments only from their host, fabric segments only within their fabric domain",
 			ErrNoSpace, r.Key, far, tiers, r.Placement.Client, t.writer.node, t.writer.domain)

@@ -905,6 +905,7 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 	backing := make([]Replica, 0, nrep)
 	var scratch []replica
 	var writer *clientState
+	var plan placePlan // the last put's, reused by the next put of the same placement
 	f := newBatchFinder(&s.mu.objs, len(reqs), func(i int) string { return reqs[i].Key })
 	for i := range reqs {
 		if out[i].Err != nil {
@@ -942,7 +943,7 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 			}
 		}
 		slot := s.mu.objs.alloc()
-		scratch, out[i].Err = s.placeLocked(r, writer, slot, now, scratch[:0])
+		scratch, out[i].Err = s.placeLocked(r, writer, &plan, slot, now, scratch[:0])
 		if out[i].Err != nil {
 			s.mu.objs.release(slot)
 			continue
