@@ -706,9 +706,9 @@ type putPipe struct {
 	// ender: the worker that runs the pipeline's PutStarts runs its
 	// PutEnds between them (endsQueued: some are queued). The master's
 	// lock is then taken by one goroutine of the pipeline, not two: with
-	// an ender the H200 host's master held it 0.55–0.61 µs per 4 KiB put
-	// of the 0.62–0.73 a put took, and each of the two waited for the
-	// other 0.07 (PutStart) and 0.16–0.20 µs (PutEnd) per key
+	// an ender the H200 host's master held it 0.52–0.61 µs per 4–16 KiB
+	// put of the 0.60–0.73 a put took, and each of the two waited for the
+	// other, 0.06–0.08 (PutStart) and 0.16–0.20 µs (PutEnd) per key
 	// (docs/perf/logs-2026-12-02-s12/runB).
 	w          *metaWorker
 	endsQueued bool
