@@ -76,7 +76,8 @@ func tierOrder(p *Placement) []segment.Tier {
 type placePlan struct {
 	ok bool
 	// What it was made for: the placement's fields it depends on, the
-	// writer, and the index's version (its groups and node buckets).
+	// writer, and the segments mounted (Service.mu.segVersion: a put may
+	// expire a writer, whose segments are then dropped).
 	tier         segment.Tier
 	tierOnly     bool
 	client, node string
@@ -94,12 +95,12 @@ type placePlan struct {
 // was made for them and is current, else pl remade.
 func (s *Service) planLocked(pl *placePlan, p *Placement, writer *clientState) *placePlan {
 	ix := &s.mu.place
-	if pl.ok && pl.writer == writer && pl.version == ix.version && pl.tier == p.Tier && pl.tierOnly == p.TierOnly &&
+	if pl.ok && pl.writer == writer && pl.version == s.mu.segVersion && pl.tier == p.Tier && pl.tierOnly == p.TierOnly &&
 		pl.numa == p.NUMANode && pl.dev == p.Device && pl.client == p.Client && pl.node == p.Node {
 		return pl
 	}
 	*pl = placePlan{ok: true, tier: p.Tier, tierOnly: p.TierOnly, client: p.Client, node: p.Node, numa: p.NUMANode, dev: p.Device,
-		writer: writer, version: ix.version, tiers: tierOrder(p), t: targetOf(p, writer)}
+		writer: writer, version: s.mu.segVersion, tiers: tierOrder(p), t: targetOf(p, writer)}
 	pl.cands = ix.candidatesFor(pl.t.writer, pl.t.node)
 	// Size against segment limits: a size no segment of the allowed tiers
 	// could ever hold is a bad request, not a full store.

@@ -937,3 +937,31 @@ func TestPlacementSlack(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPlanAfterWriterExpiry: a PutStart batch in which one put expires its
+// writer (whose segments are then dropped) places its later puts against
+// the segments left, not a plan made before the drop: a size only the
+// dropped segment could hold is ErrInvalid, as in a batch of its own.
+func TestPlanAfterWriterExpiry(t *testing.T) {
+	e := newEnvWith(t, testConfig(), transports["embedded"])
+	a := e.register("a", "h", 0, 0)
+	b := e.registerTTL("b", time.Minute)
+	e.mount(desc("seg-a", a, "h", segment.TierDRAM, 0, 1<<20))
+	e.mount(desc("seg-b", b, "h", segment.TierDRAM, 0, 8<<20))
+	e.clk.Advance(2 * time.Minute) // b's registration ran out; nothing has noticed yet
+	by := func(c string) Placement { p := NoPlacement; p.Client = c; return p }
+	res, err := e.c.PutStart(e.ctx, []PutStartReq{
+		{Key: "k1", Size: 4096, Placement: by(a)},
+		{Key: "k2", Size: 4096, Placement: by(b)}, // expires b: seg-b is dropped
+		{Key: "k3", Size: 4 << 20, Placement: by(a)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Err != nil || res[1].Err == nil {
+		t.Fatalf("k1: %v (want nil), k2: %v (want its writer's expiry)", res[0].Err, res[1].Err)
+	}
+	if !errors.Is(res[2].Err, ErrInvalid) || !strings.Contains(res[2].Err.Error(), "exceeds the largest segment") {
+		t.Fatalf("k3 (4 MiB, only the dropped 8 MiB segment held it): %v; want ErrInvalid, exceeds the largest segment", res[2].Err)
+	}
+}
