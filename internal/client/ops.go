@@ -102,10 +102,10 @@ func (s *Store) checkRegions(key string, rs []Region) error {
 // memory pass. Nothing is enqueued for a failed key.
 //
 // It returns the registered buffers the batch's regions touch, each held
-// (one use per batch, taken under the lock it takes once per batch) so that
-// UnregisterBuffer waits for the batch: the caller passes them to release
-// once its copies are complete or failed. A region in a buffer that is
-// being unregistered fails its key with ErrNotRegistered.
+// (one use per call) so that UnregisterBuffer waits for the batch: the
+// caller passes them to release once its copies are complete or failed. A
+// region in a buffer that is being unregistered fails its key with
+// ErrNotRegistered. The parts of a split get each check their own keys.
 func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) (held []*registration) {
 	type probe struct{ key, region int }
 	var (
@@ -113,11 +113,11 @@ func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) (held
 		who  []probe
 	)
 	// last is the registered buffer the previous region lay within: held
-	// already, and not being unregistered (that needs s.mu). Registrations
-	// do not overlap, so a region within it touches no other one — the
-	// common case (a KV cache is one registered buffer) costs no search.
+	// already, so not unregistered meanwhile. Registrations do not
+	// overlap, so a region within it touches no other one — the common
+	// case (a KV cache is one registered buffer) costs no search and no
+	// lock: the parts of a split batch check their keys at once.
 	var last *registration
-	s.mu.Lock()
 	for i, k := range keys {
 		if errs[i] = s.checkRegions(k, bufs[i]); errs[i] != nil {
 			continue
@@ -127,7 +127,9 @@ func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) (held
 			if last != nil && uint64(r.Ptr) >= last.ptr && uint64(r.Ptr)+r.Len <= last.ptr+last.size {
 				continue
 			}
+			s.mu.Lock()
 			inside, err := s.holdLocked(r.Ptr, r.Len, &held)
+			s.mu.Unlock()
 			if err != nil {
 				errs[i] = fmt.Errorf("key %q: region %d: %w", k, j, err)
 				who, ptrs = who[:n0], ptrs[:2*n0]
@@ -141,7 +143,6 @@ func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) (held
 			who = append(who, probe{i, j})
 		}
 	}
-	s.mu.Unlock()
 	if len(ptrs) == 0 {
 		return held
 	}
@@ -1001,17 +1002,52 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 		return fill(errs, err)
 	}
 	defer s.exit()
-	q := make([]string, 0, len(keys))
-	idx := make([]int, 0, len(keys))
-	ph := s.phases.get.begin(len(keys))
-	held := s.checkBuffers(keys, dsts, errs)
+	s.phases.get.begin(len(keys)) // the parts time themselves
+	// Every lease granted is released once the copies are complete (or
+	// failed) and the mappings released: objects removed meanwhile are
+	// freed at once.
+	var leases []uint64
+	defer func() { s.releaseIDs(ctx, leases) }()
+	// A large batch is split over cores: each part checks its keys and
+	// runs its own pipeline (master calls, resolution, submission on the
+	// caller's stream), so the per-key work of this process and of the
+	// master's read path runs on several cores at once. The caller runs
+	// the first part itself. (Checking the whole batch before the split
+	// took 0.18–0.27 ms of a 4096-key batch on the H200 host, before any
+	// part started, and the last part spawned started 21–104 µs after the
+	// others: docs/perf/logs-2026-12-02-s12/runG.)
+	n := s.batchParts(s.parts, len(keys))
+	if n == 1 {
+		leases = s.getRange(ctx, keys, dsts, 0, len(keys), stream, sizes, plan, errs)
+		return errs
+	}
+	parts := make([][]uint64, n)
+	var wg sync.WaitGroup
+	for p := 1; p < n; p++ {
+		lo, hi := p*len(keys)/n, (p+1)*len(keys)/n
+		wg.Go(func() { parts[p] = s.getRange(ctx, keys, dsts, lo, hi, stream, sizes, plan, errs) })
+	}
+	parts[0] = s.getRange(ctx, keys, dsts, 0, len(keys)/n, stream, sizes, plan, errs)
+	wg.Wait()
+	leases = slices.Concat(parts...)
+	return errs
+}
+
+// getRange runs the part of a batch get of keys[lo:hi]: it checks and
+// holds their destinations (released once its copies are complete or
+// failed), maps their names and gets them (getPart). It writes errs and
+// sizes in [lo, hi) only, and returns the lease ids it was granted.
+func (s *Store) getRange(ctx context.Context, keys []string, dsts [][]Region, lo, hi int, stream cuda.Stream, sizes []uint64, plan copyPlan, errs []error) []uint64 {
+	ph := phaseTimer{last: time.Now()}
+	held := s.checkBuffers(keys[lo:hi], dsts[lo:hi], errs[lo:hi])
 	defer func() { s.release(held) }()
-	ph.lap(&s.phases.get.check)
-	for i, k := range keys {
+	q := make([]string, 0, hi-lo)
+	idx := make([]int, 0, hi-lo)
+	for i := lo; i < hi; i++ {
 		if errs[i] != nil {
 			continue
 		}
-		sk, err := s.storedKey(k)
+		sk, err := s.storedKey(keys[i])
 		if err != nil {
 			errs[i] = err
 			continue
@@ -1019,36 +1055,11 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 		q = append(q, sk)
 		idx = append(idx, i)
 	}
+	ph.lap(&s.phases.get.check)
 	if len(q) == 0 {
-		return errs
+		return nil
 	}
-	// Every lease granted is released once the copies are complete (or
-	// failed) and the mappings released: objects removed meanwhile are
-	// freed at once.
-	var leases []uint64
-	defer func() { s.releaseIDs(ctx, leases) }()
-	// A large batch is split over cores: each part runs its own pipeline
-	// (master calls, resolution, submission on the caller's stream), so
-	// the per-key work of the master's read path and of this process runs
-	// on several cores at once.
-	n := s.batchParts(s.parts, len(q))
-	if n == 1 {
-		leases = s.getPart(ctx, keys, q, idx, stream, sizes, plan, errs)
-	} else {
-		parts := make([][]uint64, n)
-		var wg sync.WaitGroup
-		for p := range n {
-			lo, hi := p*len(q)/n, (p+1)*len(q)/n
-			wg.Go(func() { parts[p] = s.getPart(ctx, keys, q[lo:hi], idx[lo:hi], stream, sizes, plan, errs) })
-		}
-		wg.Wait()
-		leases = slices.Concat(parts...)
-	}
-	ph = phaseTimer{last: time.Now()} // the parts timed themselves
-	s.release(held)
-	held = nil
-	ph.lap(&s.phases.get.copy)
-	return errs
+	return s.getPart(ctx, keys, q, idx, stream, sizes, plan, errs)
 }
 
 // batchParts returns how many parts a batch put or get of n keys is split

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/kvfabric/kvfabric/internal/client"
 	"github.com/kvfabric/kvfabric/internal/cuda"
@@ -36,8 +38,9 @@ func leasesHeld(t *testing.T, e *env) int {
 
 // TestBatchGetParts: a batch get split into parts (Options.BatchParts), run
 // by two callers at once, returns every key's own bytes, size and error at
-// its own position — missing keys and too-small buffers interleaved with
-// the rest — and leaves no lease behind.
+// its own position — missing keys, too-small buffers, and the keys each
+// part's own checks refuse (a pageable destination, a reserved name)
+// interleaved with the rest — and leaves no lease behind.
 func TestBatchGetParts(t *testing.T) {
 	e := newEnvParts(t, sim.Config{}, egmProvider("32MiB"), master.Config{LeaseTTL: time.Hour}, nil, 4)
 	ctx := context.Background()
@@ -73,18 +76,35 @@ func TestBatchGetParts(t *testing.T) {
 				t.Error(err)
 				return
 			}
+			pageable := make([]byte, slot) // ordinary Go memory: never registered
 			dsts := make([][]client.Region, n)
+			gkeys := append([]string(nil), keys...)
 			for i := range dsts {
 				room := uint64(slot)
 				if i%11 == 5 { // too small, unless the object is tiny
 					room = 1
 				}
 				dsts[i] = client.Bytes(uintptr(dst)+uintptr(i*slot), room)
+				switch {
+				case i%13 == 8:
+					dsts[i] = client.Bytes(uintptr(unsafe.Pointer(&pageable[0])), slot)
+				case i%17 == 9:
+					gkeys[i] = "\x00" + keys[i]
+				}
 			}
-			got, errs := e.cons.BatchGet(ctx, keys, dsts, 0)
+			got, errs := e.cons.BatchGet(ctx, gkeys, dsts, 0)
+			runtime.KeepAlive(pageable)
 			back := readBack(t, e, dst, n*slot)
 			for i, err := range errs {
 				switch {
+				case i%13 == 8:
+					if !errors.Is(err, client.ErrNotRegistered) || got[i] != 0 {
+						t.Errorf("caller %d: get %s into pageable memory: %d, %v, want ErrNotRegistered", c, keys[i], got[i], err)
+					}
+				case i%17 == 9:
+					if !errors.Is(err, client.ErrInvalidArgument) || got[i] != 0 {
+						t.Errorf("caller %d: get of a NUL-prefixed key: %d, %v, want ErrInvalidArgument", c, got[i], err)
+					}
 				case i%7 == 3:
 					if !errors.Is(err, client.ErrNotFound) {
 						t.Errorf("caller %d: get %s (never put): %v, want ErrNotFound", c, keys[i], err)
