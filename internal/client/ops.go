@@ -93,8 +93,9 @@ func (s *Store) checkRegions(key string, rs []Region) error {
 // checkBuffers sets errs[i] for every key whose regions are invalid
 // (checkRegions) or not memory the GPU can reach, and leaves the others
 // nil. A region inside one registered buffer is fine as is. Any other region
-// is asked about — its first and last byte, all regions of the batch in one
-// PointerMemoryTypes call, none at all when every region is registered —
+// is asked about — its first and last byte, all regions of the call in one
+// PointerMemoryTypes call (a get part's, a put pipeline chunk's), none at
+// all when every region is registered —
 // and fails its key with ErrNotRegistered when the driver does not know
 // either end: that is pageable host memory (or no memory), which the copy
 // engines refuse and the SM copy kernel would fault on, poisoning the CUDA
@@ -291,19 +292,34 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 	place := s.placement()
 	place.Segments = o.PreferredSegments
 	ph := s.phases.put.begin(len(keys))
-	held := s.checkBuffers(keys, srcs, errs)
-	defer func() { s.release(held) }()
-	ph.lap(&s.phases.put.check)
+	// The buffers' holds, released once every copy is complete or failed:
+	// the batch's (a split batch) or its pipeline's (lazy).
+	var held []*registration
+	var lazy *lazyPuts
+	release := func() {
+		s.release(held)
+		held = nil
+		if lazy != nil {
+			s.release(lazy.held)
+			lazy.held = nil
+		}
+	}
+	defer release()
 	s.reg.RLock()
 	inc := s.reg.incarnation
 	s.reg.RUnlock()
 	if s.batchParts(s.putParts, len(keys)) == 1 {
-		// One pipeline builds its requests chunk by chunk (lazyPuts), so
-		// the first chunk's master call and copies do not wait for the
-		// whole batch's: on the H200 building them took ~0.08 µs per key
-		// before any copy, 5 % of a 4096-key batch of 64 KiB objects.
-		s.putPart(ctx, keys, srcs, &lazyPuts{s: s, keys: keys, srcs: srcs, errs: errs, o: &o, place: place}, stream, inc, errs, true)
+		// One pipeline checks its keys and builds their requests chunk by
+		// chunk (lazyPuts), so the first chunk's master call and copies
+		// do not wait for the whole batch's: on the H200 building them
+		// took ~0.08 µs per key before any copy, 5 % of a 4096-key batch
+		// of 64 KiB objects, and checking a batch's buffers ahead of its
+		// split took 0.18–0.27 ms (gets, docs/perf/logs-2026-12-02-s12/runG).
+		lazy = &lazyPuts{s: s, keys: keys, srcs: srcs, errs: errs, o: &o, place: place}
+		s.putPart(ctx, keys, srcs, lazy, stream, inc, errs, true)
 	} else {
+		held = s.checkBuffers(keys, srcs, errs)
+		ph.lap(&s.phases.put.check)
 		// A large batch split over cores, as a get's (batchGet), needs
 		// every request first. Equal keys go to the same part, which
 		// keeps their batch order: what a batch that names a key twice
@@ -316,8 +332,7 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		wg.Wait()
 	}
 	ph = phaseTimer{last: time.Now()} // the parts timed themselves
-	s.release(held)
-	held = nil
+	release()
 	ph.lap(&s.phases.put.copy)
 	return errs
 }
@@ -355,8 +370,9 @@ type putSource interface {
 	more() bool
 }
 
-// lazyPuts builds the requests of a batch's keys (their buffers checked
-// and held by the caller) as its pipeline asks for them.
+// lazyPuts checks a batch's keys (checkBuffers) and builds their requests
+// as its pipeline asks for them. The caller releases held once every copy
+// of the batch is complete or failed.
 type lazyPuts struct {
 	s     *Store
 	keys  []string
@@ -365,6 +381,7 @@ type lazyPuts struct {
 	o     *PutOptions
 	place master.Placement
 	pos   int // keys before it were yielded
+	held  []*registration
 }
 
 func (l *lazyPuts) next(n int) ([]master.PutStartReq, []int, bool) {
@@ -373,6 +390,7 @@ func (l *lazyPuts) next(n int) ([]master.PutStartReq, []int, bool) {
 		return nil, nil, true
 	}
 	l.pos = hi
+	l.held = append(l.held, l.s.checkBuffers(l.keys[lo:hi], l.srcs[lo:hi], l.errs[lo:hi])...)
 	reqs, idx := l.s.putReqs(l.keys[lo:hi], l.srcs[lo:hi], l.errs[lo:hi], lo, l.o, l.place,
 		make([]master.PutStartReq, 0, hi-lo), make([]int, 0, hi-lo))
 	return reqs, idx, false

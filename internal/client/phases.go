@@ -11,7 +11,9 @@ import (
 // spends its time. Timestamps are taken per batch, never per block.
 type PhaseStats struct {
 	Calls, Keys uint64
-	// Check classifies the buffers' memory (one driver call per batch).
+	// Check classifies the buffers' memory (a driver call per get part or
+	// put pipeline chunk, none for registered buffers) and maps the keys'
+	// names.
 	Check time.Duration
 	// Meta is the master round trips (PutStart + PutEnd, or GetReplicas).
 	Meta time.Duration
