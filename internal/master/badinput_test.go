@@ -220,3 +220,45 @@ func FuzzRegisterClientID(f *testing.F) {
 		}
 	})
 }
+
+// TestPutEndBadKeys: PutEnd and PutRevoke refuse an empty, an oversized
+// and a non-UTF-8 key with ErrInvalid naming what is wrong, an unknown
+// key with ErrNotFound, each at its own position, and end or revoke the
+// valid puts of the same call.
+func TestPutEndBadKeys(t *testing.T) {
+	e := newEnvWith(t, testConfig(), transports["embedded"])
+	e.mount(desc("s", e.register("p", "h", 0, 0), "h", segment.TierDRAM, 0, 1<<20))
+	for _, op := range []string{"PutEnd", "PutRevoke"} {
+		good := e.putStart("good-"+op, 4096)
+		if good.Err != nil {
+			t.Fatal(good.Err)
+		}
+		refs := []PutRef{
+			{Key: "good-" + op, Token: good.Token},
+			{Key: "", Token: good.Token},
+			{Key: strings.Repeat("k", e.svc.cfg.MaxKeyLen+1), Token: good.Token},
+			{Key: "bad-\xff", Token: good.Token},
+			{Key: "unknown", Token: good.Token},
+		}
+		call := e.c.PutEnd
+		if op == "PutRevoke" {
+			call = e.c.PutRevoke
+		}
+		errs := call(e.ctx, refs)
+		if errs[0] != nil {
+			t.Fatalf("%s of the valid put: %v", op, errs[0])
+		}
+		for i, want := range map[int]string{1: "empty key", 2: "limit", 3: "not valid UTF-8"} {
+			if !errors.Is(errs[i], ErrInvalid) || !strings.Contains(errs[i].Error(), want) {
+				t.Fatalf("%s of key %d: %v; want ErrInvalid, %q", op, i, errs[i], want)
+			}
+		}
+		if !errors.Is(errs[4], ErrNotFound) {
+			t.Fatalf("%s of an unknown key: %v; want ErrNotFound", op, errs[4])
+		}
+		ex, err := e.c.Exists(e.ctx, []string{"good-" + op}, false)
+		if err != nil || ex[0] != (op == "PutEnd") {
+			t.Fatalf("after %s: exists %v, %v", op, ex, err)
+		}
+	}
+}

@@ -1015,8 +1015,13 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 	out := make([]error, len(puts))
 	err := s.checkBatch(len(puts))
 	if err == nil {
+		// Only what is cheap before the lock: a key found below is one a
+		// PutStart validated, so the rest of validateKey (UTF-8) runs only
+		// for the keys not found (PutEnd's profile: a fifth of its time).
 		for i := range puts {
-			out[i] = validateKey(puts[i].Key, s.cfg.MaxKeyLen)
+			if k := puts[i].Key; k == "" || len(k) > s.cfg.MaxKeyLen {
+				out[i] = validateKey(k, s.cfg.MaxKeyLen)
+			}
 		}
 		err = s.lock(ctx)
 	}
@@ -1038,6 +1043,12 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 			continue
 		}
 		slot, ok := f.find(i)
+		if !ok {
+			if err := validateKey(p.Key, s.cfg.MaxKeyLen); err != nil {
+				out[i] = err
+				continue
+			}
+		}
 		if err := s.mayFinishLocked(who, p, slot, ok); err != nil {
 			out[i] = err
 			continue
@@ -1088,7 +1099,13 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 	}
 	s.rd.sink.Add(f.sink)
 	s.met.op(op, start, &err)
-	s.met.items(op, len(puts), -1, func(i int) error { return out[i] })
+	nok := 0
+	for _, e := range out {
+		if e == nil {
+			nok++
+		}
+	}
+	s.met.items(op, len(puts), nok, func(i int) error { return out[i] })
 	return out
 }
 
