@@ -262,3 +262,37 @@ func TestPutEndBadKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestGetReplicasBadKeys: GetReplicas refuses an empty, an oversized and a
+// non-UTF-8 key with ErrInvalid naming what is wrong, answers an unknown
+// key and a pending one ErrNotFound, each at its own position, and leases
+// the visible key of the same call.
+func TestGetReplicasBadKeys(t *testing.T) {
+	e := newEnvWith(t, testConfig(), transports["embedded"])
+	e.mount(desc("s", e.register("p", "h", 0, 0), "h", segment.TierDRAM, 0, 1<<20))
+	e.put("visible", 4096)
+	if r := e.putStart("pending", 4096); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	keys := []string{"visible", "", strings.Repeat("k", e.svc.cfg.MaxKeyLen+1), "bad-\xff", "unknown", "pending"}
+	res, err := e.c.GetReplicas(e.ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Err != nil || res[0].Size != 4096 || len(res[0].Replicas) == 0 || res[0].LeaseID == 0 {
+		t.Fatalf("get of the visible key: %+v", res[0])
+	}
+	for i, want := range map[int]string{1: "empty key", 2: "limit", 3: "not valid UTF-8"} {
+		if !errors.Is(res[i].Err, ErrInvalid) || !strings.Contains(res[i].Err.Error(), want) {
+			t.Fatalf("get of key %d: %v; want ErrInvalid, %q", i, res[i].Err, want)
+		}
+	}
+	for _, i := range []int{4, 5} {
+		if !errors.Is(res[i].Err, ErrNotFound) {
+			t.Fatalf("get of %q: %v; want ErrNotFound", keys[i], res[i].Err)
+		}
+	}
+	if err := e.c.ReleaseLeases(e.ctx, []uint64{res[0].LeaseID}); err != nil {
+		t.Fatal(err)
+	}
+}
