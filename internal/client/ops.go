@@ -872,12 +872,22 @@ func (p *putPipe) ender() {
 }
 
 // end makes c's puts visible (PutEnd); its copies are complete.
+// When the caller's context ended first, the puts PutEnd failed are
+// revoked (revoke does not take the cancellation): their ranges are free at
+// once instead of reserved past the put timeout.
 func (p *putPipe) end(c putChunk) {
 	t0 := time.Now()
+	var gaveUp []master.PutRef
 	for j, e := range p.s.m.PutEnd(p.ctx, c.refs) {
 		if e != nil {
 			p.errs[c.idx[j]] = putEndErr(p.keys[c.idx[j]], e)
+			if p.ctx.Err() != nil {
+				gaveUp = append(gaveUp, c.refs[j])
+			}
 		}
+	}
+	if len(gaveUp) > 0 {
+		p.s.revoke(p.ctx, gaveUp)
 	}
 	since(&p.s.phases.put.end, t0)
 }
@@ -913,7 +923,9 @@ func (s *Store) drain(stream cuda.Stream) {
 // revoke abandons puts; a failure is left to the master's put timeout.
 func (s *Store) revoke(ctx context.Context, refs []master.PutRef) {
 	for j, e := range s.m.PutRevoke(context.WithoutCancel(ctx), refs) {
-		if e != nil && !errors.Is(e, master.ErrNotFound) {
+		// Not found: revoked or timed out already. Wrong state: ended
+		// (a PutEnd the master ran although its caller gave up).
+		if e != nil && !errors.Is(e, master.ErrNotFound) && !errors.Is(e, master.ErrWrongState) {
 			s.log.Warn("kvfabric put revoke failed; the master's put timeout reclaims it", "key", refs[j].Key, "err", e)
 		}
 	}

@@ -438,3 +438,70 @@ func TestPipelineEndsOnWorker(t *testing.T) {
 		})
 	}
 }
+
+// cancelAfterStarts is a master client that cancels a context once its
+// after-th PutStart has answered: the caller gives up mid-batch.
+type cancelAfterStarts struct {
+	master.Client
+	after  int
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	starts int
+}
+
+func (m *cancelAfterStarts) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]master.PutStartResult, error) {
+	res, err := m.Client.PutStart(ctx, reqs)
+	m.mu.Lock()
+	if m.starts++; m.starts == m.after {
+		m.cancel()
+	}
+	m.mu.Unlock()
+	return res, err
+}
+
+func (m *cancelAfterStarts) Close() error { return nil } // the env closes the master client
+
+// TestPipelineCancelledOnWorker: a caller that gives up (its context
+// cancelled) in the middle of a many-chunk batch put whose PutEnds run on
+// the pipeline's worker (an embedded master) gets, for every key, either
+// success with the object visible or an error with it invisible; no put it
+// started is left in progress (revoked, not reserved until the put
+// timeout); and the worker has ended once the Store is closed.
+func TestPipelineCancelledOnWorker(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{PutTimeout: time.Hour})
+	const n, size = 64, 4096
+	src := devBuf(t, e, n*size)
+	fillRandom(t, e, src, n*size, rand.New(rand.NewPCG(9, 10)))
+	keys, srcs, _ := slabs("cancelled", src, src, n, size)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := &cancelAfterStarts{Client: &goroutineSpy{Client: e.mc}, after: 3, cancel: cancel}
+	st := openThrough(t, e, m, "cancelled")
+	client.ForceEmbedded(st)
+	errs := st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{})
+	bg := context.Background()
+	vis, err := e.mc.Exists(bg, keys, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	for i, err := range errs {
+		if (err == nil) != vis[i] {
+			t.Fatalf("key %s: error %v but visible %v", keys[i], err, vis[i])
+		}
+		if err != nil {
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no key failed: the cancellation came too late to test anything")
+	}
+	wantNoPending(t, e)
+	workers := m.Client.(*goroutineSpy).puts[1:]
+	closeThrough(t, e, st)
+	for _, w := range workers {
+		if goroutineLives(w) {
+			t.Fatalf("worker goroutine %d still runs after the Store closed", w)
+		}
+	}
+}
