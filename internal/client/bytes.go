@@ -41,7 +41,7 @@ func (s *Store) PutBytes(ctx context.Context, key string, data []byte, o PutOpti
 	if res[0].Err != nil {
 		return mapErr(fmt.Errorf("put %q: %w", key, res[0].Err))
 	}
-	ref := master.PutRef{Key: sk, Token: res[0].Token}
+	ref := res[0].Ref(sk)
 	if err := s.stageIn(ctx, data, res[0].Replicas, inc, sent); err != nil {
 		s.revoke(ctx, []master.PutRef{ref})
 		return fmt.Errorf("put %q: %w", key, err)

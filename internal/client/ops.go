@@ -543,7 +543,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 		var refs []master.PutRef
 		for j, r := range m.res {
 			if r.Err == nil {
-				refs = append(refs, master.PutRef{Key: nreqs[j].Key, Token: r.Token})
+				refs = append(refs, r.Ref(nreqs[j].Key))
 			}
 		}
 		if len(refs) > 0 {
@@ -600,7 +600,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 				errs[i] = mapErr(fmt.Errorf("put %q: %w", keys[i], r.Err))
 				continue
 			}
-			ref := master.PutRef{Key: reqs[j].Key, Token: r.Token}
+			ref := r.Ref(reqs[j].Key)
 			var rerr error
 			n0 := len(c.copies)
 			for _, rep := range r.Replicas {

@@ -182,7 +182,7 @@ func testAuthRefusesAttacks(t *testing.T, fast bool) {
 		t.Fatal(r.Err)
 	}
 	pending := put(cons, "c1", "pending")
-	wantErr(t, "PutEnd", cons.PutEnd(ctx, []PutRef{{"victim", r.Token}})[0], nil)
+	wantErr(t, "PutEnd", cons.PutEnd(ctx, []PutRef{{Key: "victim", Token: r.Token}})[0], nil)
 
 	// Unauthenticated: plaintext, TLS without a certificate or token, a
 	// certificate from another CA.
@@ -244,8 +244,8 @@ func testAuthRefusesAttacks(t *testing.T, fast bool) {
 	fake := desc("p1/evil", "p1", "evil", segment.TierDRAM, 0, 1<<40)
 	wantErr(t, "Mount as another principal", mal.MountSegment(ctx, fake), ErrPermission)
 	wantErr(t, "PutStart as another principal's client", put(mal, "c1", "x").Err, ErrPermission)
-	wantErr(t, "PutEnd of another principal's put", mal.PutEnd(ctx, []PutRef{{"pending", pending.Token}})[0], ErrPermission)
-	wantErr(t, "PutRevoke of another principal's put", mal.PutRevoke(ctx, []PutRef{{"pending", pending.Token}})[0], ErrPermission)
+	wantErr(t, "PutEnd of another principal's put", mal.PutEnd(ctx, []PutRef{{Key: "pending", Token: pending.Token}})[0], ErrPermission)
+	wantErr(t, "PutRevoke of another principal's put", mal.PutRevoke(ctx, []PutRef{{Key: "pending", Token: pending.Token}})[0], ErrPermission)
 	wantErr(t, "ReportUnreachable as another principal", mal.ReportUnreachable(ctx, "c1", d.Key(), "x"), ErrPermission)
 	_, err = mal.RemoveAll(ctx, Filter{}, true)
 	wantErr(t, "RemoveAll(force) without admin", err, ErrPermission)
@@ -282,7 +282,7 @@ func testAuthRefusesAttacks(t *testing.T, fast bool) {
 	if _, err := prov.Heartbeat(ctx, "p1", Mapped{}); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "owner ends its put", cons.PutEnd(ctx, []PutRef{{"pending", pending.Token}})[0], nil)
+	wantErr(t, "owner ends its put", cons.PutEnd(ctx, []PutRef{{Key: "pending", Token: pending.Token}})[0], nil)
 	// Admins may do what clients may not.
 	if _, err := ops.RemoveAll(ctx, Filter{}, true); err != nil {
 		t.Fatalf("admin certificate RemoveAll(force): %v", err)

@@ -255,12 +255,26 @@ type PutStartResult struct {
 	// Token identifies this put; pass it to PutEnd or PutRevoke.
 	Token    uint64
 	Replicas []Replica
+	// Hint, when not 0, is where this master keeps the put: PutEnd and
+	// PutRevoke go to it directly rather than look the key up (Ref
+	// carries it). It is an embedded master's; the wire does not carry it.
+	Hint uint32
+}
+
+// Ref returns the PutRef of this put, of key.
+func (r *PutStartResult) Ref(key string) PutRef {
+	return PutRef{Key: key, Token: r.Token, Hint: r.Hint}
 }
 
 // PutRef names a put in progress.
 type PutRef struct {
 	Key   string
 	Token uint64
+	// Hint is PutStartResult.Hint. The master trusts no hint: it uses the
+	// record a hint names only when that record is a put of Key with
+	// Token, and otherwise looks Key up, so a stale, foreign or forged
+	// hint changes nothing but the time taken.
+	Hint uint32
 }
 
 // GetResult answers one key of GetReplicas.

@@ -42,7 +42,7 @@ func TestTimedOutPutKeepsRangeWhileWriterLives(t *testing.T) {
 		}
 		wantErr(t, "PutStart into the reserved range", e.putStart("b", 64*KiB, withClient(fast)).Err, ErrNoSpace)
 		// The slow writer's copy is done: its PutEnd fails and frees it.
-		wantErr(t, "late PutEnd", e.c.PutEnd(e.ctx, []PutRef{{"slow", s.Token}})[0], ErrNotFound)
+		wantErr(t, "late PutEnd", e.c.PutEnd(e.ctx, []PutRef{{Key: "slow", Token: s.Token}})[0], ErrNotFound)
 		b := e.putStart("b", 64*KiB, withClient(fast))
 		wantErr(t, "PutStart after the late PutEnd", b.Err, nil)
 		if b.Replicas[0].Offset != s.Replicas[0].Offset {
@@ -76,7 +76,7 @@ func TestDeadWritersPutsRevokedAtExpiry(t *testing.T) {
 		for _, k := range []string{"w/a", "dead/b"} {
 			r := e.putStart(k, 10, withClient(other))
 			wantErr(t, "PutStart of a dead writer's key", r.Err, nil)
-			wantErr(t, "PutRevoke", e.c.PutRevoke(e.ctx, []PutRef{{k, r.Token}})[0], nil)
+			wantErr(t, "PutRevoke", e.c.PutRevoke(e.ctx, []PutRef{{Key: k, Token: r.Token}})[0], nil)
 		}
 		// ...but the bytes are held for copies the writers may have queued.
 		if st := e.stats(); st.PendingPuts != 4 || e.tierUsed(segment.TierDRAM) != 4*MiB {
@@ -131,7 +131,7 @@ func TestRemountWaitsForOldLeases(t *testing.T) {
 		e.mount(d)
 		w := e.putStart("new", 4096)
 		wantErr(t, "PutStart after the remount", w.Err, nil)
-		wantErr(t, "PutRevoke", e.c.PutRevoke(e.ctx, []PutRef{{"new", w.Token}})[0], nil)
+		wantErr(t, "PutRevoke", e.c.PutRevoke(e.ctx, []PutRef{{Key: "new", Token: w.Token}})[0], nil)
 		// Without a lease or put outstanding at the drop there is no
 		// quarantine.
 		e.registerTTL("p1", 10*time.Second)

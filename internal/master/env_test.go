@@ -132,7 +132,7 @@ func (e *env) put(key string, size uint64, opts ...func(*PutStartReq)) PutStartR
 	if r.Err != nil {
 		e.t.Fatalf("PutStart(%q): %v", key, r.Err)
 	}
-	if errs := e.c.PutEnd(e.ctx, []PutRef{{key, r.Token}}); errs[0] != nil {
+	if errs := e.c.PutEnd(e.ctx, []PutRef{{Key: key, Token: r.Token}}); errs[0] != nil {
 		e.t.Fatalf("PutEnd(%q): %v", key, errs[0])
 	}
 	return r
@@ -160,7 +160,7 @@ func startRefs(tb testing.TB, ctx context.Context, c Client, reqs []PutStartReq,
 		if r.Err != nil {
 			tb.Fatal(r.Err)
 		}
-		refs = append(refs, PutRef{Key: reqs[i].Key, Token: r.Token})
+		refs = append(refs, r.Ref(reqs[i].Key))
 	}
 	return refs
 }

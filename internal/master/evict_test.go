@@ -130,7 +130,7 @@ func TestEvictListsFollowVisible(t *testing.T) {
 		wantErr(t, "forced remove", e.c.Remove(e.ctx, []string{"a2"}, true)[0], nil)
 		r := e.putStart("pending", 64*KiB, onto("d1"))
 		checkEvictLists(t, e.svc)
-		e.c.PutRevoke(e.ctx, []PutRef{{"pending", r.Token}})
+		e.c.PutRevoke(e.ctx, []PutRef{{Key: "pending", Token: r.Token}})
 		e.clk.Advance(cfg.LeaseTTL + time.Second)
 		e.svc.Reap()        // a2's lease ends: the zombie is freed
 		for i := range 24 { // the store is full: these evict

@@ -551,13 +551,13 @@ func TestFastConcurrent(t *testing.T) {
 					return
 				}
 				if i%5 == 4 {
-					if errs := r.PutRevoke(ctx, []PutRef{{key, res[0].Token}}); errs[0] != nil {
+					if errs := r.PutRevoke(ctx, []PutRef{{Key: key, Token: res[0].Token}}); errs[0] != nil {
 						errc <- fmt.Errorf("PutRevoke %s: %v", key, errs[0])
 						return
 					}
 					continue
 				}
-				if errs := r.PutEnd(ctx, []PutRef{{key, res[0].Token}}); errs[0] != nil {
+				if errs := r.PutEnd(ctx, []PutRef{{Key: key, Token: res[0].Token}}); errs[0] != nil {
 					errc <- fmt.Errorf("PutEnd %s: %v", key, errs[0])
 					return
 				}

@@ -127,7 +127,7 @@ func TestTCPLoopback(t *testing.T) {
 	if *res[0].Replicas[0].Segment != d {
 		t.Fatalf("descriptor over the wire: %+v, want %+v", *res[0].Replicas[0].Segment, d)
 	}
-	if errs := c.PutEnd(ctx, []PutRef{{"k", res[0].Token}}); errs[0] != nil {
+	if errs := c.PutEnd(ctx, []PutRef{{Key: "k", Token: res[0].Token}}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
 	g, err := c.GetReplicas(ctx, []string{"k", "missing"})

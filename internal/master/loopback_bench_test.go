@@ -110,7 +110,7 @@ func (l *loopback) startLocal(b *testing.B, keys []string) []PutRef {
 		if r.Err != nil {
 			b.Fatalf("PutStart %s: %v", keys[i], r.Err)
 		}
-		refs[i] = PutRef{keys[i], r.Token}
+		refs[i] = PutRef{Key: keys[i], Token: r.Token}
 	}
 	return refs
 }
@@ -219,7 +219,7 @@ func benchLoopback(b *testing.B, l *loopback, rpc string) {
 							errs[g] = fmt.Errorf("PutStart %s: %w", reqs[i][j].Key, r.Err)
 							return
 						}
-						refs[i] = append(refs[i], PutRef{reqs[i][j].Key, r.Token})
+						refs[i] = append(refs[i], PutRef{Key: reqs[i][j].Key, Token: r.Token})
 					}
 				}
 			})

@@ -123,7 +123,7 @@ func TestPlacementDecisions(t *testing.T) {
 				if !ok {
 					t.Fatalf("revoke %q: no such put", k)
 				}
-				wantErr(t, "PutRevoke "+k, e.c.PutRevoke(e.ctx, []PutRef{{k, tok}})[0], nil)
+				wantErr(t, "PutRevoke "+k, e.c.PutRevoke(e.ctx, []PutRef{{Key: k, Token: tok}})[0], nil)
 			}
 		}
 	}
@@ -335,7 +335,7 @@ func TestPlacementDecisions(t *testing.T) {
 				case r.Err != nil || !slices.Equal(got, st.want):
 					t.Fatalf("step %d (%s, %d B): got %v %v; want %v", i, key, st.size, got, r.Err, st.want)
 				case st.end:
-					wantErr(t, "PutEnd "+key, e.c.PutEnd(e.ctx, []PutRef{{key, r.Token}})[0], nil)
+					wantErr(t, "PutEnd "+key, e.c.PutEnd(e.ctx, []PutRef{{Key: key, Token: r.Token}})[0], nil)
 				}
 			}
 		})
@@ -491,7 +491,7 @@ func placementFuzz(t *testing.T, seed uint64, ops int, slack float64) {
 			i := rng.IntN(len(pending))
 			p := pending[i]
 			pending = slices.Delete(pending, i, i+1)
-			if err := e.c.PutRevoke(e.ctx, []PutRef{{p.key, p.tok}})[0]; err != nil {
+			if err := e.c.PutRevoke(e.ctx, []PutRef{{Key: p.key, Token: p.tok}})[0]; err != nil {
 				t.Fatalf("op %d: PutRevoke %s: %v", op, p.key, err)
 			}
 		case k < 89 && len(mounted) > 0:

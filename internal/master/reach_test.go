@@ -98,7 +98,7 @@ func TestGetReplicasLeavesOutUnreachable(t *testing.T) {
 		if put.Err != nil {
 			t.Fatal(put.Err)
 		}
-		if errs := e.c.PutEnd(e.ctx, []PutRef{{"k", put.Token}}); errs[0] != nil {
+		if errs := e.c.PutEnd(e.ctx, []PutRef{{Key: "k", Token: put.Token}}); errs[0] != nil {
 			t.Fatal(errs[0])
 		}
 		for _, tc := range []struct {

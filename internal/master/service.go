@@ -980,6 +980,7 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 			backing = append(backing, s.replicaLocked(rp))
 		}
 		out[i].Token = o.token
+		out[i].Hint = slot + 1
 		out[i].Replicas = backing[start:len(backing):len(backing)]
 		nok++
 	}
@@ -1003,6 +1004,24 @@ func (s *Service) checkBatch(n int) error {
 // PutEnd implements Client.
 func (s *Service) PutEnd(ctx context.Context, puts []PutRef) []error {
 	return s.putFinish(ctx, opPutEnd, puts)
+}
+
+// hintedLocked returns the slot p.Hint names when it holds p's put: a
+// pending one (or, for a retried PutEnd, a visible one) of p.Key with
+// p.Token. Such a record is the one the index holds for p.Key, so the
+// caller need not look the key up (PutEnd's profile: three fifths of its
+// time was the lookup). Any other hint — none, stale, another master's,
+// forged — reports false and the caller looks the key up as without one.
+func (s *Service) hintedLocked(p *PutRef) (uint32, bool) {
+	if p.Hint == 0 || int(p.Hint) > s.mu.objs.len() {
+		return 0, false
+	}
+	slot := p.Hint - 1
+	o := s.mu.objs.at(slot)
+	if o.token != p.Token || (o.state != statePending && o.state != stateVisible) || !s.mu.objs.keyEqual(slot, p.Key) {
+		return 0, false
+	}
+	return slot, true
 }
 
 // PutRevoke implements Client.
@@ -1042,7 +1061,10 @@ func (s *Service) putFinish(ctx context.Context, op opKind, puts []PutRef) []err
 		if out[i] != nil {
 			continue
 		}
-		slot, ok := f.find(i)
+		slot, ok := s.hintedLocked(&p)
+		if !ok {
+			slot, ok = f.find(i)
+		}
 		if !ok {
 			if err := validateKey(p.Key, s.cfg.MaxKeyLen); err != nil {
 				out[i] = err

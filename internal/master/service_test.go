@@ -40,10 +40,10 @@ func TestPutGetVisibility(t *testing.T) {
 		}
 		// Put-if-absent while in progress.
 		wantErr(t, "PutStart of a key in progress", e.putStart("a", 10).Err, ErrAlreadyExists)
-		wantErr(t, "PutEnd with a wrong token", e.c.PutEnd(e.ctx, []PutRef{{"a", r.Token + 1}})[0], ErrNotFound)
-		wantErr(t, "PutEnd", e.c.PutEnd(e.ctx, []PutRef{{"a", r.Token}})[0], nil)
-		wantErr(t, "PutEnd again (retry)", e.c.PutEnd(e.ctx, []PutRef{{"a", r.Token}})[0], nil)
-		wantErr(t, "PutRevoke after PutEnd", e.c.PutRevoke(e.ctx, []PutRef{{"a", r.Token}})[0], ErrWrongState)
+		wantErr(t, "PutEnd with a wrong token", e.c.PutEnd(e.ctx, []PutRef{{Key: "a", Token: r.Token + 1}})[0], ErrNotFound)
+		wantErr(t, "PutEnd", e.c.PutEnd(e.ctx, []PutRef{{Key: "a", Token: r.Token}})[0], nil)
+		wantErr(t, "PutEnd again (retry)", e.c.PutEnd(e.ctx, []PutRef{{Key: "a", Token: r.Token}})[0], nil)
+		wantErr(t, "PutRevoke after PutEnd", e.c.PutRevoke(e.ctx, []PutRef{{Key: "a", Token: r.Token}})[0], ErrWrongState)
 		wantErr(t, "PutStart of an existing key", e.putStart("a", 10).Err, ErrAlreadyExists)
 
 		g := e.get("a")
@@ -88,7 +88,7 @@ func TestBatchPositional(t *testing.T) {
 		for i := range want {
 			wantErr(t, "item "+reqs[i].Key, res[i].Err, want[i])
 		}
-		errs := e.c.PutEnd(e.ctx, []PutRef{{"z", res[5].Token}, {"nope", 1}, {"x", res[0].Token}})
+		errs := e.c.PutEnd(e.ctx, []PutRef{{Key: "z", Token: res[5].Token}, {Key: "nope", Token: 1}, {Key: "x", Token: res[0].Token}})
 		for i, w := range []error{nil, ErrNotFound, nil} {
 			wantErr(t, "PutEnd item", errs[i], w)
 		}
@@ -136,8 +136,8 @@ func TestPutTimeoutAndRevoke(t *testing.T) {
 			t.Fatalf("used %d", e.tierUsed(segment.TierDRAM))
 		}
 		wantErr(t, "Remove of a put in progress", e.c.Remove(e.ctx, []string{"rev"}, true)[0], ErrWrongState)
-		wantErr(t, "PutRevoke", e.c.PutRevoke(e.ctx, []PutRef{{"rev", rev.Token}})[0], nil)
-		wantErr(t, "PutRevoke again", e.c.PutRevoke(e.ctx, []PutRef{{"rev", rev.Token}})[0], ErrNotFound)
+		wantErr(t, "PutRevoke", e.c.PutRevoke(e.ctx, []PutRef{{Key: "rev", Token: rev.Token}})[0], nil)
+		wantErr(t, "PutRevoke again", e.c.PutRevoke(e.ctx, []PutRef{{Key: "rev", Token: rev.Token}})[0], ErrNotFound)
 
 		e.clk.Advance(29 * time.Second)
 		e.svc.Reap()
@@ -162,11 +162,11 @@ func TestPutTimeoutAndRevoke(t *testing.T) {
 		}
 		// The slow writer finds out when it ends its put (after its copies):
 		// nothing half-written became visible, and its range is free now.
-		wantErr(t, "PutEnd after timeout", e.c.PutEnd(e.ctx, []PutRef{{"slow", slow.Token}})[0], ErrNotFound)
+		wantErr(t, "PutEnd after timeout", e.c.PutEnd(e.ctx, []PutRef{{Key: "slow", Token: slow.Token}})[0], ErrNotFound)
 		if st := e.stats(); st.PendingPuts != 1 || e.tierUsed(segment.TierDRAM) != 128 {
 			t.Fatalf("after the slow writer's PutEnd: %+v, used %d", st, e.tierUsed(segment.TierDRAM))
 		}
-		wantErr(t, "stale PutEnd", e.c.PutEnd(e.ctx, []PutRef{{"slow", slow.Token}})[0], ErrNotFound)
+		wantErr(t, "stale PutEnd", e.c.PutEnd(e.ctx, []PutRef{{Key: "slow", Token: slow.Token}})[0], ErrNotFound)
 		if e.exists("slow") {
 			t.Fatal("stale PutEnd made the new put visible")
 		}
@@ -468,7 +468,7 @@ func TestUnmountDrainsWhileLeased(t *testing.T) {
 		e.svc.Reap()
 		// Timed out, but their writer is registered and may still write.
 		wantErr(t, "Unmount after the put timeout", e.c.UnmountSegment(e.ctx, s1.Key()), ErrHasLease)
-		for _, p := range []PutRef{{"new", r.Token}, {"w", w.Token}} {
+		for _, p := range []PutRef{{Key: "new", Token: r.Token}, {Key: "w", Token: w.Token}} {
 			wantErr(t, "PutRevoke after the timeout", e.c.PutRevoke(e.ctx, []PutRef{p})[0], nil)
 		}
 		wantErr(t, "Unmount once the writer revoked", e.c.UnmountSegment(e.ctx, s1.Key()), nil)
@@ -581,7 +581,7 @@ func TestClosed(t *testing.T) {
 		}
 		_, err := e.c.GetReplicas(e.ctx, []string{"a"})
 		wantErr(t, "Get after Close", err, ErrClosed)
-		wantErr(t, "PutEnd after Close", e.c.PutEnd(e.ctx, []PutRef{{"a", 1}})[0], ErrClosed)
+		wantErr(t, "PutEnd after Close", e.c.PutEnd(e.ctx, []PutRef{{Key: "a", Token: 1}})[0], ErrClosed)
 		_, hbErr := e.c.Heartbeat(e.ctx, "p1", Mapped{})
 		wantErr(t, "Heartbeat after Close", hbErr, ErrClosed)
 	})
@@ -660,9 +660,9 @@ func TestConcurrent(t *testing.T) {
 				}
 				if res[0].Err == nil {
 					if i%7 == 0 {
-						c.PutRevoke(ctx, []PutRef{{k, res[0].Token}})
+						c.PutRevoke(ctx, []PutRef{{Key: k, Token: res[0].Token}})
 					} else {
-						c.PutEnd(ctx, []PutRef{{k, res[0].Token}})
+						c.PutEnd(ctx, []PutRef{{Key: k, Token: res[0].Token}})
 					}
 				} else if !errors.Is(res[0].Err, ErrAlreadyExists) && !errors.Is(res[0].Err, ErrNoSpace) {
 					t.Error(res[0].Err)
@@ -758,7 +758,7 @@ func TestDrainLapsesWithoutRetry(t *testing.T) {
 			if r.Err != nil {
 				t.Fatalf("%s: PutStart after the drain lapsed: %v", what, r.Err)
 			}
-			wantErr(t, "revoke probe", e.c.PutRevoke(e.ctx, []PutRef{{key, r.Token}})[0], nil)
+			wantErr(t, "revoke probe", e.c.PutRevoke(e.ctx, []PutRef{{Key: key, Token: r.Token}})[0], nil)
 		}
 		drained("at once", true)
 		e.clk.Advance(6 * time.Second) // the lease on k ended; nobody retried
@@ -783,7 +783,7 @@ func TestDrainLapsesWithoutRetry(t *testing.T) {
 		}
 		// A later unmount is refused and drains again, and once nothing is
 		// outstanding it succeeds.
-		refs := []PutRef{{"after", r.Token}, {"w", w.Token}, {"after-s1", r2.Token}}
+		refs := []PutRef{{Key: "after", Token: r.Token}, {Key: "w", Token: w.Token}, {Key: "after-s1", Token: r2.Token}}
 		wantErr(t, "Unmount s1 again", e.c.UnmountSegment(e.ctx, s1.Key()), ErrHasLease)
 		for _, p := range refs {
 			wantErr(t, "PutRevoke", e.c.PutRevoke(e.ctx, []PutRef{p})[0], nil)

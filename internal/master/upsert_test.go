@@ -40,7 +40,7 @@ func TestUpsert(t *testing.T) {
 		if r := e.putStart("k", MiB, upsert); !errors.Is(r.Err, ErrAlreadyExists) {
 			t.Fatalf("upsert over a pending put: %v, want ErrAlreadyExists", r.Err)
 		}
-		if errs := e.c.PutEnd(e.ctx, []PutRef{{"k", nu.Token}}); errs[0] != nil {
+		if errs := e.c.PutEnd(e.ctx, []PutRef{{Key: "k", Token: nu.Token}}); errs[0] != nil {
 			t.Fatal(errs[0])
 		}
 		if g2 := e.get("k"); g2.Err != nil || g2.Size != 2*MiB {
@@ -89,7 +89,7 @@ func TestSoftPinTTL(t *testing.T) {
 		}
 		r := e.putStart("soft", MiB, soft(2*time.Second))
 		e.clk.Advance(5 * time.Second) // pending time does not count
-		if errs := e.c.PutEnd(e.ctx, []PutRef{{"soft", r.Token}}); errs[0] != nil {
+		if errs := e.c.PutEnd(e.ctx, []PutRef{{Key: "soft", Token: r.Token}}); errs[0] != nil {
 			t.Fatal(errs[0])
 		}
 		e.clk.Advance(time.Millisecond)
@@ -248,7 +248,7 @@ func TestPutEndOnUnreachableSegmentFails(t *testing.T) {
 			t.Fatal(r.Err)
 		}
 		wantErr(t, "report", e.c.ReportUnreachable(e.ctx, c, d.Key(), "connection refused"), nil)
-		wantErr(t, "PutEnd into a suspect segment", e.c.PutEnd(e.ctx, []PutRef{{"k", r.Token}})[0], ErrNotFound)
+		wantErr(t, "PutEnd into a suspect segment", e.c.PutEnd(e.ctx, []PutRef{{Key: "k", Token: r.Token}})[0], ErrNotFound)
 		if e.exists("k") {
 			t.Fatal("object visible after its PutEnd failed")
 		}

@@ -123,7 +123,7 @@ func TestWireKeysAndRefs(t *testing.T) {
 		t.Errorf("reader: hand decoding %q %q (%v)", k.reader, k.keys, err)
 	}
 
-	refs := []PutRef{{"a", 1}, {"", 0}, {"b", 1<<64 - 1}}
+	refs := []PutRef{{Key: "a", Token: 1}, {Key: "", Token: 0}, {Key: "b", Token: 1<<64 - 1}}
 	var e pb.PutEndRequest
 	if err := proto.Unmarshal(encodeWire(t, &putRefsRequest{puts: refs}), &e); err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestWireKeysAndRefs(t *testing.T) {
 func putRefsFromPB(p *pb.PutEndRequest) []PutRef {
 	var out []PutRef
 	for _, r := range p.Puts {
-		out = append(out, PutRef{r.Key, r.Token})
+		out = append(out, PutRef{Key: r.Key, Token: r.Token})
 	}
 	return out
 }
@@ -352,7 +352,7 @@ func FuzzWireDecode(f *testing.F) {
 	reps := []Replica{{&ds[0], 0, 4096}, {&ds[1], 1 << 40, 64}}
 	for _, m := range []wireMessage{
 		&putStartRequest{reqs: wirePutStartReqs()},
-		&putRefsRequest{puts: []PutRef{{"a", 1}, {"b", 2}}},
+		&putRefsRequest{puts: []PutRef{{Key: "a", Token: 1}, {Key: "b", Token: 2}}},
 		&keysRequest{keys: []string{"a", "b"}, reader: "r"},
 		&itemErrorList{errs: wireErrs()},
 		&putStartResponse{res: []PutStartResult{{Token: 1, Replicas: reps}, {Err: ErrNoSpace}}},
@@ -555,7 +555,7 @@ func TestWireInterceptor(t *testing.T) {
 	if err != nil || res[0].Err != nil || !errors.Is(res[1].Err, ErrAlreadyExists) || len(res[0].Replicas) != 1 || *res[0].Replicas[0].Segment != d {
 		t.Fatalf("PutStart: %+v, %v", res, err)
 	}
-	if errs := c.PutEnd(ctx, []PutRef{{"k", res[0].Token}, {"x", 1}}); errs[0] != nil || !errors.Is(errs[1], ErrNotFound) {
+	if errs := c.PutEnd(ctx, []PutRef{{Key: "k", Token: res[0].Token}, {Key: "x", Token: 1}}); errs[0] != nil || !errors.Is(errs[1], ErrNotFound) {
 		t.Fatalf("PutEnd: %v", errs)
 	}
 	got, err := c.GetReplicas(ctx, []string{"k", "x"})
