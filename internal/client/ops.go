@@ -414,27 +414,47 @@ func (l *lazyPuts) rest(errs []error, err error) {
 // (0.12–0.17 µs per key of 4–16 KiB puts on the H200, which the master's
 // PutStart otherwise waited for).
 type aheadSource struct {
-	src   putSource
-	ch    *chunker
+	src putSource
+	ch  *chunker
+	// prep, if not nil, prepares each chunk's PutStart as it is built
+	// (an embedded master: master.Preparer), so that the validation and
+	// the rest of a call that needs no lock run here, beside the master's
+	// work on the chunk before, not on the master's serial path.
+	prep  master.Preparer
 	reqs  []master.PutStartReq
+	pre   *master.PreparedPuts
 	idx   []int
 	done  bool
-	ready bool // reqs, idx and done are the next chunk's
+	ready bool // reqs, pre, idx and done are the next chunk's
 }
 
 // fill builds the next chunk, if it is not built yet.
 func (a *aheadSource) fill() {
 	if !a.ready {
 		a.reqs, a.idx, a.done = a.src.next(a.ch.take())
+		a.pre = nil
+		if a.prep != nil && len(a.reqs) > 0 {
+			// On error (a closed Store's master) the chunk's call goes
+			// out unprepared and fails with the same error.
+			a.pre, _ = a.prep.PreparePutStart(a.reqs)
+		}
 		a.ready = true
 	}
 }
 
-// next yields the next chunk (putSource.next).
-func (a *aheadSource) next() ([]master.PutStartReq, []int, bool) {
+// next yields the next chunk (putSource.next) and its prepared PutStart,
+// or nil.
+func (a *aheadSource) next() (putReqs, []int, bool) {
 	a.fill()
 	a.ready = false
-	return a.reqs, a.idx, a.done
+	return putReqs{a.reqs, a.pre}, a.idx, a.done
+}
+
+// putReqs are one chunk's PutStart requests and, if the master prepared
+// them (aheadSource.prep), their PreparedPuts.
+type putReqs struct {
+	reqs []master.PutStartReq
+	pre  *master.PreparedPuts
 }
 
 // more reports whether a chunk is built ahead or the source has more keys.
@@ -551,8 +571,9 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 		}
 	}()
 	ch := s.chunker()
-	ahead := &aheadSource{src: src, ch: &ch}
-	reqs, idx, done := ahead.next()
+	ahead := &aheadSource{src: src, ch: &ch, prep: s.prep}
+	chunk, idx, done := ahead.next()
+	reqs := chunk.reqs
 	ph.lap(&s.phases.put.check)
 	// The first chunk's call runs here: a batch of one chunk (a single
 	// put) makes no goroutine hand-off. A longer one starts its worker
@@ -563,7 +584,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 			p.w = w
 		}
 	}
-	m := s.putStart(ctx, reqs)
+	m := s.putStart(ctx, chunk)
 	for !done {
 		if next != nil {
 			// The chunk after next is built while the master answers
@@ -577,10 +598,12 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 		}
 		ph.lap(&s.phases.put.meta)
 		if m.err == nil {
-			nreqs, nidx, done = ahead.next()
+			var nchunk putReqs
+			nchunk, nidx, done = ahead.next()
+			nreqs = nchunk.reqs
 			ph.lap(&s.phases.put.check)
 			if !done {
-				next = s.prefetchPutStart(ctx, w, nreqs)
+				next = s.prefetchPutStart(ctx, w, nchunk)
 			}
 		}
 		sent, res, err := m.sent, m.res, m.err
@@ -1225,20 +1248,26 @@ type putMeta struct {
 // prefetchPutStart starts reqs' puts on w (another goroutine). The answer
 // arrives on the returned channel, which never blocks the sender: the
 // caller must receive it (and end or revoke every put it started).
-func (s *Store) prefetchPutStart(ctx context.Context, w *metaWorker, reqs []master.PutStartReq) chan putMeta {
+func (s *Store) prefetchPutStart(ctx context.Context, w *metaWorker, reqs putReqs) chan putMeta {
 	ch := make(chan putMeta, 1)
 	w.call(func() { ch <- s.putStart(ctx, reqs) })
 	return ch
 }
 
 // putStart starts reqs' puts (none: no call).
-func (s *Store) putStart(ctx context.Context, reqs []master.PutStartReq) putMeta {
+func (s *Store) putStart(ctx context.Context, reqs putReqs) putMeta {
 	sent := timeNow()
-	if len(reqs) == 0 {
+	if len(reqs.reqs) == 0 {
 		return putMeta{sent: sent}
 	}
 	t0 := time.Now()
-	res, err := s.m.PutStart(ctx, reqs)
+	var res []master.PutStartResult
+	var err error
+	if reqs.pre != nil {
+		res, err = s.prep.PutStartPrepared(ctx, reqs.pre)
+	} else {
+		res, err = s.m.PutStart(ctx, reqs.reqs)
+	}
 	t1 := time.Now()
 	s.phases.put.master.Add(int64(t1.Sub(t0)))
 	return putMeta{sent: sent, res: res, err: err, asked: t0, answered: t1}

@@ -505,3 +505,81 @@ func TestPipelineCancelledOnWorker(t *testing.T) {
 		}
 	}
 }
+
+// prepSpy is an embedded master client that records where each PutStart
+// batch was prepared (master.Preparer) and how each was started.
+type prepSpy struct {
+	master.Client
+	p                       master.Preparer
+	mu                      sync.Mutex
+	prepared                []uint64 // goroutine of each PreparePutStart
+	viaPrepared, unprepared int
+}
+
+func (m *prepSpy) PreparePutStart(reqs []master.PutStartReq) (*master.PreparedPuts, error) {
+	m.mu.Lock()
+	m.prepared = append(m.prepared, goroutineID())
+	m.mu.Unlock()
+	return m.p.PreparePutStart(reqs)
+}
+
+func (m *prepSpy) PutStartPrepared(ctx context.Context, p *master.PreparedPuts) ([]master.PutStartResult, error) {
+	m.mu.Lock()
+	m.viaPrepared++
+	m.mu.Unlock()
+	return m.p.PutStartPrepared(ctx, p)
+}
+
+func (m *prepSpy) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]master.PutStartResult, error) {
+	m.mu.Lock()
+	m.unprepared++
+	m.mu.Unlock()
+	return m.Client.PutStart(ctx, reqs)
+}
+
+func (m *prepSpy) Close() error { return nil } // the env closes the master client
+
+// TestPutChunksPrepared: with a master that prepares PutStart batches
+// apart (an embedded one), a batch of many chunks prepares every chunk on
+// the pipeline's goroutine as it builds it, and the worker only starts
+// them: fails if any chunk's PutStart goes out unprepared, or is
+// prepared on the worker (the master's serial path).
+func TestPutChunksPrepared(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
+	ctx := context.Background()
+	const n, size = 64, 4096
+	src := devBuf(t, e, n*size)
+	dst := devBuf(t, e, n*size)
+	want := fillRandom(t, e, src, n*size, rand.New(rand.NewPCG(9, 10)))
+	keys, srcs, dsts := slabs("prepared", src, dst, n, size)
+	p, ok := e.mc.(master.Preparer)
+	if !ok {
+		t.Fatal("the test env's embedded master client is not a master.Preparer")
+	}
+	m := &prepSpy{Client: e.mc, p: p}
+	st := openThrough(t, e, m, "prepared")
+	client.ForceEmbedded(st)
+	me := goroutineID()
+	for i, err := range st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
+		if err != nil {
+			t.Fatalf("put %s: %v", keys[i], err)
+		}
+	}
+	if len(m.prepared) < 4 || m.viaPrepared != len(m.prepared) || m.unprepared != 0 {
+		t.Fatalf("%d chunks prepared, %d started prepared, %d unprepared: want several, all started prepared", len(m.prepared), m.viaPrepared, m.unprepared)
+	}
+	for _, id := range m.prepared {
+		if id != me {
+			t.Fatalf("chunks prepared on goroutines %v; want all on the pipeline's (the caller's, %d)", m.prepared, me)
+		}
+	}
+	_, gerrs := st.BatchGet(ctx, keys, dsts, 0)
+	back := readBack(t, e, dst, n*size)
+	for i, err := range gerrs {
+		if lo := i * size; err != nil || string(back[lo:lo+size]) != string(want[lo:lo+size]) {
+			t.Fatalf("get %s: %v or not its bytes", keys[i], err)
+		}
+	}
+	wantNoPending(t, e)
+	closeThrough(t, e, st)
+}

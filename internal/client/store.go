@@ -158,6 +158,7 @@ type Store struct {
 	parts        int            // Options.BatchParts, resolved
 	putParts     int            // the same for puts
 	embedded     bool           // the master is in this process (master.IsEmbedded)
+	prep         master.Preparer // s.m, when it prepares PutStart batches apart (embedded); else nil
 	spin         spinBudget     // the pipelines' hand-offs (handoff.go)
 	workers      sync.WaitGroup // the pipelines' metaWorkers, stopped by their pipelines
 	rel          releaser
@@ -366,6 +367,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		s.ownMaster = true
 	}
 	s.embedded = master.IsEmbedded(s.m)
+	s.prep, _ = s.m.(master.Preparer)
 	s.spin.init()
 	s.timeCopies = opts.TimeCopies
 	s.putParts = s.parts

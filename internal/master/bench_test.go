@@ -420,7 +420,11 @@ func BenchmarkPutFull(b *testing.B) {
 // 128 MiB (the bench's 24 GiB pool), a round of 4096 objects put in the
 // chunks the Store's chunker cuts (64, 128, 256, then 512 keys), each
 // chunk's PutStart and then its PutEnd, and the round's objects removed
-// (untimed) before the next. ns/key of PutStart and of PutEnd apart.
+// (untimed) before the next. ns/key of PutStart and of PutEnd apart;
+// PutStart as the Store makes it with an embedded master, prepared
+// (PreparePutStart, prep-ns/key: on the pipeline's goroutine) and then
+// started (PutStartPrepared, putstart-ns/key: on the master's serial
+// path).
 func BenchmarkPutRounds(b *testing.B) {
 	const round, segs, segSize = 4096, 192, 128 << 20
 	for _, size := range []uint64{4 * KiB, 64 * KiB} {
@@ -433,7 +437,7 @@ func BenchmarkPutRounds(b *testing.B) {
 			}
 			reqs := make([]PutStartReq, 0, 512)
 			refs := make([]PutRef, 0, 512)
-			var tStart, tEnd time.Duration
+			var tPrep, tStart, tEnd time.Duration
 			for b.Loop() {
 				for lo, n := 0, 64; lo < round; lo, n = lo+n, min(2*n, 512) {
 					reqs = reqs[:0]
@@ -441,11 +445,28 @@ func BenchmarkPutRounds(b *testing.B) {
 						reqs = append(reqs, PutStartReq{Key: k, Size: size, Placement: benchWriter})
 					}
 					t0 := time.Now()
-					refs = startRefs(b, ctx, svc, reqs, refs)
+					pre, err := svc.PreparePutStart(reqs)
+					if err != nil {
+						b.Fatal(err)
+					}
 					t1 := time.Now()
+					res, err := svc.PutStartPrepared(ctx, pre)
+					t2 := time.Now()
+					if err != nil {
+						b.Fatal(err)
+					}
+					refs = refs[:0]
+					for i := range res {
+						if res[i].Err != nil {
+							b.Fatal(res[i].Err)
+						}
+						refs = append(refs, res[i].Ref(reqs[i].Key))
+					}
+					t3 := time.Now()
 					endRefs(b, ctx, svc, refs)
-					tStart += t1.Sub(t0)
-					tEnd += time.Since(t1)
+					tPrep += t1.Sub(t0)
+					tStart += t2.Sub(t1)
+					tEnd += time.Since(t3)
 				}
 				b.StopTimer()
 				if n, err := svc.RemoveAll(ctx, Filter{}, true); err != nil || n != round {
@@ -454,6 +475,7 @@ func BenchmarkPutRounds(b *testing.B) {
 				b.StartTimer()
 			}
 			keysDone := float64(b.N * round)
+			b.ReportMetric(float64(tPrep.Nanoseconds())/keysDone, "prep-ns/key")
 			b.ReportMetric(float64(tStart.Nanoseconds())/keysDone, "putstart-ns/key")
 			b.ReportMetric(float64(tEnd.Nanoseconds())/keysDone, "putend-ns/key")
 		})

@@ -15,7 +15,19 @@ type embedded struct {
 	closed atomic.Bool
 }
 
-var _ Client = (*embedded)(nil)
+var (
+	_ Client   = (*embedded)(nil)
+	_ Preparer = (*embedded)(nil)
+)
+
+// Preparer is a Client that prepares a PutStart batch apart from starting
+// it (Service.PreparePutStart): an embedded one. A caller that prepares
+// its next batch while the master works on the one before takes the
+// preparation off the master's serial path.
+type Preparer interface {
+	PreparePutStart(reqs []PutStartReq) (*PreparedPuts, error)
+	PutStartPrepared(ctx context.Context, p *PreparedPuts) ([]PutStartResult, error)
+}
 
 // NewEmbedded returns a Client that calls svc directly. Closing the Client
 // does not close svc.
@@ -96,6 +108,22 @@ func (e *embedded) PutStart(ctx context.Context, reqs []PutStartReq) ([]PutStart
 		return nil, err
 	}
 	return e.svc.PutStart(ctx, reqs)
+}
+
+// PreparePutStart implements Preparer.
+func (e *embedded) PreparePutStart(reqs []PutStartReq) (*PreparedPuts, error) {
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	return e.svc.PreparePutStart(reqs)
+}
+
+// PutStartPrepared implements Preparer.
+func (e *embedded) PutStartPrepared(ctx context.Context, p *PreparedPuts) ([]PutStartResult, error) {
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	return e.svc.PutStartPrepared(ctx, p)
 }
 
 func (e *embedded) PutEnd(ctx context.Context, puts []PutRef) []error {

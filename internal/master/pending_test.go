@@ -1,6 +1,7 @@
 package master
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -222,6 +223,65 @@ func TestPutEndHints(t *testing.T) {
 	}
 	e.clk.Advance(cfg.LeaseTTL + time.Second) // the gets' leases end: the zombies go
 	e.svc.Reap()
+	if st := e.stats(); st.Objects != 0 || st.PendingPuts != 0 || e.tierUsed(segment.TierDRAM) != 0 {
+		t.Fatalf("after RemoveAll: %d objects, %d pending, %d bytes used", st.Objects, st.PendingPuts, e.tierUsed(segment.TierDRAM))
+	}
+}
+
+// TestPreparedPuts: a prepared PutStart batch starts once, only on the
+// Service that prepared it, and answers as PutStart would: a request
+// that failed validation fails at its position, the others start.
+func TestPreparedPuts(t *testing.T) {
+	e := newEnvWith(t, testConfig(), transports["embedded"])
+	p := e.register("p1", "host-a", 0, 0)
+	e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 8*64*KiB))
+	w := e.defaultWriter()
+	reqs := []PutStartReq{
+		{Key: "a", Size: 64 * KiB, Placement: NoPlacement},
+		{Key: "", Size: 64 * KiB, Placement: NoPlacement}, // invalid: no key
+		{Key: "c", Size: 0, Placement: NoPlacement},       // invalid: size 0
+		{Key: "d", Size: 64 * KiB, Placement: NoPlacement},
+	}
+	for i := range reqs {
+		reqs[i].Placement.Client = w
+	}
+	other, err := New(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	pre, err := e.svc.PreparePutStart(reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.PutStartPrepared(e.ctx, pre); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("another master's PutStartPrepared: %v, want ErrInvalid", err)
+	}
+	res, err := e.svc.PutStartPrepared(e.ctx, pre)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []error{nil, ErrInvalid, ErrInvalid, nil} {
+		wantErr(t, "item "+reqs[i].Key, res[i].Err, want)
+	}
+	if res[0].Token == 0 || res[0].Token == res[3].Token {
+		t.Fatalf("tokens %#x and %#x: want two, distinct and not 0", res[0].Token, res[3].Token)
+	}
+	if _, err := e.svc.PutStartPrepared(e.ctx, pre); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("second PutStartPrepared: %v, want ErrInvalid", err)
+	}
+	if st := e.stats(); st.PendingPuts != 2 {
+		t.Fatalf("pending puts = %d, want 2 (a, d: the second start started nothing)", st.PendingPuts)
+	}
+	if _, err := e.svc.PreparePutStart(make([]PutStartReq, e.svc.cfg.MaxBatch+1)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("oversized batch: %v, want ErrInvalid", err)
+	}
+	for _, i := range []int{0, 3} {
+		wantErr(t, "PutEnd "+reqs[i].Key, e.c.PutEnd(e.ctx, []PutRef{res[i].Ref(reqs[i].Key)})[0], nil)
+	}
+	if _, err := e.svc.RemoveAll(e.ctx, Filter{}, true); err != nil {
+		t.Fatal(err)
+	}
 	if st := e.stats(); st.Objects != 0 || st.PendingPuts != 0 || e.tierUsed(segment.TierDRAM) != 0 {
 		t.Fatalf("after RemoveAll: %d objects, %d pending, %d bytes used", st.Objects, st.PendingPuts, e.tierUsed(segment.TierDRAM))
 	}

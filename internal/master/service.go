@@ -879,19 +879,57 @@ func (s *Service) softPinnedLocked(slot uint32, now int64) bool {
 }
 
 // PutStart implements Client.
-func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStartResult, err error) {
-	defer s.met.op(opPutStart, time.Now(), &err)
+func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) ([]PutStartResult, error) {
+	p, err := s.PreparePutStart(reqs)
+	if err != nil {
+		s.met.op(opPutStart, time.Now(), &err)
+		return nil, err
+	}
+	return s.PutStartPrepared(ctx, p)
+}
+
+// PreparedPuts is a PutStart batch whose part that needs no lock is done:
+// its requests validated, its answers allocated, its tokens drawn
+// (PreparePutStart). An embedded master's caller prepares its next batch
+// while the master works on the one before (client.Store's put
+// pipeline), so that part leaves the master's serial path. Only the
+// Service makes one; PutStartPrepared takes it once.
+type PreparedPuts struct {
+	svc     *Service
+	reqs    []PutStartReq
+	out     []PutStartResult // Err: the request's validation
+	backing []Replica        // the answers' replicas, capacity for all of them
+	tokens  []uint64         // one per request, 0 where it failed validation
+	taken   bool
+}
+
+// PreparePutStart validates reqs and prepares their PutStart without the
+// lock (PreparedPuts). reqs must not change until PutStartPrepared
+// returns. An error is the whole batch's (too large); a request's own
+// error is its answer's.
+func (s *Service) PreparePutStart(reqs []PutStartReq) (*PreparedPuts, error) {
 	if err := s.checkBatch(len(reqs)); err != nil {
 		return nil, err
 	}
-	out := make([]PutStartResult, len(reqs))
-	nrep, nok := 0, 0
+	p := &PreparedPuts{svc: s, reqs: reqs, out: make([]PutStartResult, len(reqs)), tokens: make([]uint64, len(reqs))}
+	nrep := 0
 	var valid *Placement // the last placement validated: a batch's puts usually share one
 	for i := range reqs {
-		if out[i].Err = validatePutStartAfter(&reqs[i], s.cfg.MaxKeyLen, valid); out[i].Err == nil {
+		if p.out[i].Err = validatePutStartAfter(&reqs[i], s.cfg.MaxKeyLen, valid); p.out[i].Err == nil {
 			nrep += max(reqs[i].Replicas, 1)
 			valid = &reqs[i].Placement
+			p.tokens[i] = newToken()
 		}
+	}
+	p.backing = make([]Replica, 0, nrep)
+	return p, nil
+}
+
+// PutStartPrepared is PutStart of a batch PreparePutStart prepared.
+func (s *Service) PutStartPrepared(ctx context.Context, p *PreparedPuts) (_ []PutStartResult, err error) {
+	defer s.met.op(opPutStart, time.Now(), &err)
+	if p == nil || p.svc != s {
+		return nil, fmt.Errorf("%w: prepared puts: not prepared by this master", ErrInvalid)
 	}
 	who, err := s.callerOf(ctx)
 	if err != nil {
@@ -901,8 +939,13 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 		return nil, err
 	}
 	defer s.mu.Unlock()
+	if p.taken { // checked under the lock: of two calls with p, one starts it
+		return nil, fmt.Errorf("%w: prepared puts: already started", ErrInvalid)
+	}
+	p.taken = true
+	reqs, out, backing := p.reqs, p.out, p.backing
+	nok := 0
 	now := s.now()
-	backing := make([]Replica, 0, nrep)
 	var scratch []replica
 	var writer *clientState
 	var plan placePlan // the last put's, reused by the next put of the same placement
@@ -960,7 +1003,7 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) (_ []PutStar
 			}
 		}
 		o := s.mu.objs.at(slot)
-		*o = object{key: noKey, size: r.Size, token: s.newTokenLocked(), stamp: now + int64(s.cfg.PutTimeout), state: statePending, aux: writer.seq}
+		*o = object{key: noKey, size: r.Size, token: s.tokenLocked(p.tokens[i]), stamp: now + int64(s.cfg.PutTimeout), state: statePending, aux: writer.seq}
 		writer.pending++
 		writer.reserved += int64(r.Size)
 		if r.Pin {
@@ -1507,14 +1550,25 @@ func (s *Service) Reap() {
 	s.evictToWatermarksLocked(now)
 }
 
-// newTokenLocked returns a random, unused put token: a writer cannot guess
+// newToken returns a random put token, not 0: a writer cannot guess
 // another's (and with authentication a put is also bound to its writer).
-func (s *Service) newTokenLocked() uint64 {
+// math/rand/v2's source is the runtime's ChaCha8, per thread: no lock.
+func newToken() uint64 {
 	for {
-		t := s.mu.rng.Uint64()
-		if _, dup := s.mu.timedOut[t]; t != 0 && !dup {
+		if t := rand.Uint64(); t != 0 {
 			return t
 		}
+	}
+}
+
+// tokenLocked returns t, drawn by newToken without the lock, or another
+// when a timed-out put still holds t.
+func (s *Service) tokenLocked(t uint64) uint64 {
+	for {
+		if _, dup := s.mu.timedOut[t]; !dup {
+			return t
+		}
+		t = newToken()
 	}
 }
 
