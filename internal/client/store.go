@@ -154,13 +154,13 @@ type Store struct {
 	mounted atomic.Pointer[pool.Pool]
 
 	closeTimeout time.Duration
-	chunk        int            // Options.PipelineChunk
-	parts        int            // Options.BatchParts, resolved
-	putParts     int            // the same for puts
-	embedded     bool           // the master is in this process (master.IsEmbedded)
+	chunk        int             // Options.PipelineChunk
+	parts        int             // Options.BatchParts, resolved
+	putParts     int             // the same for puts
+	embedded     bool            // the master is in this process (master.IsEmbedded)
 	prep         master.Preparer // s.m, when it prepares PutStart batches apart (embedded); else nil
-	spin         spinBudget     // the pipelines' hand-offs (handoff.go)
-	workers      sync.WaitGroup // the pipelines' metaWorkers, stopped by their pipelines
+	spin         spinBudget      // the pipelines' hand-offs (handoff.go)
+	workers      sync.WaitGroup  // the pipelines' metaWorkers, stopped by their pipelines
 	rel          releaser
 	keeper       viewKeeper // renews held Views' leases (views.go)
 	exitOnClose  bool
