@@ -368,8 +368,6 @@ type putSource interface {
 	rest(errs []error, err error)
 	// more reports whether it has keys not yielded yet.
 	more() bool
-	// left is how many keys it has not yielded yet.
-	left() int
 }
 
 // lazyPuts checks a batch's keys (checkBuffers) and builds their requests
@@ -400,8 +398,6 @@ func (l *lazyPuts) next(n int) ([]master.PutStartReq, []int, bool) {
 
 func (l *lazyPuts) more() bool { return l.pos < len(l.keys) }
 
-func (l *lazyPuts) left() int { return len(l.keys) - l.pos }
-
 func (l *lazyPuts) rest(errs []error, err error) {
 	for i := l.pos; i < len(l.keys); i++ {
 		if errs[i] == nil {
@@ -411,21 +407,12 @@ func (l *lazyPuts) rest(errs []error, err error) {
 	l.pos = len(l.keys)
 }
 
-// aheadSource yields a put source's chunks, in the chunker's sizes, built
-// ahead of the pipeline that takes them, so that building them (checking
-// the keys' buffers, making and preparing the requests) is not in series
-// with the master calls: 0.12–0.17 µs per key of 4–16 KiB puts on the
-// H200, which the master's PutStart otherwise waited for.
-//
-// Built in the pipeline's goroutine, one chunk ahead: fill builds the
-// next chunk while the pipeline waits for the master's answer to the
-// chunk before. Or, after start, by a builder goroutine of its own that
-// builds every chunk as fast as it can: with an embedded master the
-// pipeline's own work (building, resolving, submitting: 0.45–0.51 µs per
-// 4 KiB key) became the bound once the master prepared its calls apart
-// (docs/perf/store.md, twelfth round). The builder never waits: its
-// channel holds every chunk the batch has. The pipeline stops and joins
-// it (stop) before it returns; after that the builder touches nothing.
+// aheadSource yields a put source's chunks, in the chunker's sizes, one
+// ahead when asked: fill builds the next chunk's requests (checking its
+// keys) while the pipeline waits for the master's answer to the chunk
+// before, so that building them is not in series with the master calls
+// (0.12–0.17 µs per key of 4–16 KiB puts on the H200, which the master's
+// PutStart otherwise waited for).
 type aheadSource struct {
 	src putSource
 	ch  *chunker
@@ -433,92 +420,24 @@ type aheadSource struct {
 	// (an embedded master: master.Preparer), so that the validation and
 	// the rest of a call that needs no lock run here, beside the master's
 	// work on the chunk before, not on the master's serial path.
-	prep master.Preparer
-	// One chunk built ahead (no builder).
-	c     builtChunk
-	ready bool // c is the next chunk
-	// The builder, once started: its chunks in order, and its stop and
-	// exit.
-	spin    *spinBudget
-	built   chan builtChunk
-	halt    chan struct{}
-	exited  chan struct{}
-	stopped bool
+	prep  master.Preparer
+	reqs  []master.PutStartReq
+	pre   *master.PreparedPuts
+	idx   []int
+	done  bool
+	ready bool // reqs, pre, idx and done are the next chunk's
 }
 
-// builtChunk is one chunk of requests: the keys' positions in the batch
-// and whether the source is done (then it has no keys).
-type builtChunk struct {
-	reqs putReqs
-	idx  []int
-	done bool
-}
-
-// build builds the next chunk.
-func (a *aheadSource) build() builtChunk {
-	var c builtChunk
-	c.reqs.reqs, c.idx, c.done = a.src.next(a.ch.take())
-	if a.prep != nil && len(c.reqs.reqs) > 0 {
-		// On error (a closed Store's master) the chunk's call goes out
-		// unprepared and fails with the same error.
-		c.reqs.pre, _ = a.prep.PreparePutStart(c.reqs.reqs)
-	}
-	return c
-}
-
-// start builds the rest of the source on a goroutine of its own; wg
-// counts it (the Store's workers). The caller must stop it.
-func (a *aheadSource) start(spin *spinBudget, wg *sync.WaitGroup) {
-	// Every chunk left, the ones counted by a copy of the chunker, and
-	// the final done: the builder never waits for room.
-	n, ch := 1, *a.ch
-	for left := a.src.left(); left > 0; left -= ch.take() {
-		n++
-	}
-	if a.ready {
-		n++
-	}
-	a.spin, a.built = spin, make(chan builtChunk, n)
-	a.halt, a.exited = make(chan struct{}), make(chan struct{})
-	if a.ready {
-		a.built <- a.c
-		a.ready = false
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer close(a.exited)
-		for {
-			select {
-			case <-a.halt:
-				return
-			default:
-			}
-			c := a.build()
-			a.built <- c
-			if c.done {
-				return
-			}
-		}
-	}()
-}
-
-// stop stops the builder, if one started and is not stopped yet, and
-// waits until it has exited.
-func (a *aheadSource) stop() {
-	if a.built == nil || a.stopped {
-		return
-	}
-	a.stopped = true
-	close(a.halt)
-	spinRecv(a.spin, a.exited)
-}
-
-// fill builds the next chunk, if it is not built yet (no builder: a
-// builder builds ahead by itself).
+// fill builds the next chunk, if it is not built yet.
 func (a *aheadSource) fill() {
-	if a.built == nil && !a.ready {
-		a.c = a.build()
+	if !a.ready {
+		a.reqs, a.idx, a.done = a.src.next(a.ch.take())
+		a.pre = nil
+		if a.prep != nil && len(a.reqs) > 0 {
+			// On error (a closed Store's master) the chunk's call goes
+			// out unprepared and fails with the same error.
+			a.pre, _ = a.prep.PreparePutStart(a.reqs)
+		}
 		a.ready = true
 	}
 }
@@ -526,40 +445,9 @@ func (a *aheadSource) fill() {
 // next yields the next chunk (putSource.next) and its prepared PutStart,
 // or nil.
 func (a *aheadSource) next() (putReqs, []int, bool) {
-	if a.built != nil {
-		c, _ := spinRecv(a.spin, a.built)
-		return c.reqs, c.idx, c.done
-	}
 	a.fill()
 	a.ready = false
-	return a.c.reqs, a.c.idx, a.c.done
-}
-
-// more reports whether a chunk is built ahead or the source has more keys
-// (before start).
-func (a *aheadSource) more() bool { return a.ready && !a.c.done || a.src.more() }
-
-// rest fails with err every key not yielded by next, those of chunks
-// built ahead included (putSource.rest). It stops the builder first.
-func (a *aheadSource) rest(errs []error, err error) {
-	fail := func(c builtChunk) {
-		for _, i := range c.idx {
-			if errs[i] == nil {
-				errs[i] = err
-			}
-		}
-	}
-	if a.built != nil {
-		a.stop()
-		for len(a.built) > 0 {
-			fail(<-a.built)
-		}
-	}
-	if a.ready {
-		fail(a.c)
-		a.ready = false
-	}
-	a.src.rest(errs, err)
+	return putReqs{a.reqs, a.pre}, a.idx, a.done
 }
 
 // putReqs are one chunk's PutStart requests and, if the master prepared
@@ -567,6 +455,23 @@ func (a *aheadSource) rest(errs []error, err error) {
 type putReqs struct {
 	reqs []master.PutStartReq
 	pre  *master.PreparedPuts
+}
+
+// more reports whether a chunk is built ahead or the source has more keys.
+func (a *aheadSource) more() bool { return a.ready && !a.done || a.src.more() }
+
+// rest fails with err every key not yielded by next, those of a chunk
+// built ahead included (putSource.rest).
+func (a *aheadSource) rest(errs []error, err error) {
+	if a.ready {
+		for _, i := range a.idx {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		a.ready = false
+	}
+	a.src.rest(errs, err)
 }
 
 // putBatchPart is one part of a split BatchPut: its requests and their
@@ -584,8 +489,6 @@ func (p *putBatchPart) next(n int) ([]master.PutStartReq, []int, bool) {
 }
 
 func (p *putBatchPart) more() bool { return p.pos < len(p.reqs) }
-
-func (p *putBatchPart) left() int { return len(p.reqs) - p.pos }
 
 func (p *putBatchPart) rest(errs []error, err error) {
 	for _, i := range p.idx[p.pos:] {
@@ -669,22 +572,16 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 	}()
 	ch := s.chunker()
 	ahead := &aheadSource{src: src, ch: &ch, prep: s.prep}
-	defer ahead.stop() // before the caller releases the buffers it held
 	chunk, idx, done := ahead.next()
 	reqs := chunk.reqs
 	ph.lap(&s.phases.put.check)
 	// The first chunk's call runs here: a batch of one chunk (a single
 	// put) makes no goroutine hand-off. A longer one starts its worker
-	// first, so that it is running by the time of the first prefetch;
-	// with an embedded master the batch's only pipeline also has its
-	// chunks built by a builder of their own (aheadSource.start).
+	// first, so that it is running by the time of the first prefetch.
 	if !done && ahead.more() {
 		w = startMetaWorker(&s.spin, &s.workers)
 		if s.embedded {
 			p.w = w
-			if only {
-				ahead.start(&s.spin, &s.workers)
-			}
 		}
 	}
 	m := s.putStart(ctx, chunk)

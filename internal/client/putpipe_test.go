@@ -189,16 +189,10 @@ func (m *failStart) Close() error { return nil } // the env closes the master cl
 // TestBatchPutStartFailsTheRest: when a chunk's PutStart fails, that
 // chunk's keys and every later one fail — the chunk built ahead while the
 // master answered (aheadSource) and the one whose PutStart was in flight
-// among them — and exactly the keys reported put are stored. With an
-// embedded master (a builder builds the chunks ahead) the builder has
-// exited when BatchPut returns.
+// among them — and exactly the keys reported put are stored.
 func TestBatchPutStartFailsTheRest(t *testing.T) {
-	for _, tc := range []struct {
-		fail     int
-		embedded bool
-	}{{2, false}, {3, false}, {5, false}, {2, true}, {3, true}, {5, true}} {
-		fail := tc.fail
-		t.Run(fmt.Sprintf("call=%d/embedded=%v", fail, tc.embedded), func(t *testing.T) {
+	for _, fail := range []int{2, 3, 5} {
+		t.Run(fmt.Sprintf("call=%d", fail), func(t *testing.T) {
 			e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
 			ctx := context.Background()
 			const n, size = 48, 4096
@@ -207,13 +201,7 @@ func TestBatchPutStartFailsTheRest(t *testing.T) {
 			keys, srcs, _ := slabs(fmt.Sprintf("start-fails/%d", fail), src, dst, n, size)
 			m := &failStart{Client: e.mc, fail: fail}
 			st := openThrough(t, e, m, "fail-start")
-			if tc.embedded {
-				client.ForceEmbedded(st)
-			}
 			errs := st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{})
-			if builderRuns() {
-				t.Fatal("a chunk builder still runs after BatchPut returned")
-			}
 			vis, err := e.mc.Exists(ctx, keys, false)
 			if err != nil {
 				t.Fatal(err)
@@ -323,13 +311,6 @@ func goroutineID() uint64 {
 	f := strings.Fields(string(b[:runtime.Stack(b[:], false)]))
 	id, _ := strconv.ParseUint(f[1], 10, 64)
 	return id
-}
-
-// builderRuns reports whether any goroutine is a put pipeline's chunk
-// builder (aheadSource.start).
-func builderRuns() bool {
-	b := make([]byte, 1<<20)
-	return strings.Contains(string(b[:runtime.Stack(b, true)]), "aheadSource).start.func")
 }
 
 // goroutineLives reports whether goroutine id exists.
@@ -531,7 +512,7 @@ type prepSpy struct {
 	master.Client
 	p                       master.Preparer
 	mu                      sync.Mutex
-	prepared, started       []uint64 // goroutine of each PreparePutStart, PutStartPrepared
+	prepared                []uint64 // goroutine of each PreparePutStart
 	viaPrepared, unprepared int
 }
 
@@ -545,7 +526,6 @@ func (m *prepSpy) PreparePutStart(reqs []master.PutStartReq) (*master.PreparedPu
 func (m *prepSpy) PutStartPrepared(ctx context.Context, p *master.PreparedPuts) ([]master.PutStartResult, error) {
 	m.mu.Lock()
 	m.viaPrepared++
-	m.started = append(m.started, goroutineID())
 	m.mu.Unlock()
 	return m.p.PutStartPrepared(ctx, p)
 }
@@ -560,12 +540,10 @@ func (m *prepSpy) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]ma
 func (m *prepSpy) Close() error { return nil } // the env closes the master client
 
 // TestPutChunksPrepared: with a master that prepares PutStart batches
-// apart (an embedded one), a batch of many chunks prepares its first
-// chunk on the caller's goroutine and every later one on the pipeline's
-// builder as it builds it, and the worker only starts them: fails if any
-// chunk's PutStart goes out unprepared, is prepared on the worker (the
-// master's serial path) or by the caller after the first, or if the
-// builder outlives the batch.
+// apart (an embedded one), a batch of many chunks prepares every chunk on
+// the pipeline's goroutine as it builds it, and the worker only starts
+// them: fails if any chunk's PutStart goes out unprepared, or is
+// prepared on the worker (the master's serial path).
 func TestPutChunksPrepared(t *testing.T) {
 	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
 	ctx := context.Background()
@@ -590,17 +568,10 @@ func TestPutChunksPrepared(t *testing.T) {
 	if len(m.prepared) < 4 || m.viaPrepared != len(m.prepared) || m.unprepared != 0 {
 		t.Fatalf("%d chunks prepared, %d started prepared, %d unprepared: want several, all started prepared", len(m.prepared), m.viaPrepared, m.unprepared)
 	}
-	builder, worker := m.prepared[1], m.started[1]
-	if m.prepared[0] != me || builder == me || builder == worker {
-		t.Fatalf("chunks prepared on goroutines %v, started on %v; want the first on the caller's (%d), the rest on a builder, neither the caller nor the worker", m.prepared, m.started, me)
-	}
-	for _, id := range m.prepared[1:] {
-		if id != builder {
-			t.Fatalf("chunks prepared on goroutines %v; want all but the first on one builder", m.prepared)
+	for _, id := range m.prepared {
+		if id != me {
+			t.Fatalf("chunks prepared on goroutines %v; want all on the pipeline's (the caller's, %d)", m.prepared, me)
 		}
-	}
-	if goroutineLives(builder) {
-		t.Fatalf("builder goroutine %d still runs after BatchPut returned", builder)
 	}
 	_, gerrs := st.BatchGet(ctx, keys, dsts, 0)
 	back := readBack(t, e, dst, n*size)
