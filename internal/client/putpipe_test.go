@@ -189,10 +189,15 @@ func (m *failStart) Close() error { return nil } // the env closes the master cl
 // TestBatchPutStartFailsTheRest: when a chunk's PutStart fails, that
 // chunk's keys and every later one fail — the chunk built ahead while the
 // master answered (aheadSource) and the one whose PutStart was in flight
-// among them — and exactly the keys reported put are stored.
+// among them — and exactly the keys reported put are stored; also as an
+// embedded master's pipeline (PutEnds on its worker).
 func TestBatchPutStartFailsTheRest(t *testing.T) {
-	for _, fail := range []int{2, 3, 5} {
-		t.Run(fmt.Sprintf("call=%d", fail), func(t *testing.T) {
+	for _, tc := range []struct {
+		fail     int
+		embedded bool
+	}{{2, false}, {3, false}, {5, false}, {2, true}, {3, true}, {5, true}} {
+		fail := tc.fail
+		t.Run(fmt.Sprintf("call=%d/embedded=%v", fail, tc.embedded), func(t *testing.T) {
 			e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
 			ctx := context.Background()
 			const n, size = 48, 4096
@@ -201,6 +206,9 @@ func TestBatchPutStartFailsTheRest(t *testing.T) {
 			keys, srcs, _ := slabs(fmt.Sprintf("start-fails/%d", fail), src, dst, n, size)
 			m := &failStart{Client: e.mc, fail: fail}
 			st := openThrough(t, e, m, "fail-start")
+			if tc.embedded {
+				client.ForceEmbedded(st)
+			}
 			errs := st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{})
 			vis, err := e.mc.Exists(ctx, keys, false)
 			if err != nil {
