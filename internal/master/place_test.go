@@ -965,3 +965,98 @@ func TestPlanAfterWriterExpiry(t *testing.T) {
 		t.Fatalf("k3 (4 MiB, only the dropped 8 MiB segment held it): %v; want ErrInvalid, exceeds the largest segment", res[2].Err)
 	}
 }
+
+// TestBestMemo: a batch's puts take their first replica's segment from
+// the plan's memo while no segment has moved in the index, and every
+// answer so taken is the one the query would make (checkBestMemo checks
+// each). Batches of random sizes (several puts of one size in a row) and
+// replicas, with revokes, ends, mounts and drains between them, over
+// equal and unequal segments; fails on a differing answer, or if the memo
+// is never used.
+func TestBestMemo(t *testing.T) {
+	hits := 0
+	checkBestMemo = func(memo, full uint32, fullOK bool) {
+		hits++
+		if !fullOK || memo != full {
+			t.Fatalf("memo answered segment slot %d, the query %d (found %v)", memo, full, fullOK)
+		}
+	}
+	defer func() { checkBestMemo = nil }()
+	rng := rand.New(rand.NewPCG(11, 12))
+	cfg := testConfig()
+	cfg.Alignment = 4 * KiB
+	cfg.Quotas = Quotas{Segments: -1, PendingPuts: -1, ReservedBytes: -1}
+	e := newEnvWith(t, cfg, transports["embedded"])
+	nodes := []string{"h0", "h1", "h2"}
+	for _, n := range nodes {
+		e.register("p"+n, n, 0, 0)
+	}
+	w := e.register("w", "h0", 0, 0)
+	nseg := 0
+	mount := func() {
+		n := nodes[rng.IntN(len(nodes))]
+		sizes := []uint64{1 * MiB, 1 * MiB, 2 * MiB}
+		e.mount(desc(fmt.Sprintf("s%d", nseg), "p"+n, n, segment.TierDRAM, int32(rng.IntN(2)), sizes[rng.IntN(len(sizes))]))
+		nseg++
+	}
+	for range 12 {
+		mount()
+	}
+	var live []PutRef
+	for round := range 300 {
+		var reqs []PutStartReq
+		for len(reqs) < 64 {
+			size := []uint64{4 * KiB, 16 * KiB, 64 * KiB}[rng.IntN(3)]
+			reps := 1 + rng.IntN(2)
+			for range 1 + rng.IntN(16) {
+				reqs = append(reqs, PutStartReq{Key: fmt.Sprintf("r%d/%d", round, len(reqs)), Size: size, Replicas: reps, Placement: NoPlacement})
+				reqs[len(reqs)-1].Placement.Client = w
+			}
+		}
+		res, err := e.c.PutStart(e.ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var refs []PutRef
+		for i := range res {
+			if res[i].Err == nil {
+				refs = append(refs, res[i].Ref(reqs[i].Key))
+			}
+		}
+		// End most, revoke the rest; remove some older objects; now and
+		// then mount a segment.
+		cut := len(refs) * 3 / 4
+		for _, err := range e.c.PutEnd(e.ctx, refs[:cut]) {
+			wantErr(t, "PutEnd", err, nil)
+		}
+		for _, err := range e.c.PutRevoke(e.ctx, refs[cut:]) {
+			wantErr(t, "PutRevoke", err, nil)
+		}
+		live = append(live, refs[:cut]...)
+		if len(live) > 400 {
+			var keys []string
+			for _, r := range live[:200] {
+				keys = append(keys, r.Key)
+			}
+			for i, err := range e.c.Remove(e.ctx, keys, true) {
+				if err != nil && !errors.Is(err, ErrNotFound) { // evicted meanwhile: not found
+					t.Fatalf("Remove %s: %v", keys[i], err)
+				}
+			}
+			live = live[200:]
+		}
+		if rng.IntN(20) == 0 {
+			mount()
+		}
+	}
+	if hits == 0 {
+		t.Fatal("no put took its segment from the memo")
+	}
+	t.Logf("%d answers from the memo, each checked", hits)
+	if _, err := e.svc.RemoveAll(e.ctx, Filter{}, true); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.stats(); st.Objects != 0 || st.PendingPuts != 0 || e.tierUsed(segment.TierDRAM) != 0 {
+		t.Fatalf("after RemoveAll: %d objects, %d pending, %d bytes used", st.Objects, st.PendingPuts, e.tierUsed(segment.TierDRAM))
+	}
+}

@@ -262,6 +262,9 @@ type placeIndex struct {
 	byTier  [3][]*placeGroup // every group of a tier
 	mounted [3]int           // mounted segments by tier
 	version uint64           // changes when a group or node bucket is added or removed
+	// moves changes whenever a segment enters, leaves or moves in a heap:
+	// while it does not, a query's answer stays what it was (bestMemo).
+	moves uint64
 	pos     []int32          // by segment slot: index in its locBucket's segs, -1 when out
 
 	// last caches the answer of the last query (puts of one batch usually
@@ -320,6 +323,7 @@ func (ix *placeIndex) add(slot uint32, sg *segState) {
 
 // remove takes sg, about to be unmounted, out of the index.
 func (ix *placeIndex) remove(sg *segState) {
+	ix.moves++
 	lb := sg.lb
 	if ix.pos[sg.slot] >= 0 {
 		lb.segs.remove(sg.slot, ix.pos)
@@ -391,6 +395,7 @@ func (ix *placeIndex) update(sg *segState) {
 	default:
 		return
 	}
+	ix.moves++
 	ix.propagate(lb)
 }
 
