@@ -265,7 +265,7 @@ type placeIndex struct {
 	// moves changes whenever a segment enters, leaves or moves in a heap:
 	// while it does not, a query's answer stays what it was (bestMemo).
 	moves uint64
-	pos     []int32          // by segment slot: index in its locBucket's segs, -1 when out
+	pos   []int32 // by segment slot: index in its locBucket's segs, -1 when out
 
 	// last caches the answer of the last query (puts of one batch usually
 	// have one writer and one target node).
