@@ -900,6 +900,7 @@ type PreparedPuts struct {
 	out     []PutStartResult // Err: the request's validation
 	backing []Replica        // the answers' replicas, capacity for all of them
 	tokens  []uint64         // one per request, 0 where it failed validation
+	hashes  []uint64         // the keys' index hashes (objTable.hash), 0 where validation failed
 	taken   bool
 }
 
@@ -911,7 +912,7 @@ func (s *Service) PreparePutStart(reqs []PutStartReq) (*PreparedPuts, error) {
 	if err := s.checkBatch(len(reqs)); err != nil {
 		return nil, err
 	}
-	p := &PreparedPuts{svc: s, reqs: reqs, out: make([]PutStartResult, len(reqs)), tokens: make([]uint64, len(reqs))}
+	p := &PreparedPuts{svc: s, reqs: reqs, out: make([]PutStartResult, len(reqs)), tokens: make([]uint64, len(reqs)), hashes: make([]uint64, len(reqs))}
 	nrep := 0
 	var valid *Placement // the last placement validated: a batch's puts usually share one
 	for i := range reqs {
@@ -919,6 +920,9 @@ func (s *Service) PreparePutStart(reqs []PutStartReq) (*PreparedPuts, error) {
 			nrep += max(reqs[i].Replicas, 1)
 			valid = &reqs[i].Placement
 			p.tokens[i] = newToken()
+			// The index's hash seed is set in New and never changes: hashing
+			// needs no lock.
+			p.hashes[i] = s.mu.objs.hash(reqs[i].Key)
 		}
 	}
 	p.backing = make([]Replica, 0, nrep)
@@ -950,6 +954,7 @@ func (s *Service) PutStartPrepared(ctx context.Context, p *PreparedPuts) (_ []Pu
 	var writer *clientState
 	var plan placePlan // the last put's, reused by the next put of the same placement
 	f := newBatchFinder(&s.mu.objs, len(reqs), func(i int) string { return reqs[i].Key })
+	f.hashed = p.hashes
 	for i := range reqs {
 		if out[i].Err != nil {
 			continue

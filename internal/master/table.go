@@ -392,11 +392,16 @@ const prefetchGroup = 16
 // It returns the sum of what it loaded, for the caller to keep (so that
 // the compiler keeps the loads).
 func (t *objTable) prefetch(keys []string, hs []uint64, cand *[prefetchGroup]uint32) uint64 {
-	var pos [prefetchGroup]uint32 // home positions
-	var sink uint64
 	for j, k := range keys {
 		hs[j] = t.hash(k)
 	}
+	return t.prefetchHashed(keys, hs, cand)
+}
+
+// prefetchHashed is prefetch of keys whose hashes hs holds already.
+func (t *objTable) prefetchHashed(keys []string, hs []uint64, cand *[prefetchGroup]uint32) uint64 {
+	var pos [prefetchGroup]uint32 // home positions
+	var sink uint64
 	for j := range keys {
 		fp := fingerprint(hs[j])
 		tb := t.tableOf(fp)
@@ -444,11 +449,14 @@ type batchFinder struct {
 	// warm, if not nil, is called with the slot of each key's candidate
 	// record (see prefetch) once the group is prefetched: to load what
 	// the caller reads next, the misses of one group overlapping again.
-	warm  func(slot uint32)
-	base  int // index of the group's first key
-	ready bool
-	keys  [prefetchGroup]string // the group's
-	hs    [prefetchGroup]uint64 // and their hashes
+	warm func(slot uint32)
+	// hashed, if not nil, holds the batch's keys' hashes, computed before
+	// (PreparePutStart): the group's are taken from it.
+	hashed []uint64
+	base   int // index of the group's first key
+	ready  bool
+	keys   [prefetchGroup]string // the group's
+	hs     [prefetchGroup]uint64 // and their hashes
 	// sink sums the prefetches' loads: the caller hands it to
 	// readPath.sink once per call (done).
 	sink uint64
@@ -467,7 +475,12 @@ func (f *batchFinder) hash(i int) uint64 {
 			f.keys[j] = f.key(g + j)
 		}
 		var cand [prefetchGroup]uint32
-		f.sink += f.t.prefetch(f.keys[:m], f.hs[:m], &cand)
+		if f.hashed != nil {
+			copy(f.hs[:m], f.hashed[g:g+m])
+			f.sink += f.t.prefetchHashed(f.keys[:m], f.hs[:m], &cand)
+		} else {
+			f.sink += f.t.prefetch(f.keys[:m], f.hs[:m], &cand)
+		}
 		if f.warm != nil {
 			for _, c := range cand[:m] {
 				if c != 0 {
