@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"fmt"
+	"iter"
 	"net"
 	"os"
 	"runtime"
@@ -422,62 +423,110 @@ func BenchmarkPutFull(b *testing.B) {
 // chunk's PutStart and then its PutEnd, and the round's objects removed
 // (untimed) before the next. ns/key of PutStart and of PutEnd apart;
 // PutStart as the Store makes it with an embedded master, prepared
-// (PreparePutStart, prep-ns/key: on the pipeline's goroutine) and then
-// started (PutStartPrepared, putstart-ns/key: on the master's serial
-// path).
+// (PreparePutStart, prep-ns/key) and then started (PutStartPrepared,
+// putstart-ns/key: the master's serial path). prep=inline prepares each
+// chunk on the goroutine that starts it; prep=ahead on a goroutine of its
+// own, one chunk ahead, as the Store's pipeline does — its requests and
+// preparation then reach the master's goroutine from another core.
 func BenchmarkPutRounds(b *testing.B) {
 	const round, segs, segSize = 4096, 192, 128 << 20
 	for _, size := range []uint64{4 * KiB, 64 * KiB} {
-		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
-			svc := segmentedService(b, segs, segSize, 1)
-			ctx := context.Background()
-			keys := make([]string, round)
-			for i := range keys {
-				keys[i] = fmt.Sprintf("bench/%d/%d", size, i)
-			}
-			reqs := make([]PutStartReq, 0, 512)
-			refs := make([]PutRef, 0, 512)
-			var tPrep, tStart, tEnd time.Duration
-			for b.Loop() {
-				for lo, n := 0, 64; lo < round; lo, n = lo+n, min(2*n, 512) {
-					reqs = reqs[:0]
-					for _, k := range keys[lo:min(lo+n, round)] {
-						reqs = append(reqs, PutStartReq{Key: k, Size: size, Placement: benchWriter})
-					}
-					t0 := time.Now()
-					pre, err := svc.PreparePutStart(reqs)
-					if err != nil {
-						b.Fatal(err)
-					}
-					t1 := time.Now()
-					res, err := svc.PutStartPrepared(ctx, pre)
-					t2 := time.Now()
-					if err != nil {
-						b.Fatal(err)
-					}
-					refs = refs[:0]
-					for i := range res {
-						if res[i].Err != nil {
-							b.Fatal(res[i].Err)
+		for _, prep := range []string{"inline", "ahead"} {
+			b.Run(fmt.Sprintf("size=%d/prep=%s", size, prep), func(b *testing.B) {
+				svc := segmentedService(b, segs, segSize, 1)
+				ctx := context.Background()
+				keys := make([]string, round)
+				for i := range keys {
+					keys[i] = fmt.Sprintf("bench/%d/%d", size, i)
+				}
+				var tPrep, tStart, tEnd time.Duration
+				refs := make([]PutRef, 0, 512)
+				for b.Loop() {
+					for c := range putRoundChunks(svc, keys, size, prep == "ahead") {
+						if c.err != nil {
+							b.Fatal(c.err)
 						}
-						refs = append(refs, res[i].Ref(reqs[i].Key))
+						t1 := time.Now()
+						res, err := svc.PutStartPrepared(ctx, c.pre)
+						t2 := time.Now()
+						if err != nil {
+							b.Fatal(err)
+						}
+						refs = refs[:0]
+						for i := range res {
+							if res[i].Err != nil {
+								b.Fatal(res[i].Err)
+							}
+							refs = append(refs, res[i].Ref(c.reqs[i].Key))
+						}
+						t3 := time.Now()
+						endRefs(b, ctx, svc, refs)
+						tPrep += c.prep
+						tStart += t2.Sub(t1)
+						tEnd += time.Since(t3)
 					}
-					t3 := time.Now()
-					endRefs(b, ctx, svc, refs)
-					tPrep += t1.Sub(t0)
-					tStart += t2.Sub(t1)
-					tEnd += time.Since(t3)
+					b.StopTimer()
+					if n, err := svc.RemoveAll(ctx, Filter{}, true); err != nil || n != round {
+						b.Fatalf("remove: %d, %v", n, err)
+					}
+					b.StartTimer()
 				}
-				b.StopTimer()
-				if n, err := svc.RemoveAll(ctx, Filter{}, true); err != nil || n != round {
-					b.Fatalf("remove: %d, %v", n, err)
+				keysDone := float64(b.N * round)
+				b.ReportMetric(float64(tPrep.Nanoseconds())/keysDone, "prep-ns/key")
+				b.ReportMetric(float64(tStart.Nanoseconds())/keysDone, "putstart-ns/key")
+				b.ReportMetric(float64(tEnd.Nanoseconds())/keysDone, "putend-ns/key")
+			})
+		}
+	}
+}
+
+// putRoundChunk is one chunk of BenchmarkPutRounds' round, prepared.
+type putRoundChunk struct {
+	reqs []PutStartReq
+	pre  *PreparedPuts
+	prep time.Duration
+	err  error
+}
+
+// putRoundChunks yields a round's chunks of keys prepared, in the
+// Store's chunk sizes; ahead prepares them on a goroutine of its own, one
+// chunk ahead of the consumer.
+func putRoundChunks(svc *Service, keys []string, size uint64, ahead bool) iter.Seq[putRoundChunk] {
+	make1 := func(lo, n int) putRoundChunk {
+		reqs := make([]PutStartReq, 0, n)
+		for _, k := range keys[lo:min(lo+n, len(keys))] {
+			reqs = append(reqs, PutStartReq{Key: k, Size: size, Placement: benchWriter})
+		}
+		t0 := time.Now()
+		pre, err := svc.PreparePutStart(reqs)
+		return putRoundChunk{reqs: reqs, pre: pre, prep: time.Since(t0), err: err}
+	}
+	return func(yield func(putRoundChunk) bool) {
+		if !ahead {
+			for lo, n := 0, 64; lo < len(keys); lo, n = lo+n, min(2*n, 512) {
+				if !yield(make1(lo, n)) {
+					return
 				}
-				b.StartTimer()
 			}
-			keysDone := float64(b.N * round)
-			b.ReportMetric(float64(tPrep.Nanoseconds())/keysDone, "prep-ns/key")
-			b.ReportMetric(float64(tStart.Nanoseconds())/keysDone, "putstart-ns/key")
-			b.ReportMetric(float64(tEnd.Nanoseconds())/keysDone, "putend-ns/key")
-		})
+			return
+		}
+		ch := make(chan putRoundChunk, 1)
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			defer close(ch)
+			for lo, n := 0, 64; lo < len(keys); lo, n = lo+n, min(2*n, 512) {
+				select {
+				case ch <- make1(lo, n):
+				case <-stop:
+					return
+				}
+			}
+		}()
+		for c := range ch {
+			if !yield(c) {
+				return
+			}
+		}
 	}
 }
