@@ -421,7 +421,10 @@ func BenchmarkPutFull(b *testing.B) {
 // 128 MiB (the bench's 24 GiB pool), a round of 4096 objects put in the
 // chunks the Store's chunker cuts (64, 128, 256, then 512 keys), each
 // chunk's PutStart and then its PutEnd, and the round's objects removed
-// (untimed) before the next. ns/key of PutStart and of PutEnd apart;
+// (untimed) before the next. live=0 starts from an empty table (it holds
+// at most the round's objects, as the bench's store does); live=1000000
+// from one holding a million other objects, as a cache in service does,
+// whose records and index no longer fit in a core's caches. ns/key of PutStart and of PutEnd apart;
 // PutStart as the Store makes it with an embedded master, prepared
 // (PreparePutStart, prep-ns/key) and then started (PutStartPrepared,
 // putstart-ns/key: the master's serial path). prep=inline prepares each
@@ -429,55 +432,64 @@ func BenchmarkPutFull(b *testing.B) {
 // own, one chunk ahead, as the Store's pipeline does — its requests and
 // preparation then reach the master's goroutine from another core.
 func BenchmarkPutRounds(b *testing.B) {
-	const round, segs, segSize = 4096, 192, 128 << 20
-	for _, size := range []uint64{4 * KiB, 64 * KiB} {
-		for _, prep := range []string{"inline", "ahead"} {
-			b.Run(fmt.Sprintf("size=%d/prep=%s", size, prep), func(b *testing.B) {
-				svc := segmentedService(b, segs, segSize, 1)
-				ctx := context.Background()
-				keys := make([]string, round)
-				for i := range keys {
-					keys[i] = fmt.Sprintf("bench/%d/%d", size, i)
-				}
-				var tPrep, tStart, tEnd time.Duration
-				refs := make([]PutRef, 0, 512)
-				for b.Loop() {
-					for c := range putRoundChunks(svc, keys, size, prep == "ahead") {
-						if c.err != nil {
-							b.Fatal(c.err)
-						}
-						t1 := time.Now()
-						res, err := svc.PutStartPrepared(ctx, c.pre)
-						t2 := time.Now()
-						if err != nil {
-							b.Fatal(err)
-						}
-						refs = refs[:0]
-						for i := range res {
-							if res[i].Err != nil {
-								b.Fatal(res[i].Err)
-							}
-							refs = append(refs, res[i].Ref(c.reqs[i].Key))
-						}
-						t3 := time.Now()
-						endRefs(b, ctx, svc, refs)
-						tPrep += c.prep
-						tStart += t2.Sub(t1)
-						tEnd += time.Since(t3)
-					}
-					b.StopTimer()
-					if n, err := svc.RemoveAll(ctx, Filter{}, true); err != nil || n != round {
-						b.Fatalf("remove: %d, %v", n, err)
-					}
-					b.StartTimer()
-				}
-				keysDone := float64(b.N * round)
-				b.ReportMetric(float64(tPrep.Nanoseconds())/keysDone, "prep-ns/key")
-				b.ReportMetric(float64(tStart.Nanoseconds())/keysDone, "putstart-ns/key")
-				b.ReportMetric(float64(tEnd.Nanoseconds())/keysDone, "putend-ns/key")
-			})
+	for _, live := range []int{0, 1_000_000} {
+		for _, size := range []uint64{4 * KiB, 64 * KiB} {
+			for _, prep := range []string{"inline", "ahead"} {
+				b.Run(fmt.Sprintf("live=%d/size=%d/prep=%s", live, size, prep), func(b *testing.B) {
+					benchPutRounds(b, live, size, prep == "ahead")
+				})
+			}
 		}
 	}
+}
+
+func benchPutRounds(b *testing.B, live int, size uint64, ahead bool) {
+	const round, segs, segSize = 4096, 192, 128 << 20
+	svc := segmentedService(b, segs, segSize, 1)
+	fill(b, svc, live)
+	ctx := context.Background()
+	keys := make([]string, round)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("bench/%d/%d", size, i)
+	}
+	var tPrep, tStart, tEnd time.Duration
+	refs := make([]PutRef, 0, 512)
+	for b.Loop() {
+		for c := range putRoundChunks(svc, keys, size, ahead) {
+			if c.err != nil {
+				b.Fatal(c.err)
+			}
+			t1 := time.Now()
+			res, err := svc.PutStartPrepared(ctx, c.pre)
+			t2 := time.Now()
+			if err != nil {
+				b.Fatal(err)
+			}
+			refs = refs[:0]
+			for i := range res {
+				if res[i].Err != nil {
+					b.Fatal(res[i].Err)
+				}
+				refs = append(refs, res[i].Ref(c.reqs[i].Key))
+			}
+			t3 := time.Now()
+			endRefs(b, ctx, svc, refs)
+			tPrep += c.prep
+			tStart += t2.Sub(t1)
+			tEnd += time.Since(t3)
+		}
+		b.StopTimer()
+		for i, err := range svc.Remove(ctx, keys, true) {
+			if err != nil {
+				b.Fatalf("remove %s: %v", keys[i], err)
+			}
+		}
+		b.StartTimer()
+	}
+	keysDone := float64(b.N * round)
+	b.ReportMetric(float64(tPrep.Nanoseconds())/keysDone, "prep-ns/key")
+	b.ReportMetric(float64(tStart.Nanoseconds())/keysDone, "putstart-ns/key")
+	b.ReportMetric(float64(tEnd.Nanoseconds())/keysDone, "putend-ns/key")
 }
 
 // putRoundChunk is one chunk of BenchmarkPutRounds' round, prepared.
