@@ -1193,8 +1193,13 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 		return nil, err
 	}
 	out := make([]GetResult, len(keys))
+	// Only what is cheap before the lookup: a key found below is one a
+	// PutStart validated, so the rest of validateKey (UTF-8) runs only for
+	// the keys not found (as in putFinish).
 	for i, k := range keys {
-		out[i].Err = validateKey(k, s.cfg.MaxKeyLen)
+		if k == "" || len(k) > s.cfg.MaxKeyLen {
+			out[i].Err = validateKey(k, s.cfg.MaxKeyLen)
+		}
 	}
 	// Shared: the read path (readpath.go). Below, only the lease fields of
 	// the objects found change, each under its stripe.
@@ -1232,7 +1237,9 @@ func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult
 		}
 		slot, ok := f.find(i)
 		if !ok || s.mu.objs.at(slot).state != stateVisible {
-			out[i].Err = fmt.Errorf("%w: key %q", ErrNotFound, k)
+			if out[i].Err = validateKey(k, s.cfg.MaxKeyLen); out[i].Err == nil {
+				out[i].Err = fmt.Errorf("%w: key %q", ErrNotFound, k)
+			}
 			continue
 		}
 		if backing == nil {
