@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -183,6 +184,70 @@ func TestReleaseLeases(t *testing.T) {
 		release(t, e, cur.LeaseID)
 		wantErr(t, "Remove after the release", e.c.Remove(e.ctx, []string{"j"}, false)[0], nil)
 		release(t, e, 12345, cur.LeaseID) // unknown and repeated ids are ignored
+	})
+}
+
+// TestReleaseLeasesAcrossBlocks: one ReleaseLeases call whose ids come
+// from two GetReplicas calls (two lease blocks), interleaved and in runs,
+// with a repeated, an unknown and a forged id (a lease's with another
+// shard) and ids of a block already fully released, releases exactly the
+// leases it names: each object's count is
+// right afterwards (an object keeps the lease not released), and at the
+// end no lease and no block is left. It fails if ReleaseLeases looks a
+// lease up in the wrong block (leaseLookup).
+func TestReleaseLeasesAcrossBlocks(t *testing.T) {
+	forEachTransport(t, testConfig(), func(t *testing.T, e *env) {
+		p := e.register("p1", "host-a", 0, 0)
+		e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 64*MiB))
+		var as, bs []string
+		for i := range 10 {
+			as, bs = append(as, fmt.Sprintf("a%d", i)), append(bs, fmt.Sprintf("b%d", i))
+			e.put(as[i], 4096)
+			e.put(bs[i], 4096)
+		}
+		ids := func(keys []string) []uint64 {
+			res, err := e.c.GetReplicas(e.ctx, keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := make([]uint64, len(res))
+			for i, r := range res {
+				if r.Err != nil || r.LeaseID == 0 {
+					t.Fatalf("get %s: %v, lease %#x", keys[i], r.Err, r.LeaseID)
+				}
+				out[i] = r.LeaseID
+			}
+			return out
+		}
+		done := ids([]string{"a0", "b9"}) // a block released whole before
+		release(t, e, done...)
+		r1 := ids(as)                          // a0…a9
+		r2 := ids(append(as[:5:5], bs...))     // a0…a4 again, then b0…b9
+		all := []uint64{done[1], 0xdead << 32} // a dropped block's, an unknown id
+		for i := range 5 {                     // interleaved: a_i of each block
+			all = append(all, r1[i], r2[i])
+		}
+		all = append(all, r2[5]^1)               // b0's lease with another shard: forged
+		all = append(all, r1[5:]...)             // a run of block 1
+		all = append(all, r2[6:]...)             // a run of block 2: b1…b9
+		all = append(all, r1[0], done[0], r2[0]) // repeated
+		// Left out: b0's lease (r2[5]).
+		release(t, e, all...)
+		for _, k := range append(as, bs...) {
+			want := error(nil)
+			if k == "b0" {
+				want = ErrHasLease
+			}
+			wantErr(t, "Remove "+k, e.c.Remove(e.ctx, []string{k}, false)[0], want)
+		}
+		if n := e.svc.rd.leasesHeld(); n != 1 {
+			t.Fatalf("%d leases held, want 1 (b0's)", n)
+		}
+		release(t, e, r2[5])
+		wantErr(t, "Remove b0", e.c.Remove(e.ctx, []string{"b0"}, false)[0], nil)
+		if n, b := e.svc.rd.leasesHeld(), e.svc.rd.blocks(); n != 0 || b != 0 {
+			t.Fatalf("%d leases held in %d blocks, want none", n, b)
+		}
 	})
 }
 

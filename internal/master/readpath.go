@@ -188,12 +188,38 @@ func (r *readPath) lease(id uint64) (b *leaseBlock, off uint64, ok bool) {
 	return b, leaseOffset(id), true
 }
 
+// leaseLookup remembers, for one caller's hold of the Service's lock, the
+// block of the last lease it took: a batch's ids come in runs of one
+// block (one GetReplicas call's leases), so the shard's lock and map are
+// visited once per run instead of once per id. Within the hold a block
+// leaves the table only by take of its last lease — sweep needs the lock
+// exclusively — and then every entry of it is cleared, so a remembered
+// block that left answers as a missing one does; block numbers are never
+// reused.
+type leaseLookup struct {
+	key uint64 // the id's shard and block bits, +1; 0: none yet
+	b   *leaseBlock
+}
+
+// leaseBlockKey is id without its offset bits: the same for every lease of
+// one block.
+func leaseBlockKey(id uint64) uint64 { return id &^ (uint64(leaseBlockMax-1) << leaseShardBits) }
+
+// block returns the block of lease id (readPath.block), remembered.
+func (l *leaseLookup) block(r *readPath, id uint64) *leaseBlock {
+	if k := leaseBlockKey(id) + 1; k != l.key {
+		l.key, l.b = k, r.block(id)
+	}
+	return l.b
+}
+
 // take releases lease id in the table, once: it returns the lease's period
 // and slot if this call cleared its entry, and drops the block when that
 // was its last lease and it is sealed. Only a caller that may act as the
-// block's owner can take a lease.
-func (r *readPath) take(id uint64, who caller) (period uint64, slot uint32, ok bool) {
-	b := r.block(id)
+// block's owner can take a lease. look remembers blocks across the
+// caller's takes (leaseLookup).
+func (r *readPath) take(id uint64, who caller, look *leaseLookup) (period uint64, slot uint32, ok bool) {
+	b := look.block(r, id)
 	if b == nil || leaseOffset(id) >= uint64(len(b.entries)) || (b.owner != "" && !who.mayActAs(b.owner)) {
 		return 0, 0, false
 	}

@@ -1719,8 +1719,9 @@ func (s *Service) ReleaseLeases(ctx context.Context, ids []uint64) (err error) {
 	// A batch's ids come in runs of one shard (the call that began their
 	// periods), and of a few stripes: the stripe is held across a run.
 	var stripe heldStripe
+	var look leaseLookup
 	for _, id := range ids {
-		e, z := s.releaseLeaseLocked(id, who, now, &stripe)
+		e, z := s.releaseLeaseLocked(id, who, now, &stripe, &look)
 		if e {
 			ended++
 		}
@@ -1767,9 +1768,10 @@ func (s *Service) freeZombieLocked(z zombieRef, now int64) {
 // freed) and leases granted to another principal are ignored. The caller
 // holds the Service's lock, shared or exclusively, and passes the stripe
 // it holds (stripe.unlock releases it when the caller is done):
-// releaseLeaseLocked takes the object's stripe through it.
-func (s *Service) releaseLeaseLocked(id uint64, who caller, now int64, stripe *heldStripe) (ended bool, z zombieRef) {
-	period, slot, ok := s.rd.take(id, who)
+// releaseLeaseLocked takes the object's stripe through it, and the lease's
+// block through look (leaseLookup), which must not outlive the hold.
+func (s *Service) releaseLeaseLocked(id uint64, who caller, now int64, stripe *heldStripe, look *leaseLookup) (ended bool, z zombieRef) {
+	period, slot, ok := s.rd.take(id, who, look)
 	if !ok {
 		return false, z
 	}
@@ -1864,7 +1866,8 @@ func (s *Service) HoldLeases(ctx context.Context, req HoldReq) (_ HoldResult, er
 			}
 		}
 		var stripe heldStripe
-		ended, z := s.releaseLeaseLocked(id, who, now, &stripe)
+		var look leaseLookup
+		ended, z := s.releaseLeaseLocked(id, who, now, &stripe, &look)
 		stripe.unlock()
 		if ended {
 			s.met.leaseReleases.Inc()
