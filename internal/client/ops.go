@@ -396,6 +396,38 @@ func (l *lazyPuts) next(n int) ([]master.PutStartReq, []int, bool) {
 	return reqs, idx, false
 }
 
+// nextUniform is next for a master that prepares uniform batches
+// (master.UniformPuts): the stored keys and sizes of up to n more keys
+// and their positions, no requests. A chunk of a tenant-less Store whose
+// keys all pass their checks is a window of the batch's own keys slice.
+func (l *lazyPuts) nextUniform(n int) (keys []string, sizes []uint64, idx []int, done bool) {
+	lo, hi := l.pos, min(l.pos+n, len(l.keys))
+	if lo == hi {
+		return nil, nil, nil, true
+	}
+	l.pos = hi
+	l.held = append(l.held, l.s.checkBuffers(l.keys[lo:hi], l.srcs[lo:hi], l.errs[lo:hi])...)
+	sizes, idx = make([]uint64, 0, hi-lo), make([]int, 0, hi-lo)
+	same := l.s.cfg.Tenant == "" // stored keys are the keys
+	for i := lo; i < hi; i++ {
+		if l.errs[i] == nil {
+			if _, l.errs[i] = l.s.storedKey(l.keys[i]); l.errs[i] == nil {
+				sizes, idx = append(sizes, total(l.srcs[i])), append(idx, i)
+				continue
+			}
+		}
+		same = false
+	}
+	if same {
+		return l.keys[lo:hi], sizes, idx, false
+	}
+	keys = make([]string, len(idx))
+	for j, i := range idx {
+		keys[j], _ = l.s.storedKey(l.keys[i])
+	}
+	return keys, sizes, idx, false
+}
+
 func (l *lazyPuts) more() bool { return l.pos < len(l.keys) }
 
 func (l *lazyPuts) rest(errs []error, err error) {
@@ -421,24 +453,44 @@ type aheadSource struct {
 	// the rest of a call that needs no lock run here, beside the master's
 	// work on the chunk before, not on the master's serial path.
 	prep  master.Preparer
-	reqs  []master.PutStartReq
-	pre   *master.PreparedPuts
+	c     putReqs
 	idx   []int
 	done  bool
-	ready bool // reqs, pre, idx and done are the next chunk's
+	ready bool // c, idx and done are the next chunk's
 }
 
 // fill builds the next chunk, if it is not built yet.
 func (a *aheadSource) fill() {
-	if !a.ready {
-		a.reqs, a.idx, a.done = a.src.next(a.ch.take())
-		a.pre = nil
-		if a.prep != nil && len(a.reqs) > 0 {
-			// On error (a closed Store's master) the chunk's call goes
-			// out unprepared and fails with the same error.
-			a.pre, _ = a.prep.PreparePutStart(a.reqs)
+	if a.ready {
+		return
+	}
+	a.ready = true
+	a.c = putReqs{}
+	if l, ok := a.src.(*lazyPuts); ok && a.prep != nil {
+		// No request built: the master prepares the chunk from its keys
+		// and sizes and the batch's one request template.
+		var sizes []uint64
+		a.c.keys, sizes, a.idx, a.done = l.nextUniform(a.ch.take())
+		if len(a.c.keys) == 0 {
+			return
 		}
-		a.ready = true
+		tmpl := l.o.req("", 0, l.place)
+		var err error
+		if a.c.pre, err = a.prep.PrepareUniformPutStart(master.UniformPuts{Keys: a.c.keys, Sizes: sizes, Req: tmpl}); err != nil {
+			// (A closed Store's master.) The chunk's call goes out
+			// unprepared, as requests, and fails with the same error.
+			a.c = putReqs{reqs: make([]master.PutStartReq, len(sizes))}
+			for j, k := range a.c.keys {
+				a.c.reqs[j] = l.o.req(k, sizes[j], l.place)
+			}
+		}
+		return
+	}
+	a.c.reqs, a.idx, a.done = a.src.next(a.ch.take())
+	if a.prep != nil && len(a.c.reqs) > 0 {
+		// On error (a closed Store's master) the chunk's call goes
+		// out unprepared and fails with the same error.
+		a.c.pre, _ = a.prep.PreparePutStart(a.c.reqs)
 	}
 }
 
@@ -447,14 +499,32 @@ func (a *aheadSource) fill() {
 func (a *aheadSource) next() (putReqs, []int, bool) {
 	a.fill()
 	a.ready = false
-	return putReqs{a.reqs, a.pre}, a.idx, a.done
+	return a.c, a.idx, a.done
 }
 
 // putReqs are one chunk's PutStart requests and, if the master prepared
-// them (aheadSource.prep), their PreparedPuts.
+// them (aheadSource.prep), their PreparedPuts. A chunk prepared as
+// master.UniformPuts has keys and no reqs.
 type putReqs struct {
 	reqs []master.PutStartReq
+	keys []string // when reqs is nil: the uniform chunk's stored keys
 	pre  *master.PreparedPuts
+}
+
+// len is the number of puts of the chunk.
+func (r *putReqs) len() int {
+	if r.reqs != nil {
+		return len(r.reqs)
+	}
+	return len(r.keys)
+}
+
+// key returns the stored key of put j.
+func (r *putReqs) key(j int) string {
+	if r.reqs != nil {
+		return r.reqs[j].Key
+	}
+	return r.keys[j]
 }
 
 // more reports whether a chunk is built ahead or the source has more keys.
@@ -551,7 +621,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 	// Those prefetches run on the pipeline's metaWorker (handoff.go),
 	// stopped once the last one is taken.
 	var next chan putMeta
-	var nreqs []master.PutStartReq
+	var nreqs putReqs
 	var nidx []int
 	var w *metaWorker
 	defer func() {
@@ -563,7 +633,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 		var refs []master.PutRef
 		for j, r := range m.res {
 			if r.Err == nil {
-				refs = append(refs, r.Ref(nreqs[j].Key))
+				refs = append(refs, r.Ref(nreqs.key(j)))
 			}
 		}
 		if len(refs) > 0 {
@@ -572,8 +642,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 	}()
 	ch := s.chunker()
 	ahead := &aheadSource{src: src, ch: &ch, prep: s.prep}
-	chunk, idx, done := ahead.next()
-	reqs := chunk.reqs
+	reqs, idx, done := ahead.next()
 	ph.lap(&s.phases.put.check)
 	// The first chunk's call runs here: a batch of one chunk (a single
 	// put) makes no goroutine hand-off. A longer one starts its worker
@@ -584,7 +653,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 			p.w = w
 		}
 	}
-	m := s.putStart(ctx, chunk)
+	m := s.putStart(ctx, reqs)
 	for !done {
 		if next != nil {
 			// The chunk after next is built while the master answers
@@ -598,12 +667,10 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 		}
 		ph.lap(&s.phases.put.meta)
 		if m.err == nil {
-			var nchunk putReqs
-			nchunk, nidx, done = ahead.next()
-			nreqs = nchunk.reqs
+			nreqs, nidx, done = ahead.next()
 			ph.lap(&s.phases.put.check)
 			if !done {
-				next = s.prefetchPutStart(ctx, w, nchunk)
+				next = s.prefetchPutStart(ctx, w, nreqs)
 			}
 		}
 		sent, res, err := m.sent, m.res, m.err
@@ -623,7 +690,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 				errs[i] = mapErr(fmt.Errorf("put %q: %w", keys[i], r.Err))
 				continue
 			}
-			ref := r.Ref(reqs[j].Key)
+			ref := r.Ref(reqs.key(j))
 			var rerr error
 			n0 := len(c.copies)
 			for _, rep := range r.Replicas {
@@ -1257,7 +1324,7 @@ func (s *Store) prefetchPutStart(ctx context.Context, w *metaWorker, reqs putReq
 // putStart starts reqs' puts (none: no call).
 func (s *Store) putStart(ctx context.Context, reqs putReqs) putMeta {
 	sent := timeNow()
-	if len(reqs.reqs) == 0 {
+	if reqs.len() == 0 {
 		return putMeta{sent: sent}
 	}
 	t0 := time.Now()

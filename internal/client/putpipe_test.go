@@ -520,7 +520,8 @@ type prepSpy struct {
 	master.Client
 	p                       master.Preparer
 	mu                      sync.Mutex
-	prepared                []uint64 // goroutine of each PreparePutStart
+	prepared                []uint64 // goroutine of each preparation
+	uniform                 int      // of them, PrepareUniformPutStart's
 	viaPrepared, unprepared int
 }
 
@@ -529,6 +530,14 @@ func (m *prepSpy) PreparePutStart(reqs []master.PutStartReq) (*master.PreparedPu
 	m.prepared = append(m.prepared, goroutineID())
 	m.mu.Unlock()
 	return m.p.PreparePutStart(reqs)
+}
+
+func (m *prepSpy) PrepareUniformPutStart(u master.UniformPuts) (*master.PreparedPuts, error) {
+	m.mu.Lock()
+	m.prepared = append(m.prepared, goroutineID())
+	m.uniform++
+	m.mu.Unlock()
+	return m.p.PrepareUniformPutStart(u)
 }
 
 func (m *prepSpy) PutStartPrepared(ctx context.Context, p *master.PreparedPuts) ([]master.PutStartResult, error) {
@@ -549,9 +558,11 @@ func (m *prepSpy) Close() error { return nil } // the env closes the master clie
 
 // TestPutChunksPrepared: with a master that prepares PutStart batches
 // apart (an embedded one), a batch of many chunks prepares every chunk on
-// the pipeline's goroutine as it builds it, and the worker only starts
-// them: fails if any chunk's PutStart goes out unprepared, or is
-// prepared on the worker (the master's serial path).
+// the pipeline's goroutine as it builds it, from its keys and sizes
+// (master.UniformPuts: no request built per key), and the worker only
+// starts them: fails if any chunk's PutStart goes out unprepared, is
+// prepared from requests, or is prepared on the worker (the master's
+// serial path).
 func TestPutChunksPrepared(t *testing.T) {
 	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
 	ctx := context.Background()
@@ -573,8 +584,9 @@ func TestPutChunksPrepared(t *testing.T) {
 			t.Fatalf("put %s: %v", keys[i], err)
 		}
 	}
-	if len(m.prepared) < 4 || m.viaPrepared != len(m.prepared) || m.unprepared != 0 {
-		t.Fatalf("%d chunks prepared, %d started prepared, %d unprepared: want several, all started prepared", len(m.prepared), m.viaPrepared, m.unprepared)
+	if len(m.prepared) < 4 || m.viaPrepared != len(m.prepared) || m.unprepared != 0 || m.uniform != len(m.prepared) {
+		t.Fatalf("%d chunks prepared (%d uniform), %d started prepared, %d unprepared: want several, all uniform and started prepared",
+			len(m.prepared), m.uniform, m.viaPrepared, m.unprepared)
 	}
 	for _, id := range m.prepared {
 		if id != me {

@@ -434,16 +434,16 @@ func BenchmarkPutFull(b *testing.B) {
 func BenchmarkPutRounds(b *testing.B) {
 	for _, live := range []int{0, 1_000_000} {
 		for _, size := range []uint64{4 * KiB, 64 * KiB} {
-			for _, prep := range []string{"inline", "ahead"} {
+			for _, prep := range []string{"inline", "ahead", "uniform"} {
 				b.Run(fmt.Sprintf("live=%d/size=%d/prep=%s", live, size, prep), func(b *testing.B) {
-					benchPutRounds(b, live, size, prep == "ahead")
+					benchPutRounds(b, live, size, prep)
 				})
 			}
 		}
 	}
 }
 
-func benchPutRounds(b *testing.B, live int, size uint64, ahead bool) {
+func benchPutRounds(b *testing.B, live int, size uint64, prep string) {
 	const round, segs, segSize = 4096, 192, 128 << 20
 	svc := segmentedService(b, segs, segSize, 1)
 	fill(b, svc, live)
@@ -455,7 +455,7 @@ func benchPutRounds(b *testing.B, live int, size uint64, ahead bool) {
 	var tPrep, tStart, tEnd time.Duration
 	refs := make([]PutRef, 0, 512)
 	for b.Loop() {
-		for c := range putRoundChunks(svc, keys, size, ahead) {
+		for c := range putRoundChunks(svc, keys, size, prep) {
 			if c.err != nil {
 				b.Fatal(c.err)
 			}
@@ -470,7 +470,7 @@ func benchPutRounds(b *testing.B, live int, size uint64, ahead bool) {
 				if res[i].Err != nil {
 					b.Fatal(res[i].Err)
 				}
-				refs = append(refs, res[i].Ref(c.reqs[i].Key))
+				refs = append(refs, res[i].Ref(c.keys[i]))
 			}
 			t3 := time.Now()
 			endRefs(b, ctx, svc, refs)
@@ -494,27 +494,41 @@ func benchPutRounds(b *testing.B, live int, size uint64, ahead bool) {
 
 // putRoundChunk is one chunk of BenchmarkPutRounds' round, prepared.
 type putRoundChunk struct {
-	reqs []PutStartReq
+	keys []string
 	pre  *PreparedPuts
 	prep time.Duration
 	err  error
 }
 
 // putRoundChunks yields a round's chunks of keys prepared, in the
-// Store's chunk sizes; ahead prepares them on a goroutine of its own, one
-// chunk ahead of the consumer.
-func putRoundChunks(svc *Service, keys []string, size uint64, ahead bool) iter.Seq[putRoundChunk] {
+// Store's chunk sizes: "inline" from requests, on the consumer's
+// goroutine; "ahead" from requests on a goroutine of its own, one chunk
+// ahead of the consumer; "uniform" the same as UniformPuts.
+func putRoundChunks(svc *Service, keys []string, size uint64, prep string) iter.Seq[putRoundChunk] {
 	make1 := func(lo, n int) putRoundChunk {
-		reqs := make([]PutStartReq, 0, n)
-		for _, k := range keys[lo:min(lo+n, len(keys))] {
-			reqs = append(reqs, PutStartReq{Key: k, Size: size, Placement: benchWriter})
+		ks := keys[lo:min(lo+n, len(keys))]
+		var pre *PreparedPuts
+		var err error
+		var t0 time.Time
+		if prep == "uniform" {
+			sizes := make([]uint64, len(ks))
+			for i := range sizes {
+				sizes[i] = size
+			}
+			t0 = time.Now()
+			pre, err = svc.PrepareUniformPutStart(UniformPuts{Keys: ks, Sizes: sizes, Req: PutStartReq{Placement: benchWriter}})
+		} else {
+			reqs := make([]PutStartReq, 0, n)
+			for _, k := range ks {
+				reqs = append(reqs, PutStartReq{Key: k, Size: size, Placement: benchWriter})
+			}
+			t0 = time.Now()
+			pre, err = svc.PreparePutStart(reqs)
 		}
-		t0 := time.Now()
-		pre, err := svc.PreparePutStart(reqs)
-		return putRoundChunk{reqs: reqs, pre: pre, prep: time.Since(t0), err: err}
+		return putRoundChunk{keys: ks, pre: pre, prep: time.Since(t0), err: err}
 	}
 	return func(yield func(putRoundChunk) bool) {
-		if !ahead {
+		if prep == "inline" {
 			for lo, n := 0, 64; lo < len(keys); lo, n = lo+n, min(2*n, 512) {
 				if !yield(make1(lo, n)) {
 					return

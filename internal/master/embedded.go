@@ -26,6 +26,7 @@ var (
 // preparation off the master's serial path.
 type Preparer interface {
 	PreparePutStart(reqs []PutStartReq) (*PreparedPuts, error)
+	PrepareUniformPutStart(u UniformPuts) (*PreparedPuts, error)
 	PutStartPrepared(ctx context.Context, p *PreparedPuts) ([]PutStartResult, error)
 }
 
@@ -116,6 +117,14 @@ func (e *embedded) PreparePutStart(reqs []PutStartReq) (*PreparedPuts, error) {
 		return nil, err
 	}
 	return e.svc.PreparePutStart(reqs)
+}
+
+// PrepareUniformPutStart implements Preparer.
+func (e *embedded) PrepareUniformPutStart(u UniformPuts) (*PreparedPuts, error) {
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	return e.svc.PrepareUniformPutStart(u)
 }
 
 // PutStartPrepared implements Preparer.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -284,5 +285,97 @@ func TestPreparedPuts(t *testing.T) {
 	}
 	if st := e.stats(); st.Objects != 0 || st.PendingPuts != 0 || e.tierUsed(segment.TierDRAM) != 0 {
 		t.Fatalf("after RemoveAll: %d objects, %d pending, %d bytes used", st.Objects, st.PendingPuts, e.tierUsed(segment.TierDRAM))
+	}
+}
+
+// TestUniformPutsAsRequests: a batch prepared as UniformPuts (keys, sizes
+// and one request template) starts as the same batch of requests does:
+// on two masters in the same state, every item's error (its class and
+// text), size and replicas are the same, and so are the masters' objects
+// and pending puts afterwards — for batches with invalid keys and sizes,
+// a key twice, an existing key, and templates that are invalid or ask
+// for pins and replicas. Keys and sizes of different lengths, and an
+// oversized batch, fail the whole batch.
+func TestUniformPutsAsRequests(t *testing.T) {
+	type batch struct {
+		keys  []string
+		sizes []uint64
+		tmpl  PutStartReq
+	}
+	long := strings.Repeat("k", testConfig().MaxKeyLen+1)
+	batches := []batch{
+		{keys: []string{"a", "", "c", "bad-\xff", long, "f"}, sizes: []uint64{64 * KiB, 64 * KiB, 0, 4 * KiB, 4 * KiB, MaxObjectSize + 1}},
+		{keys: []string{"g", "h", "g", "a"}, sizes: []uint64{4 * KiB, 8 * KiB, 4 * KiB, 4 * KiB}}, // g twice; a exists
+		{keys: []string{"i", "j"}, sizes: []uint64{4 * KiB, 4 * KiB}, tmpl: PutStartReq{Replicas: 2, Pin: true}},
+		{keys: []string{"k", "l"}, sizes: []uint64{4 * KiB, 4 * KiB}, tmpl: PutStartReq{SoftPin: true, SoftPinTTL: time.Minute}},
+		{keys: []string{"a", "m"}, sizes: []uint64{4 * KiB, 4 * KiB}, tmpl: PutStartReq{Upsert: true, KeepSoftPin: true}},
+		{keys: []string{"n", "o"}, sizes: []uint64{4 * KiB, 4 * KiB}, tmpl: PutStartReq{Replicas: -1}},
+		{keys: []string{"p"}, sizes: []uint64{4 * KiB}, tmpl: PutStartReq{KeepSoftPin: true}},
+	}
+	newMaster := func() (*env, Placement) {
+		e := newEnvWith(t, testConfig(), transports["embedded"])
+		p := e.register("p1", "host-a", 0, 0)
+		e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 16*MiB))
+		e.mount(desc("s1", p, "host-a", segment.TierDRAM, 0, 16*MiB))
+		pl := NoPlacement
+		pl.Client = e.defaultWriter()
+		return e, pl
+	}
+	asReqs, pl := newMaster()
+	asUni, _ := newMaster()
+	for bi, b := range batches {
+		b.tmpl.Placement = pl
+		reqs := make([]PutStartReq, len(b.keys))
+		for i := range reqs {
+			reqs[i] = b.tmpl
+			reqs[i].Key, reqs[i].Size = b.keys[i], b.sizes[i]
+		}
+		want, err := asReqs.c.PutStart(asReqs.ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pre, err := asUni.svc.PrepareUniformPutStart(UniformPuts{Keys: b.keys, Sizes: b.sizes, Req: b.tmpl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := asUni.svc.PutStartPrepared(asUni.ctx, pre)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			w, g := want[i], got[i]
+			if (w.Err == nil) != (g.Err == nil) || w.Err != nil && w.Err.Error() != g.Err.Error() {
+				t.Fatalf("batch %d item %d (%q): uniform %v, requests %v", bi, i, b.keys[i], g.Err, w.Err)
+			}
+			if len(w.Replicas) != len(g.Replicas) {
+				t.Fatalf("batch %d item %d: %d replicas uniform, %d as requests", bi, i, len(g.Replicas), len(w.Replicas))
+			}
+			for r := range w.Replicas {
+				if w.Replicas[r].Segment.ID != g.Replicas[r].Segment.ID || w.Replicas[r].Offset != g.Replicas[r].Offset || w.Replicas[r].Length != g.Replicas[r].Length {
+					t.Fatalf("batch %d item %d replica %d: uniform %+v, requests %+v", bi, i, r, g.Replicas[r], w.Replicas[r])
+				}
+			}
+			if w.Err == nil {
+				wantErr(t, "PutEnd (requests)", asReqs.c.PutEnd(asReqs.ctx, []PutRef{w.Ref(b.keys[i])})[0], nil)
+				wantErr(t, "PutEnd (uniform)", asUni.c.PutEnd(asUni.ctx, []PutRef{g.Ref(b.keys[i])})[0], nil)
+			}
+		}
+		if ws, gs := asReqs.stats(), asUni.stats(); ws.Objects != gs.Objects || ws.PendingPuts != gs.PendingPuts {
+			t.Fatalf("after batch %d: %d objects, %d pending uniform; %d, %d as requests", bi, gs.Objects, gs.PendingPuts, ws.Objects, ws.PendingPuts)
+		}
+	}
+	if _, err := asUni.svc.PrepareUniformPutStart(UniformPuts{Keys: []string{"x", "y"}, Sizes: []uint64{1}}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("2 keys, 1 size: %v, want ErrInvalid", err)
+	}
+	if _, err := asUni.svc.PrepareUniformPutStart(UniformPuts{Keys: make([]string, asUni.svc.cfg.MaxBatch+1), Sizes: make([]uint64, asUni.svc.cfg.MaxBatch+1)}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("oversized batch: %v, want ErrInvalid", err)
+	}
+	for _, e := range []*env{asReqs, asUni} {
+		if _, err := e.svc.RemoveAll(e.ctx, Filter{}, true); err != nil {
+			t.Fatal(err)
+		}
+		if st := e.stats(); st.Objects != 0 || st.PendingPuts != 0 || e.tierUsed(segment.TierDRAM) != 0 {
+			t.Fatalf("after RemoveAll: %d objects, %d pending, %d bytes used", st.Objects, st.PendingPuts, e.tierUsed(segment.TierDRAM))
+		}
 	}
 }

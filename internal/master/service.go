@@ -895,8 +895,14 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) ([]PutStartR
 // pipeline), so that part leaves the master's serial path. Only the
 // Service makes one; PutStartPrepared takes it once.
 type PreparedPuts struct {
-	svc     *Service
+	svc *Service
+	// The requests: reqs, or (uni, a UniformPuts) every request is tmpl
+	// with keys[i] and sizes[i].
 	reqs    []PutStartReq
+	uni     bool
+	keys    []string
+	sizes   []uint64
+	tmpl    PutStartReq
 	out     []PutStartResult // Err: the request's validation
 	backing []Replica        // the answers' replicas, capacity for all of them
 	tokens  []uint64         // one per request, 0 where it failed validation
@@ -912,21 +918,73 @@ func (s *Service) PreparePutStart(reqs []PutStartReq) (*PreparedPuts, error) {
 	if err := s.checkBatch(len(reqs)); err != nil {
 		return nil, err
 	}
-	p := &PreparedPuts{svc: s, reqs: reqs, out: make([]PutStartResult, len(reqs)), tokens: make([]uint64, len(reqs)), hashes: make([]uint64, len(reqs))}
+	return s.prepare(&PreparedPuts{svc: s, reqs: reqs}, len(reqs)), nil
+}
+
+// UniformPuts is a PutStart batch whose requests differ only in their key
+// and size, as a Store's BatchPut makes them: request i is Req with Key
+// Keys[i] and Size Sizes[i]. Its requests are never built one by one, on
+// the caller's side or on the master's: each is Req's fields and two
+// arrays, where a []PutStartReq is 128 bytes a key written by the caller
+// and read by the master's goroutine from the caller's core.
+type UniformPuts struct {
+	Keys  []string
+	Sizes []uint64
+	Req   PutStartReq // Key and Size are not used
+}
+
+// PrepareUniformPutStart is PreparePutStart of u's requests. u's slices
+// must not change until PutStartPrepared returns. An error is the whole
+// batch's (too large, or Sizes not as long as Keys).
+func (s *Service) PrepareUniformPutStart(u UniformPuts) (*PreparedPuts, error) {
+	if err := s.checkBatch(len(u.Keys)); err != nil {
+		return nil, err
+	}
+	if len(u.Sizes) != len(u.Keys) {
+		return nil, fmt.Errorf("%w: uniform puts: %d keys but %d sizes", ErrInvalid, len(u.Keys), len(u.Sizes))
+	}
+	return s.prepare(&PreparedPuts{svc: s, uni: true, keys: u.Keys, sizes: u.Sizes, tmpl: u.Req}, len(u.Keys)), nil
+}
+
+// req returns request i of p: in p.reqs, or built in cur.
+func (p *PreparedPuts) req(i int, cur *PutStartReq) *PutStartReq {
+	if !p.uni {
+		return &p.reqs[i]
+	}
+	*cur = p.tmpl
+	cur.Key, cur.Size = p.keys[i], p.sizes[i]
+	return cur
+}
+
+// key returns the key of request i of p.
+func (p *PreparedPuts) key(i int) string {
+	if p.uni {
+		return p.keys[i]
+	}
+	return p.reqs[i].Key
+}
+
+// prepare validates the n requests of p and draws their tokens and hashes.
+func (s *Service) prepare(p *PreparedPuts, n int) *PreparedPuts {
+	p.out, p.tokens, p.hashes = make([]PutStartResult, n), make([]uint64, n), make([]uint64, n)
 	nrep := 0
 	var valid *Placement // the last placement validated: a batch's puts usually share one
-	for i := range reqs {
-		if p.out[i].Err = validatePutStartAfter(&reqs[i], s.cfg.MaxKeyLen, valid); p.out[i].Err == nil {
-			nrep += max(reqs[i].Replicas, 1)
-			valid = &reqs[i].Placement
+	var cur PutStartReq
+	for i := range n {
+		r := p.req(i, &cur)
+		if p.out[i].Err = validatePutStartAfter(r, s.cfg.MaxKeyLen, valid); p.out[i].Err == nil {
+			nrep += max(r.Replicas, 1)
+			if valid = &r.Placement; p.uni {
+				valid = &p.tmpl.Placement // the same strings, and it stays
+			}
 			p.tokens[i] = newToken()
 			// The index's hash seed is set in New and never changes: hashing
 			// needs no lock.
-			p.hashes[i] = s.mu.objs.hash(reqs[i].Key)
+			p.hashes[i] = s.mu.objs.hash(r.Key)
 		}
 	}
 	p.backing = make([]Replica, 0, nrep)
-	return p, nil
+	return p
 }
 
 // PutStartPrepared is PutStart of a batch PreparePutStart prepared.
@@ -947,19 +1005,20 @@ func (s *Service) PutStartPrepared(ctx context.Context, p *PreparedPuts) (_ []Pu
 		return nil, fmt.Errorf("%w: prepared puts: already started", ErrInvalid)
 	}
 	p.taken = true
-	reqs, out, backing := p.reqs, p.out, p.backing
+	out, backing := p.out, p.backing
 	nok := 0
 	now := s.now()
 	var scratch []replica
 	var writer *clientState
 	var plan placePlan // the last put's, reused by the next put of the same placement
-	f := newBatchFinder(&s.mu.objs, len(reqs), func(i int) string { return reqs[i].Key })
+	f := newBatchFinder(&s.mu.objs, len(out), p.key)
 	f.hashed = p.hashes
-	for i := range reqs {
+	var cur PutStartReq
+	for i := range out {
 		if out[i].Err != nil {
 			continue
 		}
-		r := &reqs[i]
+		r := p.req(i, &cur)
 		// Every put has a registered writer: its range stays reserved past
 		// the put timeout for as long as that writer may still write it.
 		if writer == nil || writer.info.ID != r.Placement.Client {
@@ -1034,7 +1093,7 @@ func (s *Service) PutStartPrepared(ctx context.Context, p *PreparedPuts) (_ []Pu
 	}
 	s.rd.sink.Add(f.sink)
 	s.evictToWatermarksLocked(now)
-	s.met.items(opPutStart, len(reqs), nok, func(i int) error { return out[i].Err })
+	s.met.items(opPutStart, len(out), nok, func(i int) error { return out[i].Err })
 	return out, nil
 }
 
