@@ -16,39 +16,7 @@ import (
 // master's preparation of the chunk (aheadSource.fill), ns/key.
 func BenchmarkPutChunkBuild(b *testing.B) {
 	const size, chunk, n = 4 << 10, 512, 4096
-	drv, err := sim.New(sim.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc, err := master.New(master.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer svc.Close()
-	ctx := context.Background()
-	c, err := config.FromMap(map[string]any{"driver": "sim", "socket_dir": b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := Open(ctx, c, Options{Driver: drv, Master: master.NewEmbedded(svc), ClientID: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	buf, err := drv.MemAlloc(s.Context(), size*n)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer drv.MemFree(s.Context(), buf)
-	if err := s.RegisterBuffer(uintptr(buf), size*n); err != nil {
-		b.Fatal(err)
-	}
-	keys := make([]string, n)
-	srcs := make([][]Region, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("bench/round/%d", i)
-		srcs[i] = Bytes(uintptr(buf)+uintptr(i*size), size)
-	}
+	s, keys, srcs := chunkBuildStore(b, size, n)
 	errs := make([]error, n)
 	o := PutOptions{}
 	for b.Loop() {
@@ -64,4 +32,75 @@ func BenchmarkPutChunkBuild(b *testing.B) {
 		s.release(lazy.held)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
+}
+
+// chunkBuildStore opens a Store on the simulator with an embedded master
+// and n registered sources of size bytes under keys "bench/round/<i>".
+func chunkBuildStore(tb testing.TB, size, n int) (*Store, []string, [][]Region) {
+	tb.Helper()
+	drv, err := sim.New(sim.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	svc, err := master.New(master.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = svc.Close() })
+	ctx := context.Background()
+	c, err := config.FromMap(map[string]any{"driver": "sim", "socket_dir": tb.TempDir()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := Open(ctx, c, Options{Driver: drv, Master: master.NewEmbedded(svc), ClientID: "bench"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	buf, err := drv.MemAlloc(s.Context(), uint64(size*n))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = drv.MemFree(s.Context(), buf) })
+	if err := s.RegisterBuffer(uintptr(buf), uint64(size*n)); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.UnregisterBuffer(context.Background(), uintptr(buf)) })
+	keys := make([]string, n)
+	srcs := make([][]Region, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("bench/round/%d", i)
+		srcs[i] = Bytes(uintptr(buf)+uintptr(i*size), uint64(size))
+	}
+	return s, keys, srcs
+}
+
+// failingPrep is a master.Preparer whose preparations fail, as a closed
+// embedded master's do.
+type failingPrep struct{ master.Preparer }
+
+func (failingPrep) PrepareUniformPutStart(master.UniformPuts) (*master.PreparedPuts, error) {
+	return nil, master.ErrClosed
+}
+
+// TestUniformChunkUnprepared: a chunk whose uniform preparation fails goes
+// out as requests — every key with its size and the batch's options — so
+// that its unprepared PutStart asks for what the batch asked for.
+func TestUniformChunkUnprepared(t *testing.T) {
+	const size, n = 4 << 10, 8
+	s, keys, srcs := chunkBuildStore(t, size, n)
+	errs := make([]error, n)
+	o := PutOptions{Pin: true}
+	lazy := &lazyPuts{s: s, keys: keys, srcs: srcs, errs: errs, o: &o, place: s.placement()}
+	a := aheadSource{src: lazy, ch: &chunker{size: n, max: n}, prep: failingPrep{s.prep}}
+	c, idx, _ := a.next()
+	s.release(lazy.held)
+	if c.pre != nil || len(c.reqs) != n || len(idx) != n {
+		t.Fatalf("chunk: prepared %v, %d requests, %d positions; want unprepared, %d of each", c.pre != nil, len(c.reqs), len(idx), n)
+	}
+	for j, r := range c.reqs {
+		if r.Key != keys[j] || r.Size != size || !r.Pin || r.Placement.Client != s.clientID || c.key(j) != keys[j] {
+			t.Fatalf("request %d: %+v; want key %q, size %d, pinned, placed by %q", j, r, keys[j], size, s.clientID)
+		}
+	}
 }

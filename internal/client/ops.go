@@ -479,10 +479,11 @@ func (a *aheadSource) fill() {
 		if a.c.pre, err = a.prep.PrepareUniformPutStart(master.UniformPuts{Keys: a.c.keys, Sizes: sizes, Req: tmpl}); err != nil {
 			// (A closed Store's master.) The chunk's call goes out
 			// unprepared, as requests, and fails with the same error.
-			a.c = putReqs{reqs: make([]master.PutStartReq, len(sizes))}
+			reqs := make([]master.PutStartReq, len(sizes))
 			for j, k := range a.c.keys {
-				a.c.reqs[j] = l.o.req(k, sizes[j], l.place)
+				reqs[j] = l.o.req(k, sizes[j], l.place)
 			}
+			a.c = putReqs{reqs: reqs}
 		}
 		return
 	}
