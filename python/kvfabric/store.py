@@ -35,6 +35,21 @@ PUT_UPSERT = 0x4
 PUT_KEEP_SOFT_PIN = 0x8
 
 
+def _codes(st: array) -> list[int]:
+    """A batch call's statuses (an array of int32) as a list: [OK] * n when
+    every one is OK, which one compare of their bytes tells (tolist makes n
+    ints: 13–24 µs for 4096)."""
+    n = len(st)
+    return [OK] * n if st.tobytes() == bytes(st.itemsize * n) else st.tolist()
+
+
+def all_ok(codes: list[int]) -> bool:
+    """Whether every status of a batch is OK: list.count, whose C loop
+    finds the one cached int 0 by identity (2–3 µs for 4096 codes against
+    20–35 µs for any())."""
+    return codes.count(OK) == len(codes)
+
+
 def _ttl(soft_pin_ttl_ms, flags: int) -> int:
     """Validates a soft pin TTL in ms (0 or None: none)."""
     ttl = int(soft_pin_ttl_ms or 0)
@@ -673,7 +688,7 @@ class Store:
         else:
             codes, h = self._batch_put([_key(k) for k in keys], _parts_all(datas, False), s, replicas, flags,
                                        preferred_segments)
-        if not any(codes):
+        if all_ok(codes):
             return [None] * len(keys)
         return self._results([_key(k) for k in keys], codes, h)
 
@@ -738,7 +753,7 @@ class Store:
             codes, sizes, h = self._batch_get_flat(keys, raw[0], raw[1], s or 0)
         else:
             codes, sizes, h = self._batch_get([_key(k) for k in keys], _parts_all(outs, True), s)
-        if not any(codes):
+        if all_ok(codes):
             return sizes
         res = self._results([_key(k) for k in keys], codes, h)
         return [sizes[i] if r is None else r for i, r in enumerate(res)]
@@ -794,10 +809,11 @@ class Store:
         the library predates it, the key-arrays one. keys: str or bytes."""
         lib = self._lib
         n = len(keys)
-        j = _native.joined_keys(keys)
+        j = _native.packed_keys_arg(keys)
         fn = getattr(lib, packed_fn, None) if j is not None else None
         if fn is not None:
-            rc = fn(self._handle(), n, j, len(j), *args)
+            rc = fn(self._handle(), n, j[0], j[1], *args)
+            del j  # what j[0] points into lived until here
             # A key holding NUL splits into more than n: the library refused
             # the whole batch before touching any key or buffer. Looked for
             # only then, so the fast path has no pass over the keys.
@@ -821,7 +837,7 @@ class Store:
                              flags, pref, len(pref), _ttl(soft_pin_ttl_ms, flags), (c_int32 * n).from_buffer(st))
         if rc < 0:
             self._raise(rc, h)
-        return st.tolist(), h
+        return _codes(st), h
 
     def _batch_get_flat(self, keys: list, ptrs: Sequence[int], sizes: Sequence[int], stream: int = 0):
         """_batch_get of one raw buffer per key: (codes, sizes read, handle).
@@ -835,7 +851,7 @@ class Store:
                              (c_uint64 * n).from_buffer(nread), (c_int32 * n).from_buffer(st))
         if rc < 0:
             self._raise(rc, h)
-        return st.tolist(), nread.tolist(), h
+        return _codes(st), nread.tolist(), h
 
     def _results(self, ks: list[bytes], codes: list[int], h: int) -> list[KvfabricError | None]:
         msg = None

@@ -176,6 +176,48 @@ def test_joined_keys():
         assert _native.joined_keys(keys) is None, keys
 
 
+def test_packed_keys_arg():
+    # What kvfabric_batch_put_packed reads at the argument's address: the
+    # joined keys' UTF-8 bytes, for str keys from the str itself.
+    import ctypes
+
+    from kvfabric import _native
+
+    def read(keys):
+        r = _native.packed_keys_arg(keys)
+        if r is None:
+            return None
+        a, n, keep = r
+        assert keep is not None
+        return ctypes.string_at(a, n) if isinstance(a, int) else bytes(a[:n])
+
+    assert read([]) == b""
+    assert read([""]) == b""
+    assert read(["a"]) == b"a"
+    assert read(["a", "", "ключ"]) == b"a\0\0" + "ключ".encode()
+    assert read([b"a", b"b"]) == b"a\0b"
+    assert read(["a\0b", "c"]) == b"a\0b\0c"
+    big = [f"bench/python/{i}" for i in range(4096)]
+    assert read(big) == "\0".join(big).encode()
+    for keys in (["a", b"b"], [b"a", "b"], [1, 2], ["x", 3], ["\udc80"], ["ok", "\udc80"]):
+        assert read(keys) is None, keys
+
+
+def test_batch_codes():
+    # The statuses of a batch as a list: all OK without a list per element,
+    # a failure anywhere as tolist.
+    from array import array
+
+    from kvfabric import store
+
+    assert store._codes(array("i", bytes(16))) == [0] * 4
+    assert store._codes(array("i", [0, 0, -704, 0])) == [0, 0, -704, 0]
+    assert store._codes(array("i", [0, 0, 0, 1])) == [0, 0, 0, 1]
+    assert store._codes(array("i")) == []
+    assert store.all_ok([0] * 3) and store.all_ok([])
+    assert not store.all_ok([0, -704, 0]) and not store.all_ok([1])
+
+
 def test_batch_get_into_large(ms, pool):
     # A batch_get_into of 4096 keys (an engine's batch, split into parts on
     # the Go side): codes and sizes stay positional, bad input anywhere

@@ -995,7 +995,7 @@ class MooncakeDistributedStore:
             if isinstance(err, _Reject):
                 log.error("kvfabric: %s", err)
             return [_code(err)] * len(keys)
-        if not any(codes):
+        if _store.all_ok(codes):
             return codes
         return [_put_code(c) for c in codes]
 
@@ -1078,7 +1078,7 @@ class MooncakeDistributedStore:
             codes, nread, _ = self._s()._batch_get_flat(keys, buffer_ptrs, sizes)
         except Exception as err:  # noqa: BLE001
             return [_code(err)] * len(keys)
-        if not any(codes):
+        if _store.all_ok(codes):
             return nread
         return [n if c == 0 else to_mooncake(c) for c, n in zip(codes, nread)]
 
