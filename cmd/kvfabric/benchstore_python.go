@@ -262,6 +262,7 @@ func runStorePython(ctx context.Context, drv cuda.Driver, m storeMode, p storePa
 		gpus[i].dev = int(pr.dev)
 		if i < len(ceil) {
 			gpus[i].ceilPut, gpus[i].ceilGet = ceil[i].ceilPut, ceil[i].ceilGet
+			gpus[i].ceilPuts, gpus[i].ceilGets = ceil[i].ceilPuts, ceil[i].ceilGets
 		}
 	}
 	fail := func(i int, format string, args ...any) error {

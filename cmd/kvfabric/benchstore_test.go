@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -132,6 +134,7 @@ func TestBenchStoreSim(t *testing.T) {
 	if n := len(rep.Ceilings); n < 2*3 { // 1 + 2 GPUs, two Go paths
 		t.Errorf("%d ceilings, want >= 6", n)
 	}
+	checkCeilings(t, rep, 2)
 	svg, err := os.ReadFile(plotFile)
 	if err != nil || !bytes.Contains(svg, []byte("<svg")) {
 		t.Errorf("plot %s: %v (%d bytes)", plotFile, err, len(svg))
@@ -144,6 +147,37 @@ func TestBenchStoreSim(t *testing.T) {
 	}
 	if err := runStoreBench(context.Background(), &out, storeBenchFlags{driver: "sim", paths: "go-embedded,carrier-pigeon"}); err == nil {
 		t.Error("an unknown path was accepted")
+	}
+}
+
+// checkCeilings: every ceiling was measured before and after its path's
+// rounds (puts: putRuns times), the ceiling is the highest measurement, and
+// each row's ratio is to its GPU's ceiling of its direction (the
+// aggregate's to their sum).
+func checkCeilings(t *testing.T, rep storeReport, putRuns int) {
+	t.Helper()
+	type key struct {
+		mode, path string
+		gpu        int
+	}
+	ceil := map[key]storeCeiling{}
+	for _, c := range rep.Ceilings {
+		if len(c.PutRuns) != putRuns || len(c.GetRuns) != 2 || c.PutGBps != slices.Max(c.PutRuns) || c.GetGBps != slices.Max(c.GetRuns) ||
+			slices.Min(c.PutRuns) <= 0 || slices.Min(c.GetRuns) <= 0 {
+			t.Errorf("ceiling %+v: want %d put and 2 get measurements, the ceilings their highest", c, putRuns)
+		}
+		ceil[key{c.Mode, c.Path, c.GPU}] = c
+	}
+	for _, r := range rep.Results {
+		var want float64
+		for g, c := range ceil {
+			if g.mode == r.Mode && g.path == r.Path && (r.GPU < 0 || g.gpu == r.GPU) {
+				want += map[string]float64{"put": c.PutGBps, "get": c.GetGBps}[r.Dir]
+			}
+		}
+		if want <= 0 || math.Abs(r.CeilingGBps-want) > 1e-9*want || math.Abs(r.Ratio-r.GBps/want) > 1e-9 {
+			t.Errorf("row %s %s %s %d gpu %d: ceiling %v ratio %v, want ceiling %v", r.Mode, r.Path, r.Dir, r.Size, r.GPU, r.CeilingGBps, r.Ratio, want)
+		}
 	}
 }
 
@@ -186,6 +220,7 @@ func TestBenchStorePrefill(t *testing.T) {
 	if len(rep.Skipped) != 1 || rep.Skipped[0].Path != pathPython || !strings.Contains(rep.Skipped[0].Reason, "--prefill") {
 		t.Errorf("skipped: %+v", rep.Skipped)
 	}
+	checkCeilings(t, rep, 1) // the full store's segment is not written after the rounds
 	if !strings.Contains(out.String(), "evicted/key") {
 		t.Errorf("table does not show the evictions:\n%s", out.String())
 	}
