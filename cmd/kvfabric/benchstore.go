@@ -785,7 +785,7 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 	// rounds (no object lives there yet) and again after them (every
 	// object removed; with --prefill the store stays full, and the segment
 	// is not written again), and the higher of the two is the ceiling:
-	// one measurement alone came out low now and then — in 14 of 870
+	// one measurement alone came out low now and then — in 14 of 855
 	// taken on the H200 in sessions 6–15 below 53 GB/s against a median of
 	// 55.2, once 45.4 —, which lifted every ratio of its run, up to 1.16
 	// (docs/perf/store.md, fourteenth round).
