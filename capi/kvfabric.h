@@ -181,6 +181,37 @@ int32_t kvfabric_batch_get_packed(int64_t handle, size_t n, const char *keys, si
                                   const uint64_t *ptrs, const uint64_t *lens, const uint32_t *parts,
                                   uintptr_t stream, uint64_t *nread, int32_t *statuses);
 
+/* A put stream: kvfabric_batch_put whose keys and buffers are given in
+ * pieces, in order, while its first pieces already copy, so that a caller
+ * that must convert its arguments (an interpreter's lists) converts the
+ * next piece beside the copies instead of the whole batch before them.
+ * begin takes the batch's n and options (as kvfabric_batch_put) and writes
+ * the stream's handle to *out; each feed gives the next keys (n_feed of
+ * them, laid out as kvfabric_batch_put or, _packed, as
+ * kvfabric_batch_put_packed) and their regions, copied before it returns.
+ * A refused feed feeds nothing and leaves the stream as it was. end waits
+ * for the batch, writes each key's status to statuses (the stream's n
+ * entries, may be NULL), releases the stream handle and returns as
+ * kvfabric_batch_put.
+ * All or nothing as to the input: no object of a stream becomes visible
+ * before all n keys are fed, and a stream aborted (kvfabric_put_stream_abort,
+ * end before all n are fed, a feeder silent for 100 ms while the batch waits
+ * for it, or kvfabric_close) fails every key and stores nothing of it. An
+ * upsert stream starts once it is fed in full. One thread at a time per
+ * stream; abort may come from any thread. Every begun stream must be ended.
+ * Added after 0.1.0 without a KVFABRIC_ABI_VERSION bump: look the symbols up. */
+int32_t kvfabric_put_stream_begin(int64_t handle, size_t n, uintptr_t stream, int32_t replicas,
+                                  uint32_t flags, const char *preferred, size_t preferred_len,
+                                  uint64_t soft_pin_ttl_ms, int64_t *out);
+int32_t kvfabric_put_stream_feed(int64_t handle, int64_t put_stream, size_t n_feed,
+                                 const char *const *keys, const size_t *key_lens,
+                                 const uint64_t *ptrs, const uint64_t *lens, const uint32_t *parts);
+int32_t kvfabric_put_stream_feed_packed(int64_t handle, int64_t put_stream, size_t n_feed,
+                                        const char *keys, size_t keys_len, const uint64_t *ptrs,
+                                        const uint64_t *lens, const uint32_t *parts);
+int32_t kvfabric_put_stream_abort(int64_t handle, int64_t put_stream);
+int32_t kvfabric_put_stream_end(int64_t handle, int64_t put_stream, int32_t *statuses);
+
 /* Puts n bytes of any host memory (staged; no registration needed). */
 int32_t kvfabric_put_bytes(int64_t handle, const char *key, size_t key_len,
                            const void *data, uint64_t n, int32_t replicas, uint32_t flags,

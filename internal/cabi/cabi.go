@@ -131,6 +131,9 @@ func logger() *slog.Logger {
 // handles are freed: the Store released their views first thing.
 func Close(h int64) int32 {
 	return call(h, func(e *entry) error {
+		// Open put streams first: their batches would otherwise hold up
+		// the Store's Close until their feeders stall out.
+		e.streams.abortAll()
 		err := e.store.Close()
 		e.views.closeAll()
 		if err != nil {

@@ -18,6 +18,9 @@ type entry struct {
 
 	// views are the Store's held views, by views handle (views.go).
 	views viewsTable
+	// streams are the Store's open put streams, by stream handle
+	// (putstream.go).
+	streams streamsTable
 }
 
 func (e *entry) setErr(err error) {

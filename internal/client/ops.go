@@ -278,6 +278,12 @@ func (s *Store) placement() master.Placement {
 // transfer batch for all their bytes, and one round trip to end them.
 // Results are positional.
 func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, stream cuda.Stream, o PutOptions) []error {
+	return s.batchPut(ctx, keys, srcs, stream, o, nil)
+}
+
+// batchPut is BatchPut; with feed (a PutStream's) keys and srcs are filled
+// as feed is fed, and nothing is read from them before feed says so.
+func (s *Store) batchPut(ctx context.Context, keys []string, srcs [][]Region, stream cuda.Stream, o PutOptions, feed *PutStream) []error {
 	errs := make([]error, len(keys))
 	if len(srcs) != len(keys) {
 		return fill(errs, fmt.Errorf("%w: %d keys but %d buffers", ErrInvalidArgument, len(keys), len(srcs)))
@@ -308,6 +314,15 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 	s.reg.RLock()
 	inc := s.reg.incarnation
 	s.reg.RUnlock()
+	if feed != nil && (o.Upsert || s.batchParts(s.putParts, len(keys)) > 1) {
+		// An upsert retires the old value at its PutStart, and a split
+		// batch needs every key first: neither starts before the whole
+		// batch is fed (PutStream).
+		if err := feed.await(len(keys)); err != nil {
+			return fill(errs, err)
+		}
+		feed = nil
+	}
 	if s.batchParts(s.putParts, len(keys)) == 1 {
 		// One pipeline checks its keys and builds their requests chunk by
 		// chunk (lazyPuts), so the first chunk's master call and copies
@@ -315,8 +330,8 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		// took ~0.08 µs per key before any copy, 5 % of a 4096-key batch
 		// of 64 KiB objects, and checking a batch's buffers ahead of its
 		// split took 0.18–0.27 ms (gets, docs/perf/logs-2026-12-02-s12/runG).
-		lazy = &lazyPuts{s: s, keys: keys, srcs: srcs, errs: errs, o: &o, place: place}
-		s.putPart(ctx, keys, srcs, lazy, stream, inc, errs, true)
+		lazy = &lazyPuts{s: s, keys: keys, srcs: srcs, errs: errs, o: &o, place: place, feed: feed}
+		s.putPart(ctx, keys, srcs, lazy, stream, inc, errs, true, feed)
 	} else {
 		held = s.checkBuffers(keys, srcs, errs)
 		ph.lap(&s.phases.put.check)
@@ -327,7 +342,7 @@ func (s *Store) BatchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		reqs, idx := s.putReqs(keys, srcs, errs, 0, &o, place, nil, nil)
 		var wg sync.WaitGroup
 		for _, part := range splitByKey(reqs, idx, s.batchParts(s.putParts, len(reqs))) {
-			wg.Go(func() { s.putPart(ctx, keys, srcs, &part, stream, inc, errs, false) })
+			wg.Go(func() { s.putPart(ctx, keys, srcs, &part, stream, inc, errs, false, nil) })
 		}
 		wg.Wait()
 	}
@@ -382,11 +397,27 @@ type lazyPuts struct {
 	place master.Placement
 	pos   int // keys before it were yielded
 	held  []*registration
+	// feed, if not nil, is the PutStream that fills keys and srcs: a
+	// chunk is read only once it is fed.
+	feed *PutStream
+}
+
+// fed waits until the keys before hi are fed; false (and every key not
+// yielded failed) when the stream was aborted first.
+func (l *lazyPuts) fed(hi int) bool {
+	if l.feed == nil {
+		return true
+	}
+	if err := l.feed.await(hi); err != nil {
+		l.rest(l.errs, err)
+		return false
+	}
+	return true
 }
 
 func (l *lazyPuts) next(n int) ([]master.PutStartReq, []int, bool) {
 	lo, hi := l.pos, min(l.pos+n, len(l.keys))
-	if lo == hi {
+	if lo == hi || !l.fed(hi) {
 		return nil, nil, true
 	}
 	l.pos = hi
@@ -402,7 +433,7 @@ func (l *lazyPuts) next(n int) ([]master.PutStartReq, []int, bool) {
 // keys all pass their checks is a window of the batch's own keys slice.
 func (l *lazyPuts) nextUniform(n int) (keys []string, sizes []uint64, idx []int, done bool) {
 	lo, hi := l.pos, min(l.pos+n, len(l.keys))
-	if lo == hi {
+	if lo == hi || !l.fed(hi) {
 		return nil, nil, nil, true
 	}
 	l.pos = hi
@@ -598,11 +629,11 @@ var partSeed = maphash.MakeSeed()
 // another's PutEnds, and an ender each only adds calls contending for the
 // master (H200: 4-part remote puts of 256 KiB–1 MiB lost 1–2 % with them,
 // of 16 KiB in a full store 15–25 %).
-func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src putSource, stream cuda.Stream, inc uint64, errs []error, only bool) {
+func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src putSource, stream cuda.Stream, inc uint64, errs []error, only bool, feed *PutStream) {
 	ph := phaseTimer{last: time.Now()}
 	cache := newSegCache()
 	defer cache.release()
-	p := putPipe{s: s, ctx: ctx, stream: stream, keys: keys, errs: errs, handOff: only}
+	p := putPipe{s: s, ctx: ctx, stream: stream, keys: keys, errs: errs, handOff: only, feed: feed}
 	p.startTimeline()
 	// The fence (see Store.reg): taken before the first chunk's copies are
 	// enqueued and held until the last chunk's are complete; each chunk
@@ -830,6 +861,14 @@ type putPipe struct {
 	anchor   cuda.Event
 	t0       time.Time
 	timeline []ChunkTime
+	// feed, if not nil, is the PutStream the batch comes from: no chunk is
+	// ended before the whole batch is fed, and if the stream is aborted
+	// every chunk is revoked instead — an aborted stream leaves nothing
+	// visible (PutStream).
+	feed *PutStream
+	// held are the stream's chunks whose copies are complete, oldest
+	// first, waiting for the stream to be fed in full to be ended.
+	held []putChunk
 }
 
 // startTimeline begins the pipeline's timeline (Options.TimeCopies): an
@@ -906,6 +945,27 @@ func (p *putPipe) finish() {
 	for len(p.queue) > 0 {
 		p.endOldest(false)
 	}
+	if len(p.held) > 0 {
+		// A stream's chunks, copied before it was fed in full: ended
+		// once it is, revoked if it is aborted instead.
+		if err := p.feed.settled(); err != nil {
+			p.failHeld(err)
+		} else {
+			for _, c := range p.held {
+				p.end(c)
+			}
+			p.held = nil
+		}
+	}
+}
+
+// failHeld revokes the held chunks' puts (putPipe.held) and fails their
+// keys with err.
+func (p *putPipe) failHeld(err error) {
+	for _, c := range p.held {
+		p.fail(c, err)
+	}
+	p.held = nil
 }
 
 // endOldest waits for the oldest chunk in flight and ends its puts — or,
@@ -937,6 +997,31 @@ func (p *putPipe) endOldest(more bool) {
 		p.fail(c, p.broken)
 		return
 	}
+	if p.feed != nil {
+		// A stream's chunk is ended only once the stream is fed in full;
+		// until then its copies are complete and it waits in held, so
+		// that the pipeline goes on copying the chunks fed meanwhile.
+		fed, err := p.feed.state()
+		if err != nil {
+			p.failHeld(err)
+			p.fail(c, err)
+			return
+		}
+		if !fed {
+			p.held = append(p.held, c)
+			return
+		}
+		for _, h := range p.held {
+			p.endDone(h, more)
+		}
+		p.held = nil
+	}
+	p.endDone(c, more)
+}
+
+// endDone ends c's puts, whose copies are complete: on the pipeline's
+// worker or ender when more chunks may follow (endOldest), else inline.
+func (p *putPipe) endDone(c putChunk, more bool) {
 	if more && p.handOff && p.w != nil {
 		p.w.call(func() { p.end(c) })
 		p.endsQueued = true
