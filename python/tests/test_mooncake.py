@@ -164,6 +164,77 @@ def test_batch_flat_key_paths(ms, pool, monkeypatch, hide_packed):
     assert ms.batch_is_exist(["paths-y"]) == [0]
 
 
+@pytest.mark.parametrize("hide_packed", [False, True])
+def test_batch_put_stream(ms, pool, monkeypatch, hide_packed):
+    # A batch_put_from of at least STREAM_MIN_KEYS keys goes as a put stream:
+    # its pieces (64, 128, the rest) are converted while the ones before
+    # copy; every key is stored with its own bytes, with packed keys or key
+    # arrays; without the library's put stream it is one batch call.
+    from kvfabric import store as _store
+
+    st = ms._s()
+    n, blk = 300, 4096
+    assert n >= _store.STREAM_MIN_KEYS
+    base = pool.ctypes.data
+    pool[: 2 * n * blk] = np.random.default_rng(11).integers(0, 256, 2 * n * blk, dtype=np.uint8)
+    for hide_stream in (False, True):
+        spy = LibSpy(st._lib, hide_packed, hide_stream)
+        monkeypatch.setattr(st, "_lib", spy)
+        keys = [f"stream-{hide_stream}-{i}" for i in range(n)]
+        src = [base + i * blk for i in range(n)]
+        assert ms.batch_put_from(keys, src, [blk] * n) == [0] * n
+        feed = "kvfabric_put_stream_feed" + ("" if hide_packed else "_packed")
+        want = (["kvfabric_batch_put" + ("" if hide_packed else "_packed")] if hide_stream else
+                ["kvfabric_put_stream_begin", feed, feed, feed, "kvfabric_put_stream_end"])
+        assert spy.called == want
+        dst = base + n * blk
+        pool[n * blk: 2 * n * blk] = 0xEE
+        assert ms.batch_get_into(keys, [dst + i * blk for i in range(n)], [blk] * n) == [blk] * n
+        assert np.array_equal(pool[: n * blk], pool[n * blk: 2 * n * blk])
+    assert ms.remove_all(force=True) == 2 * n
+
+
+class _Ptrs(list):
+    """A list of pointers whose slice starting at fail_at raises, as a
+    caller's sequence may while the stream converts it."""
+
+    def __init__(self, values, fail_at):
+        super().__init__(values)
+        self.fail_at = fail_at
+
+    def __getitem__(self, i):
+        if isinstance(i, slice) and i.start == self.fail_at:
+            raise RuntimeError("the caller's sequence failed")
+        return super().__getitem__(i)
+
+
+def test_batch_put_stream_bad_input_changes_nothing(ms, pool):
+    # A bad value in a late piece of a put stream (after the pieces before
+    # it were started and copied) fails every key with -600 (-1 for an
+    # error of the caller's own sequence) and stores nothing, as a batch refused before any copy does; so does a caller's
+    # sequence that raises half-way. The same keys are stored afterwards
+    # with their bytes (no put of them was left in progress).
+    n, blk = 300, 4096
+    base = pool.ctypes.data
+    keys = [f"stream-bad-{i}" for i in range(n)]
+    ptrs = [base + i * blk for i in range(n)]
+    bad = [
+        (keys, ptrs[:250] + [-1] + ptrs[251:], [blk] * n, -600),          # a negative pointer in the third piece
+        (keys, ptrs, [blk] * 290 + [float(blk)] + [blk] * 9, -600),        # a size that is not an integer
+        (keys[:200] + [7] + keys[201:], ptrs, [blk] * n, -600),            # a key that is neither str nor bytes
+        (keys, _Ptrs(ptrs, 192), [blk] * n, -1),                           # the caller's sequence raises (INTERNAL_ERROR)
+    ]
+    for k, p, z, code in bad:
+        assert ms.batch_put_from(k, p, z) == [code] * n
+        assert ms.batch_is_exist(keys) == [0] * n
+    pool[: n * blk] = np.random.default_rng(12).integers(0, 256, n * blk, dtype=np.uint8)
+    assert ms.batch_put_from(keys, ptrs, [blk] * n) == [0] * n
+    dst = base + n * blk
+    assert ms.batch_get_into(keys, [dst + i * blk for i in range(n)], [blk] * n) == [blk] * n
+    assert np.array_equal(pool[: n * blk], pool[n * blk: 2 * n * blk])
+    assert ms.remove_all(force=True) == n
+
+
 def test_joined_keys():
     from kvfabric import _native
 
