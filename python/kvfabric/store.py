@@ -36,8 +36,13 @@ PUT_KEEP_SOFT_PIN = 0x8
 
 #: A raw-buffer batch put (_batch_put_flat) of at least this many keys goes
 #: as a put stream, in pieces of STREAM_FIRST_PIECE keys doubling up to
-#: STREAM_MAX_PIECE, each converted while the pieces before it copy.
-STREAM_MIN_KEYS = 256
+#: STREAM_MAX_PIECE, each converted while the pieces before it copy. On the
+#: H200 a stream of 4096 keys paid (16 KiB puts 0.39-0.40 -> 0.46 of the
+#: ceiling, 64 KiB 0.77-0.79 -> 0.78-0.83), one of 1024 or 256 did not
+#: (256 KiB 0.90 -> 0.87-0.90, 1 MiB 0.92-0.93 -> 0.90-0.92): there the
+#: conversion it hides is shorter than what starting the stream costs
+#: (docs/perf/logs-2026-12-04-s17/runH).
+STREAM_MIN_KEYS = 2048
 STREAM_FIRST_PIECE = 64
 STREAM_MAX_PIECE = 1024
 

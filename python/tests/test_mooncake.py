@@ -172,9 +172,9 @@ def test_batch_put_stream(ms, pool, monkeypatch, hide_packed):
     # arrays; without the library's put stream it is one batch call.
     from kvfabric import store as _store
 
+    monkeypatch.setattr(_store, "STREAM_MIN_KEYS", 256)  # a smaller batch than the default's 2048
     st = ms._s()
     n, blk = 300, 4096
-    assert n >= _store.STREAM_MIN_KEYS
     base = pool.ctypes.data
     pool[: 2 * n * blk] = np.random.default_rng(11).integers(0, 256, 2 * n * blk, dtype=np.uint8)
     for hide_stream in (False, True):
@@ -208,12 +208,15 @@ class _Ptrs(list):
         return super().__getitem__(i)
 
 
-def test_batch_put_stream_bad_input_changes_nothing(ms, pool):
+def test_batch_put_stream_bad_input_changes_nothing(ms, pool, monkeypatch):
     # A bad value in a late piece of a put stream (after the pieces before
     # it were started and copied) fails every key with -600 (-1 for an
     # error of the caller's own sequence) and stores nothing, as a batch refused before any copy does; so does a caller's
     # sequence that raises half-way. The same keys are stored afterwards
     # with their bytes (no put of them was left in progress).
+    from kvfabric import store as _store
+
+    monkeypatch.setattr(_store, "STREAM_MIN_KEYS", 256)
     n, blk = 300, 4096
     base = pool.ctypes.data
     keys = [f"stream-bad-{i}" for i in range(n)]
