@@ -158,6 +158,7 @@ type worker struct {
 	stopLoop chan struct{}
 	loopDone chan *loopStats
 	views    *client.Views // held by "acquire", ended by "release"
+	stream   int           // > 0: the put loop feeds put streams in pieces of this many keys (envStream)
 }
 
 // loopStats is what a put loop did.
@@ -201,6 +202,13 @@ func runWorker(t *testing.T) {
 			t.Fatalf("%s=%q: %v", envParts, p, err)
 		}
 		opts.BatchParts, opts.PipelineChunk = n, 4
+	}
+	if p := os.Getenv(envStream); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 {
+			t.Fatalf("%s=%q: want a number of keys (%v)", envStream, p, err)
+		}
+		w.stream, opts.BatchParts, opts.PipelineChunk = n, 1, 4
 	}
 	w.s = openChild(t, nil, opts)
 	for _, p := range []*cuda.DevicePtr{&w.cmd, &w.loop} {
@@ -364,7 +372,12 @@ func (w *worker) putLoop(prefix string, batch int, pause time.Duration) *loopSta
 		}
 		keys := keyRange(prefix, st.next, min(batch, bufKeys))
 		st.next += len(keys)
-		errs := w.s.BatchPut(context.Background(), keys, w.stage(w.loop, keys), 0, client.PutOptions{})
+		var errs []error
+		if w.stream > 0 {
+			errs = w.streamPut(keys, w.stage(w.loop, keys))
+		} else {
+			errs = w.s.BatchPut(context.Background(), keys, w.stage(w.loop, keys), 0, client.PutOptions{})
+		}
 		now := time.Now()
 		for i, err := range errs {
 			owners := w.spy.owners(keys[i])
@@ -389,6 +402,24 @@ func (w *worker) putLoop(prefix string, batch int, pause time.Duration) *loopSta
 		case <-time.After(pause):
 		}
 	}
+}
+
+// streamPut puts keys as a put stream fed in pieces of w.stream keys, a
+// short pause between them, so that a stop can come between two feeds with
+// chunks copied and not yet ended.
+func (w *worker) streamPut(keys []string, srcs [][]client.Region) []error {
+	p, err := w.s.BeginPut(context.Background(), len(keys), 0, client.PutOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for lo := 0; lo < len(keys); lo += w.stream {
+		hi := min(lo+w.stream, len(keys))
+		if err := p.Feed(keys[lo:hi], srcs[lo:hi]); err != nil {
+			break // aborted (stalled while stopped): End fails every key
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return p.End()
 }
 
 func (w *worker) put(prefix string, from, n int) string {
@@ -637,6 +668,24 @@ func TestStoppedWriterParts(t *testing.T) {
 	})
 }
 
+// TestStoppedWriterStream is TestStoppedWriter with the writer's batches
+// fed as put streams, 8 keys a feed in chunks of 4: stopped after a
+// PutStart (its stream fed in part, earlier chunks copied and held), with
+// copies enqueued, or at any moment, past its put timeout while another
+// writer refills, no stream's late feeds, copies or ends may land in a
+// range handed out since (when it resumes its stalled streams abort).
+func TestStoppedWriterStream(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	runStoppedWriter(t, putTimeoutTiming, 0, []stopCase{
+		{"stream stopped after a PutStart, registration expired meanwhile", "putstart", time.Second},
+		{"stream stopped after a PutStart, registration alive (put timeout only)", "putstart", 10 * time.Second},
+		{"stream stopped with its copies enqueued, registration alive", "copy", 10 * time.Second},
+		{"stream: SIGSTOP at an arbitrary moment, registration alive", "random", 10 * time.Second},
+	}, envStream+"=8")
+}
+
 // TestStoppedWriterPartsExpired stops a writer whose batches are split
 // into parts right after one part's PutStart, for longer than its
 // registration TTL. Unlike an unsplit batch's stop there, other parts (and
@@ -693,13 +742,14 @@ var putTimeoutTiming = stopTiming{putTimeout: 2 * time.Second, stopFor: 3 * time
 
 // runStoppedWriter runs the rounds of cases; parts > 0 splits every
 // worker's batches into that many parts (envParts).
-func runStoppedWriter(t *testing.T, tm stopTiming, parts int, cases []stopCase) {
+func runStoppedWriter(t *testing.T, tm stopTiming, parts int, cases []stopCase, env ...string) {
 	const refill = 256
 	putTimeout, stopFor := tm.putTimeout, tm.stopFor
 	e := newE2E(t, master.Config{PutTimeout: putTimeout, LeaseTTL: 500 * time.Millisecond, MinClientTTL: 100 * time.Millisecond})
 	if parts > 0 {
 		e.env = []string{envParts + "=" + strconv.Itoa(parts)}
 	}
+	e.env = append(e.env, env...)
 	prov := e.start("provider", "provider-a", 0)
 	b := e.start("worker", "refiller", 0)
 	r := e.start("worker", "reader", 0)

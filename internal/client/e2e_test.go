@@ -42,6 +42,10 @@ const (
 	// parts (client.Options.BatchParts) of pipeline chunks of 4 keys, so
 	// that the real-process tests cover the split path on any machine.
 	envParts = "KVFABRIC_E2E_BATCH_PARTS"
+	// envStream, set to a number of keys, makes a worker's put loop feed
+	// its batches as put streams in pieces of that many keys, a chunk of 4
+	// keys at a time and one part.
+	envStream = "KVFABRIC_E2E_PUT_STREAM"
 )
 
 // value is the deterministic content of key: any process can check it.
