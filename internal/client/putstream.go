@@ -27,7 +27,7 @@ import (
 // The batch waits for its feeder with the Store's registration fence held
 // (Store.reg: a heartbeat's update of the registration waits for it), so a
 // feeder that gives nothing for PutStreamFeedWait while the batch waits
-// aborts the stream; so does the end of ctx.
+// aborts the stream; so do the end of ctx and the Store's Close.
 //
 // Feed, Abort and End are for one goroutine at a time; End must be called
 // once, and it releases the stream.
@@ -63,9 +63,22 @@ func (s *Store) BeginPut(ctx context.Context, n int, stream cuda.Stream, o PutOp
 	p := &PutStream{n: n, ctx: ctx, keys: make([]string, n), srcs: make([][]Region, n), done: make(chan struct{}), last: time.Now()}
 	p.cond.L = &p.mu
 	stop := context.AfterFunc(ctx, func() { p.Abort(fmt.Errorf("put stream: %w", ctx.Err())) })
+	// Known to Close until its batch returns (Close aborts it). A stream
+	// begun once Close has started is not: its batch fails with ErrClosed.
+	s.gate.Lock()
+	if s.gate.streams == nil {
+		s.gate.streams = map[*PutStream]struct{}{}
+	}
+	s.gate.streams[p] = struct{}{}
+	s.gate.Unlock()
 	go func() {
 		defer close(p.done)
 		defer stop()
+		defer func() {
+			s.gate.Lock()
+			delete(s.gate.streams, p)
+			s.gate.Unlock()
+		}()
 		p.errs = s.batchPut(ctx, p.keys, p.srcs, stream, o, p)
 	}()
 	return p, nil

@@ -195,6 +195,10 @@ type Store struct {
 		closing  bool
 		inflight int           // admitted operations not yet exited
 		drained  chan struct{} // closed when inflight reaches 0 after closing
+		// streams are the put streams whose batches have not returned:
+		// Close aborts them rather than wait for feeders that may never
+		// come back (PutStream).
+		streams map[*PutStream]struct{}
 	}
 
 	// mu guards the registered buffers and the teardown record. Teardown
@@ -796,7 +800,14 @@ func (s *Store) Close() error {
 		}
 		wait = s.gate.drained
 	}
+	streams := make([]*PutStream, 0, len(s.gate.streams))
+	for p := range s.gate.streams {
+		streams = append(streams, p)
+	}
 	s.gate.Unlock()
+	for _, p := range streams {
+		p.Abort(fmt.Errorf("%w: put stream: the store is closing", ErrClosed))
+	}
 	if wait != nil {
 		t := time.NewTimer(s.closeTimeout)
 		defer t.Stop()
