@@ -877,8 +877,8 @@ class Store:
                                            _ttl(soft_pin_ttl_ms, flags), byref(sid))
         if rc < 0:
             self._raise(rc, h)
-        sid = sid.value
         try:
+            sid = sid.value
             lo, step = 0, STREAM_FIRST_PIECE
             while lo < n:
                 hi = min(n, lo + step)
@@ -892,6 +892,7 @@ class Store:
         except BaseException:
             # The error's message was read above; the stream's end records
             # the abort's as the handle's last error after it.
+            sid = sid.value if isinstance(sid, c_int64) else sid
             lib.kvfabric_put_stream_abort(h, sid)
             lib.kvfabric_put_stream_end(h, sid, None)
             raise
