@@ -72,6 +72,10 @@ func openThrough(t *testing.T, e *env, m master.Client, id string) *client.Store
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A test that fails before its own Close would leave the Store's
+	// heartbeat running into the tests after it (where it races their
+	// time hooks under -race); Close is idempotent.
+	t.Cleanup(func() { st.Close() })
 	return st
 }
 
