@@ -34,15 +34,17 @@ PUT_UPSERT = 0x4
 #: With PUT_UPSERT: keep the replaced value's soft pin and its expiry.
 PUT_KEEP_SOFT_PIN = 0x8
 
-#: A raw-buffer batch put (_batch_put_flat) of at least this many keys goes
-#: as a put stream, in pieces of STREAM_FIRST_PIECE keys doubling up to
-#: STREAM_MAX_PIECE, each converted while the pieces before it copy. On the
-#: H200 a stream of 4096 keys paid (16 KiB puts 0.39-0.40 -> 0.46 of the
-#: ceiling, 64 KiB 0.77-0.79 -> 0.78-0.83), one of 1024 or 256 did not
-#: (256 KiB 0.90 -> 0.87-0.90, 1 MiB 0.92-0.93 -> 0.90-0.92): there the
-#: conversion it hides is shorter than what starting the stream costs
-#: (docs/perf/logs-2026-12-04-s17/runH).
-STREAM_MIN_KEYS = 2048
+#: A raw-buffer batch put (_batch_put_flat) of at least this many buffers
+#: (regions: one per key, or a key's several with multi=True) and more than
+#: one piece goes as a put stream, in pieces of STREAM_FIRST_PIECE keys
+#: doubling up to STREAM_MAX_PIECE, each converted while the pieces before
+#: it copy. On the H200 a stream of 4096 one-buffer keys paid (16 KiB puts
+#: 0.39-0.40 -> 0.46 of the ceiling, 64 KiB 0.77-0.79 -> 0.78-0.83), one of
+#: 1024 or 256 did not (256 KiB 0.90 -> 0.87-0.90, 1 MiB 0.92-0.93 ->
+#: 0.90-0.92): there the conversion it hides is shorter than what starting
+#: the stream costs (docs/perf/logs-2026-12-04-s17/runH). What the stream
+#: hides is the conversion, which grows with the buffers, not the keys.
+STREAM_MIN_REGIONS = 2048
 STREAM_FIRST_PIECE = 64
 STREAM_MAX_PIECE = 1024
 
@@ -53,6 +55,13 @@ def _codes(st: array) -> list[int]:
     ints: 13–24 µs for 4096)."""
     n = len(st)
     return [OK] * n if st.tobytes() == bytes(st.itemsize * n) else st.tolist()
+
+
+def _view(ctype, a: array) -> ctypes.Array:
+    """A ctypes array of ctype over a's items (a kept alive by it)."""
+    if not a:
+        return (ctype * 0)()
+    return (ctype * len(a)).from_buffer(a)
 
 
 def all_ok(codes: list[int]) -> bool:
@@ -800,9 +809,10 @@ class Store:
     # _batch_put / _batch_get.
 
     @staticmethod
-    def _flat_regions(keys: list, ptrs: Sequence[int], sizes: Sequence[int]):
+    def _flat_regions(keys: list, ptrs: Sequence[int], sizes: Sequence[int], counts=None):
         """The region arrays of one raw buffer per key: (ptrs, sizes, parts);
-        parts is None (NULL: one region per key)."""
+        parts is None (NULL: one region per key). counts is unused (the
+        signature of _multi_regions)."""
         n = len(keys)
         if len(ptrs) != n or len(sizes) != n:
             raise InvalidArgumentError(f"kvfabric: {n} keys, {len(ptrs)} buffer pointers, {len(sizes)} sizes")
@@ -814,6 +824,78 @@ class Store:
                     if not isinstance(v, int) or v < 0:
                         raise InvalidArgumentError(f"kvfabric: key {keys[i]!r}: bad buffer {name} {v!r}") from None
             raise
+
+    @staticmethod
+    def _multi_counts(keys: list, all_ptrs: Sequence, all_sizes: Sequence) -> array:
+        """The number of raw buffers of each key (an array of uint32) when
+        key i has len(all_ptrs[i]) == len(all_sizes[i]) >= 1 of them; else
+        InvalidArgumentError naming the first key that has not. One C loop
+        over the keys, none over their buffers."""
+        n = len(keys)
+        if len(all_ptrs) != n or len(all_sizes) != n:
+            raise InvalidArgumentError(
+                f"kvfabric: {n} keys, {len(all_ptrs)} buffer pointer lists, {len(all_sizes)} size lists")
+        try:
+            counts = array("I", map(len, all_ptrs))
+            ok = array("I", map(len, all_sizes)) == counts and 0 not in counts
+        except (TypeError, OverflowError):
+            ok = False
+        if not ok:
+            for i, (k, ps, zs) in enumerate(zip(keys, all_ptrs, all_sizes)):
+                try:
+                    np_, nz = len(ps), len(zs)
+                except TypeError:
+                    raise InvalidArgumentError(
+                        f"kvfabric: key {k!r}: buffer pointers {type(ps).__name__} and sizes "
+                        f"{type(zs).__name__}: want a sequence of each") from None
+                if np_ != nz or not np_:
+                    raise InvalidArgumentError(f"kvfabric: key {k!r}: {np_} buffer pointers, {nz} sizes"
+                                               + ("" if np_ else ": a key needs at least one buffer"))
+            raise InvalidArgumentError(f"kvfabric: {n} keys: too many buffers for one key")
+        return counts
+
+    @staticmethod
+    def _multi_regions(keys: list, all_ptrs: Sequence, all_sizes: Sequence, counts: array):
+        """The region arrays of keys scattered over several raw buffers each
+        (the facade's *_multi_buffers): (ptrs, sizes, parts), key i's
+        counts[i] regions consecutive, counts from _multi_counts. Built by
+        array.fromlist per key (18 ns a buffer on a dev VM, against ~0.6 µs
+        for a Buf per buffer); the sizes by one repeat of the first key's
+        list when every key's list equals it, as a paged KV cache's blocks'
+        do (list equality: a size of another number type equal to the first
+        key's, 4096.0 for 4096, is then taken as that int)."""
+        n = len(keys)
+
+        def u64(rows):
+            a = array("Q")
+            for row in rows:
+                if type(row) is list:
+                    a.fromlist(row)
+                else:
+                    a.extend(row)
+            return a
+
+        try:
+            pa = u64(all_ptrs)
+            first = all_sizes[0] if n else None
+            try:
+                same = type(first) is list and all_sizes.count(first) == n
+            except (AttributeError, TypeError, ValueError):  # rows that do not compare as lists
+                same = False
+            sa = array("Q", first) * n if same else u64(all_sizes)
+        except (OverflowError, TypeError):
+            for name, rows in (("ptr", all_ptrs), ("size", all_sizes)):
+                for k, row in zip(keys, rows):
+                    for j, v in enumerate(row):
+                        try:
+                            array("Q", (v,))
+                        except (OverflowError, TypeError):
+                            raise InvalidArgumentError(
+                                f"kvfabric: key {k!r}: bad buffer {name} {v!r} (buffer {j})") from None
+            raise
+        if len(pa) != len(sa) or len(pa) != sum(counts):  # a sequence whose len and items disagree
+            raise InvalidArgumentError(f"kvfabric: {n} keys: buffer lists changed while read")
+        return _view(c_uint64, pa), _view(c_uint64, sa), _view(c_uint32, counts)
 
     def _flat_call(self, packed_fn: str, arrays_fn: str, keys: list, *args, pre=()):
         """Calls the library's packed-keys batch function (the keys joined
@@ -838,17 +920,31 @@ class Store:
         del keep  # the keys' bytes, pointed into by kp, lived until here
         return rc
 
-    def _batch_put_flat(self, keys: list, ptrs: Sequence[int], sizes: Sequence[int], stream: int = 0,
-                        replicas=0, flags=0, preferred=None, soft_pin_ttl_ms=0):
-        """_batch_put of one raw buffer per key: (codes, handle). keys: str
-        or bytes. A batch of at least STREAM_MIN_KEYS keys goes as a put
-        stream when the library has one (_batch_put_stream)."""
+    def _regions_of(self, keys: list, ptrs: Sequence, sizes: Sequence, multi: bool):
+        """(the region builder, counts, number of regions) of a flat batch:
+        one raw buffer per key, or (multi) a list of them per key."""
+        if not multi:
+            return self._flat_regions, None, len(keys)
+        counts = self._multi_counts(keys, ptrs, sizes)
+        return self._multi_regions, counts, sum(counts)
+
+    def _batch_put_flat(self, keys: list, ptrs: Sequence, sizes: Sequence, stream: int = 0,
+                        replicas=0, flags=0, preferred=None, soft_pin_ttl_ms=0, multi: bool = False):
+        """_batch_put of raw buffers: (codes, handle). One buffer per key
+        (ptrs and sizes of ints), or with multi a list of buffers per key
+        (lists of ints; the object is their concatenation). keys: str or
+        bytes. A batch of at least STREAM_MIN_REGIONS buffers and more than
+        one piece goes as a put stream when the library has one
+        (_batch_put_stream)."""
         n = len(keys)
-        if n >= STREAM_MIN_KEYS and getattr(self._lib, "kvfabric_put_stream_begin", None) is not None:
-            if len(ptrs) != n or len(sizes) != n:
-                raise InvalidArgumentError(f"kvfabric: {n} keys, {len(ptrs)} buffer pointers, {len(sizes)} sizes")
-            return self._batch_put_stream(keys, ptrs, sizes, stream, replicas, flags, preferred, soft_pin_ttl_ms)
-        pa, sa, ca = self._flat_regions(keys, ptrs, sizes)
+        if len(ptrs) != n or len(sizes) != n:
+            raise InvalidArgumentError(f"kvfabric: {n} keys, {len(ptrs)} buffer pointers, {len(sizes)} sizes")
+        conv, counts, nreg = self._regions_of(keys, ptrs, sizes, multi)
+        if (nreg >= STREAM_MIN_REGIONS and n > STREAM_FIRST_PIECE
+                and getattr(self._lib, "kvfabric_put_stream_begin", None) is not None):
+            return self._batch_put_stream(keys, ptrs, sizes, conv, counts, stream, replicas, flags, preferred,
+                                          soft_pin_ttl_ms)
+        pa, sa, ca = conv(keys, ptrs, sizes, counts)
         h = self._handle()
         pref = ",".join(preferred or ()).encode()
         st = array("i", bytes(4 * n))
@@ -858,16 +954,17 @@ class Store:
             self._raise(rc, h)
         return _codes(st), h
 
-    def _batch_put_stream(self, keys: list, ptrs: Sequence[int], sizes: Sequence[int], stream: int,
+    def _batch_put_stream(self, keys: list, ptrs: Sequence, sizes: Sequence, conv, counts, stream: int,
                           replicas, flags, preferred, soft_pin_ttl_ms):
         """_batch_put_flat as a put stream (kvfabric_put_stream_*): the
-        arrays of each piece are built while the pieces before it copy, not
-        all before the first copy (for 4096 keys building them took
-        0.5-0.75 ms of a 64 KiB batch's ~5.5 ms on the H200). The pieces
-        start small, so that the first copies start early, and double.
-        Anything raised while building a piece (a bad pointer or size, an
-        interrupt) aborts the stream: nothing of the batch is stored, as
-        when the whole batch was refused before any copy."""
+        arrays of each piece are built (conv, a region builder) while the
+        pieces before it copy, not all before the first copy (for 4096 keys
+        building them took 0.5-0.75 ms of a 64 KiB batch's ~5.5 ms on the
+        H200). The pieces start small, so that the first copies start
+        early, and double. Anything raised while building a piece (a bad
+        pointer or size, an interrupt) aborts the stream: nothing of the
+        batch is stored, as when the whole batch was refused before any
+        copy."""
         lib = self._lib
         n = len(keys)
         h = self._handle()
@@ -883,7 +980,7 @@ class Store:
             while lo < n:
                 hi = min(n, lo + step)
                 ks = keys[lo:hi]
-                pa, sa, ca = self._flat_regions(ks, ptrs[lo:hi], sizes[lo:hi])
+                pa, sa, ca = conv(ks, ptrs[lo:hi], sizes[lo:hi], None if counts is None else counts[lo:hi])
                 rc = self._flat_call("kvfabric_put_stream_feed_packed", "kvfabric_put_stream_feed", ks, pa, sa, ca,
                                      pre=(sid,))
                 if rc < 0:
@@ -902,11 +999,16 @@ class Store:
             self._raise(rc, h)
         return _codes(st), h
 
-    def _batch_get_flat(self, keys: list, ptrs: Sequence[int], sizes: Sequence[int], stream: int = 0):
-        """_batch_get of one raw buffer per key: (codes, sizes read, handle).
-        keys: str or bytes."""
+    def _batch_get_flat(self, keys: list, ptrs: Sequence, sizes: Sequence, stream: int = 0, multi: bool = False):
+        """_batch_get of raw buffers, one per key or (multi) a list per key
+        that the object is scattered over in order: (codes, sizes read,
+        handle). keys: str or bytes. Every buffer is converted before the
+        call: a get refused for a bad argument writes nothing."""
         n = len(keys)
-        pa, sa, ca = self._flat_regions(keys, ptrs, sizes)
+        if len(ptrs) != n or len(sizes) != n:
+            raise InvalidArgumentError(f"kvfabric: {n} keys, {len(ptrs)} buffer pointers, {len(sizes)} sizes")
+        conv, counts, _ = self._regions_of(keys, ptrs, sizes, multi)
+        pa, sa, ca = conv(keys, ptrs, sizes, counts)
         h = self._handle()
         st = array("i", bytes(4 * n))
         nread = array("Q", bytes(8 * n))

@@ -166,13 +166,13 @@ def test_batch_flat_key_paths(ms, pool, monkeypatch, hide_packed):
 
 @pytest.mark.parametrize("hide_packed", [False, True])
 def test_batch_put_stream(ms, pool, monkeypatch, hide_packed):
-    # A batch_put_from of at least STREAM_MIN_KEYS keys goes as a put stream:
+    # A batch_put_from of at least STREAM_MIN_REGIONS buffers goes as a put stream:
     # its pieces (64, 128, the rest) are converted while the ones before
     # copy; every key is stored with its own bytes, with packed keys or key
     # arrays; without the library's put stream it is one batch call.
     from kvfabric import store as _store
 
-    monkeypatch.setattr(_store, "STREAM_MIN_KEYS", 256)  # a smaller batch than the default's 2048
+    monkeypatch.setattr(_store, "STREAM_MIN_REGIONS", 256)  # a smaller batch than the default's 2048
     st = ms._s()
     n, blk = 300, 4096
     base = pool.ctypes.data
@@ -216,7 +216,7 @@ def test_batch_put_stream_bad_input_changes_nothing(ms, pool, monkeypatch):
     # with their bytes (no put of them was left in progress).
     from kvfabric import store as _store
 
-    monkeypatch.setattr(_store, "STREAM_MIN_KEYS", 256)
+    monkeypatch.setattr(_store, "STREAM_MIN_REGIONS", 256)
     n, blk = 300, 4096
     base = pool.ctypes.data
     keys = [f"stream-bad-{i}" for i in range(n)]
@@ -345,6 +345,157 @@ def test_vllm_multi_buffer_sequence(ms, pool):
     assert ms.batch_put_from_multi_buffers(keys[:2], kptrs[:1], sizes[:1]) == [-600, -600]
     assert ms.batch_get_into_multi_buffers(keys[:2], [[out], [out, out]], [[half, half], [half, half]]) == [-600, -600]
     assert ms.batch_get_into(["vllm-0", "missing"], [out, out + PAGE], [PAGE, PAGE]) == [PAGE, -704]
+
+
+def _layers(pool, nlayers, nblocks, blk, at=0):
+    """vLLM's paged KV cache in pool from byte at: 2 * nlayers tensors (a K
+    and a V per layer) of nblocks blocks of blk bytes; key i's buffers are
+    block i of every tensor, in tensor order."""
+    t = nblocks * blk
+    base = pool.ctypes.data + at
+    return [[base + j * t + i * blk for j in range(2 * nlayers)] for i in range(nblocks)]
+
+
+def _object(pool, ptrs, blk):
+    """The bytes of an object put from ptrs (blk each): their concatenation."""
+    base = pool.ctypes.data
+    return np.concatenate([pool[p - base: p - base + blk] for p in ptrs])
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_multi_buffers_many_layers(ms, pool, monkeypatch, streamed):
+    # vLLM's Mooncake store connector: per key (a KV block) one buffer in
+    # each of 2 * 8 layer tensors, the object their concatenation. 96 keys
+    # of 16 buffers: 1536 buffers, streamed (pieces of 64 and 32 keys) when
+    # the threshold is lowered; every key holds its own bytes, read back
+    # scattered into another layout and whole.
+    from kvfabric import store as _store
+
+    if streamed:
+        monkeypatch.setattr(_store, "STREAM_MIN_REGIONS", 1024)
+    st = ms._s()
+    spy = LibSpy(st._lib)
+    monkeypatch.setattr(st, "_lib", spy)
+    nl, n, blk = 8, 96, 4096
+    src = _layers(pool, nl, n, blk)
+    total = 2 * nl * n * blk
+    pool[:total] = np.random.default_rng(21).integers(0, 256, total, dtype=np.uint8)
+    keys = [f"layers-{streamed}-{i}" for i in range(n)]
+    sizes = [[blk] * (2 * nl) for _ in range(n)]  # equal lists, not one list repeated
+    assert ms.batch_put_from_multi_buffers(keys, src, sizes) == [0] * n
+    if streamed:
+        feed = "kvfabric_put_stream_feed_packed"
+        assert spy.called == ["kvfabric_put_stream_begin", feed, feed, "kvfabric_put_stream_end"]
+    else:
+        assert spy.called == ["kvfabric_batch_put_packed"]
+    assert ms.get_size(keys[5]) == 2 * nl * blk
+    dst = _layers(pool, nl, n, blk, at=total)
+    pool[total: 2 * total] = 0xEE
+    assert ms.batch_get_into_multi_buffers(keys, dst, sizes) == [2 * nl * blk] * n
+    assert np.array_equal(pool[:total], pool[total: 2 * total])
+    # One object whole: the concatenation of its buffers, in order.
+    whole = 2 * total
+    assert ms.get_into(keys[7], pool.ctypes.data + whole, 2 * nl * blk) == 2 * nl * blk
+    assert np.array_equal(pool[whole: whole + 2 * nl * blk], _object(pool, src[7], blk))
+    assert ms.remove_all(force=True) == n
+
+
+def test_multi_buffers_uneven(ms, pool):
+    # Keys of different buffer counts and sizes, tuples as lists: each key
+    # is its own buffers' concatenation (the sizes are not taken from the
+    # first key's list when the lists differ).
+    base = pool.ctypes.data
+    pool[: 1 * MIB] = np.random.default_rng(22).integers(0, 256, 1 * MIB, dtype=np.uint8)
+    shapes = [[4096, 4096], [8192], (1024, 3072, 4096), [4096, 4096]]
+    keys, ptrs, at = [], [], 0
+    for i, zs in enumerate(shapes):
+        ps = []
+        for z in zs:
+            ps.append(base + at)
+            at += z + 512  # gaps: the buffers are not contiguous
+        keys.append(f"uneven-{i}")
+        ptrs.append(tuple(ps) if isinstance(zs, tuple) else ps)
+    assert ms.batch_put_from_multi_buffers(keys, ptrs, shapes) == [0] * len(keys)
+    out = 2 * MIB
+    for k, ps, zs in zip(keys, ptrs, shapes):
+        want = np.concatenate([pool[p - base: p - base + z] for p, z in zip(ps, zs)])
+        assert ms.get_size(k) == sum(zs)
+        assert ms.get_into(k, base + out, sum(zs)) == sum(zs)
+        assert np.array_equal(pool[out: out + sum(zs)], want), k
+    assert ms.remove_all(force=True) == len(keys)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_multi_buffers_bad_input_changes_nothing(ms, pool, monkeypatch, streamed):
+    # A bad buffer in a late key of a multi-buffer put (after the pieces
+    # before it were started, when streamed) fails every key with -600 and
+    # stores nothing; a refused multi-buffer get writes nothing. The same
+    # keys then go in and come back with their bytes.
+    from kvfabric import store as _store
+
+    if streamed:
+        monkeypatch.setattr(_store, "STREAM_MIN_REGIONS", 256)
+    nl, n, blk = 2, 200, 4096
+    src = _layers(pool, nl, n, blk)
+    total = 2 * nl * n * blk
+    keys = [f"multi-bad-{i}" for i in range(n)]
+    sizes = [[blk] * (2 * nl) for _ in range(n)]
+
+    def with_(rows, i, row):
+        return rows[:i] + [row] + rows[i + 1:]
+
+    bad = [
+        (src[:-1], sizes),                                        # one pointer list short
+        (src, sizes[:-1]),                                        # one size list short
+        (with_(src, 150, src[150][:3]), sizes),                   # key 150: 3 pointers, 4 sizes
+        (with_(src, 150, []), with_(sizes, 150, [])),             # key 150: no buffers
+        (with_(src, 195, src[195][:3] + [-1]), sizes),            # a negative pointer in the last piece
+        (src, with_(sizes, 170, [blk, blk, blk + 0.5, blk])),     # a size that is not an integer
+        (src, with_(sizes, 0, [float(blk)] * 4)),                  # the first key's sizes are floats
+        (with_(src, 100, 7), sizes),                              # key 100's pointers are not a list
+    ]
+    for p, z in bad:
+        assert ms.batch_put_from_multi_buffers(keys, p, z) == [-600] * n
+        assert ms.batch_is_exist(keys) == [0] * n
+    pool[:total] = np.random.default_rng(23).integers(0, 256, total, dtype=np.uint8)
+    assert ms.batch_put_from_multi_buffers(keys, src, sizes) == [0] * n
+    dst = _layers(pool, nl, n, blk, at=total)
+    pool[total: 2 * total] = 0xEE
+    for p, z in bad:
+        if p is src:
+            p = dst
+        elif len(p) == n:
+            p = [dst[i] if p[i] is src[i] else p[i] for i in range(n)]
+        assert ms.batch_get_into_multi_buffers(keys, p, z) == [-600] * n
+        assert (pool[total: 2 * total] == 0xEE).all(), "a refused get wrote its destination"
+    assert ms.batch_get_into_multi_buffers(keys, dst, sizes) == [2 * nl * blk] * n
+    assert np.array_equal(pool[:total], pool[total: 2 * total])
+    assert ms.remove_all(force=True) == n
+
+
+def test_multi_buffers_errors_name_the_key():
+    from kvfabric.store import Store
+
+    keys = ["a", "b"]
+    with pytest.raises(InvalidArgumentError, match=r"key 'b': 1 buffer pointers, 2 sizes"):
+        Store._multi_counts(keys, [[1], [2]], [[1], [2, 3]])
+    with pytest.raises(InvalidArgumentError, match=r"key 'a': 0 buffer pointers, 0 sizes: a key needs"):
+        Store._multi_counts(keys, [[], [2]], [[], [3]])
+    with pytest.raises(InvalidArgumentError, match=r"key 'b': buffer pointers int and sizes list"):
+        Store._multi_counts(keys, [[1], 5], [[1], [2]])
+    with pytest.raises(InvalidArgumentError, match=r"2 keys, 1 buffer pointer lists, 2 size lists"):
+        Store._multi_counts(keys, [[1]], [[1], [2]])
+    c = Store._multi_counts(keys, [[1], [2, 3]], [[4], [5, 6]])
+    with pytest.raises(InvalidArgumentError, match=r"key 'b': bad buffer ptr -3 \(buffer 1\)"):
+        Store._multi_regions(keys, [[1], [2, -3]], [[4], [5, 6]], c)
+    with pytest.raises(InvalidArgumentError, match=r"key 'a': bad buffer size 'x' \(buffer 0\)"):
+        Store._multi_regions(keys, [[1], [2, 3]], [["x"], [5, 6]], c)
+    p, z, k = Store._multi_regions(keys, [[1], (2, 3)], [[4], [5, 6]], c)
+    assert (list(p), list(z), list(k)) == ([1, 2, 3], [4, 5, 6], [1, 2])
+    # Equal size lists: one list repeated, the same values.
+    c = Store._multi_counts(keys, [[1, 2], [3, 4]], [[7, 8], [7, 8]])
+    p, z, k = Store._multi_regions(keys, [[1, 2], [3, 4]], [[7, 8], [7, 8]], c)
+    assert (list(p), list(z), list(k)) == ([1, 2, 3, 4], [7, 8, 7, 8], [2, 2])
 
 
 def test_lmcache_sequence(ms, pool):

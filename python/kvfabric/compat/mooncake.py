@@ -920,12 +920,11 @@ class MooncakeDistributedStore:
             return _code(err)
         return self._put1(key, [b for b in bufs if b.nbytes], config, upsert=False, staged=False)
 
-    def _putn(self, keys, parts: list[list[Buf]] | None, config, *, upsert: bool, staged: bool,
-              same_node_ok: bool = False) -> list[int]:
+    def _putn(self, keys, parts: list[list[Buf]] | None, config, *, upsert: bool, staged: bool) -> list[int]:
         keys = list(keys)
         try:
             s = self._s()
-            o = _resolve(config, upsert=upsert, same_node_ok=same_node_ok)
+            o = _resolve(config, upsert=upsert)
             if parts is None:
                 raise _Reject(INVALID_PARAMS, f"{len(keys)} keys: buffer and size lists of other lengths")
             if not keys:
@@ -960,17 +959,6 @@ class MooncakeDistributedStore:
     def upsert_batch(self, keys: Sequence, values: Sequence, config: ReplicateConfig | None = None) -> int:
         return self._bytes_batch(keys, values, config, upsert=True)
 
-    @staticmethod
-    def _multi(keys, all_ptrs, all_sizes) -> list[list[Buf]] | None:
-        if not (len(keys) == len(all_ptrs) == len(all_sizes)):
-            return None
-        out = []
-        for ps, ss in zip(all_ptrs, all_sizes):
-            if len(ps) != len(ss) or not ps:
-                return None
-            out.append([_raw(p, s) for p, s in zip(ps, ss)])
-        return out
-
     def batch_put_from(self, keys: Sequence, buffer_ptrs: Sequence[int], sizes: Sequence[int],
                        config: ReplicateConfig | None = None) -> list[int]:
         """Per key: 0 (also when it already existed) or a negative code
@@ -981,16 +969,17 @@ class MooncakeDistributedStore:
                           config: ReplicateConfig | None = None) -> list[int]:
         return self._putflat(keys, buffer_ptrs, sizes, config, upsert=True)
 
-    def _putflat(self, keys, ptrs, sizes, config, *, upsert: bool) -> list[int]:
-        """batch_put_from / batch_upsert_from: one raw buffer per key, its
-        C arrays built straight from the lists (no Buf per key)."""
+    def _putflat(self, keys, ptrs, sizes, config, *, upsert: bool, multi: bool = False) -> list[int]:
+        """batch_put_from / batch_upsert_from (one raw buffer per key) and
+        batch_put_from_multi_buffers (multi: a list of them per key): the C
+        arrays are built straight from the lists (no Buf per buffer)."""
         keys = list(keys)
         try:
             s = self._s()
-            o = _resolve(config, upsert=upsert)
+            o = _resolve(config, upsert=upsert, same_node_ok=multi)
             if not keys:
                 return []
-            codes, _ = s._batch_put_flat(keys, ptrs, sizes, 0, o.replicas, o.flags, o.preferred, o.ttl)
+            codes, _ = s._batch_put_flat(keys, ptrs, sizes, 0, o.replicas, o.flags, o.preferred, o.ttl, multi=multi)
         except Exception as err:  # noqa: BLE001
             if isinstance(err, _Reject):
                 log.error("kvfabric: %s", err)
@@ -1002,12 +991,10 @@ class MooncakeDistributedStore:
     def batch_put_from_multi_buffers(self, keys: Sequence, all_buffer_ptrs: Sequence[Sequence[int]],
                                      all_sizes: Sequence[Sequence[int]],
                                      config: ReplicateConfig | None = None) -> list[int]:
-        """Like batch_put_from; key i is the concatenation of its buffers."""
-        try:
-            parts = self._multi(keys, all_buffer_ptrs, all_sizes)
-        except Exception as err:  # noqa: BLE001
-            return [_code(err)] * len(keys)
-        return self._putn(keys, parts, config, upsert=False, staged=False, same_node_ok=True)
+        """Like batch_put_from; key i is the concatenation of its buffers.
+        What vLLM's Mooncake store connector calls: one key per KV block,
+        its buffers the block in every layer's cache."""
+        return self._putflat(keys, all_buffer_ptrs, all_sizes, config, upsert=False, multi=True)
 
     # ---- gets --------------------------------------------------------------------------
 
@@ -1056,26 +1043,17 @@ class MooncakeDistributedStore:
         except Exception as err:  # noqa: BLE001
             return _code(err)
 
-    def _getn(self, keys, parts: list[list[Buf]] | None) -> list[int]:
-        keys = list(keys)
-        try:
-            if parts is None:
-                raise _Reject(INVALID_PARAMS, f"{len(keys)} keys: buffer and size lists of other lengths")
-            if not keys:
-                return []
-            codes, sizes, _ = self._s()._batch_get([_key(k) for k in keys], parts, None)
-        except Exception as err:  # noqa: BLE001
-            return [_code(err)] * len(keys)
-        return [n if c == 0 else to_mooncake(c) for c, n in zip(codes, sizes)]
-
     def batch_get_into(self, keys: Sequence, buffer_ptrs: Sequence[int], sizes: Sequence[int]) -> list[int]:
         """Per key: bytes read (> 0) or a negative code. One raw buffer per
         key: its C arrays are built straight from the lists."""
+        return self._getflat(keys, buffer_ptrs, sizes, multi=False)
+
+    def _getflat(self, keys, ptrs, sizes, *, multi: bool) -> list[int]:
         keys = list(keys)
         try:
             if not keys:
                 return []
-            codes, nread, _ = self._s()._batch_get_flat(keys, buffer_ptrs, sizes)
+            codes, nread, _ = self._s()._batch_get_flat(keys, ptrs, sizes, multi=multi)
         except Exception as err:  # noqa: BLE001
             return [_code(err)] * len(keys)
         if _store.all_ok(codes):
@@ -1088,11 +1066,7 @@ class MooncakeDistributedStore:
         """Like batch_get_into; key i is scattered over its buffers in order.
         prefer_alloc_in_same_node only groups Mooncake's transfers per
         segment; kvfabric batches all copies anyway."""
-        try:
-            parts = self._multi(keys, all_buffer_ptrs, all_sizes)
-        except Exception as err:  # noqa: BLE001
-            return [_code(err)] * len(keys)
-        return self._getn(keys, parts)
+        return self._getflat(keys, all_buffer_ptrs, all_sizes, multi=True)
 
     def _capacity(self, s: Store, ptr: int) -> int:
         """Bytes from ptr to the end of the registered buffer holding it (0
