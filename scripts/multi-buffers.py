@@ -90,6 +90,26 @@ else:
     def sync():
         torch.cuda.synchronize()
 
+    def ceiling():
+        """The copy engine's GB/s each way between these HBM buffers and
+        pinned host memory of the same size: one cudaMemcpy of it all, best
+        of 3 after a warm-up (CUDA events)."""
+        host = torch.empty(TOTAL, dtype=torch.uint8, pin_memory=True)
+        out = []
+        for d, s_ in ((host, src), (dst, host)):
+            best = 0.0
+            for i in range(4):
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                d.copy_(s_, non_blocking=True)
+                e1.record()
+                e1.synchronize()
+                if i:
+                    best = max(best, TOTAL / (e0.elapsed_time(e1) / 1e3) / 1e9)
+            out.append(best)
+        del host
+        return out
+
 ms = MooncakeDistributedStore()
 rc = ms.setup("localhost", "P2PHANDSHAKE", 3 * TOTAL, 0, "nvlink", "", "embedded", enable_egm_store_pool=True,
               driver="sim" if a.sim else "cuda", device=0, socket_dir=tempfile.mkdtemp(), max_mr_size=TOTAL)
@@ -131,6 +151,10 @@ put_flat = [sp0 + i * per_key for i in range(N)]
 get_flat = [dp0 + i * per_key for i in range(N)]
 sizes_flat = [per_key] * N
 
+ceil = None if a.sim else ceiling()
+if ceil:
+    print(f"ceiling (pinned host memory, cudaMemcpy of {TOTAL >> 20} MiB): HBM->host {ceil[0]:.1f} GB/s, "
+          f"host->HBM {ceil[1]:.1f} GB/s")
 res = {}
 modes = a.modes.split(",")
 for r in range(a.rounds + 1):  # round 0 warms up
@@ -167,12 +191,18 @@ for r in range(a.rounds + 1):  # round 0 warms up
         if r:
             res.setdefault(mode, []).append((tp, np_, tg, ng))
 
+if ceil:
+    again = ceiling()
+    print(f"ceiling after: HBM->host {again[0]:.1f} GB/s, host->HBM {again[1]:.1f} GB/s (the higher of each pair is used)")
+    ceil = [max(x, y) for x, y in zip(ceil, again)]
 print(f"layout: {N} keys x {T} regions of {R} B = {TOTAL >> 20} MiB per call; "
       f"{'sim' if a.sim else 'cuda'}; {a.rounds} rounds after a warm-up, all verified")
 for mode, rows in res.items():
     for name, ti, ni in (("put", 0, 1), ("get", 2, 3)):
         v = sorted(x[ti] * 1e6 for x in rows)
         w = [(x[ti] - x[ni]) * 1e6 for x in rows]
+        med = TOTAL / statistics.median(v) / 1e3
+        ratio = f", {med / ceil[0 if name == 'put' else 1]:.3f} of the ceiling" if ceil else ""
         print(f"{mode} {name}: {v[0]:.0f} / {statistics.median(v):.0f} / {v[-1]:.0f} us per call "
               f"(min/median/max); outside the library {min(w):.0f}-{max(w):.0f} us; "
-              f"{TOTAL / statistics.median(v) / 1e3:.2f} GB/s at the median")
+              f"{med:.2f} GB/s at the median{ratio}")

@@ -34,17 +34,17 @@ PUT_UPSERT = 0x4
 #: With PUT_UPSERT: keep the replaced value's soft pin and its expiry.
 PUT_KEEP_SOFT_PIN = 0x8
 
-#: A raw-buffer batch put (_batch_put_flat) of at least this many buffers
-#: (regions: one per key, or a key's several with multi=True) and more than
-#: one piece goes as a put stream, in pieces of STREAM_FIRST_PIECE keys
-#: doubling up to STREAM_MAX_PIECE, each converted while the pieces before
-#: it copy. On the H200 a stream of 4096 one-buffer keys paid (16 KiB puts
-#: 0.39-0.40 -> 0.46 of the ceiling, 64 KiB 0.77-0.79 -> 0.78-0.83), one of
-#: 1024 or 256 did not (256 KiB 0.90 -> 0.87-0.90, 1 MiB 0.92-0.93 ->
-#: 0.90-0.92): there the conversion it hides is shorter than what starting
-#: the stream costs (docs/perf/logs-2026-12-04-s17/runH). What the stream
-#: hides is the conversion, which grows with the buffers, not the keys.
-STREAM_MIN_REGIONS = 2048
+#: A raw-buffer batch put of one buffer per key (_batch_put_flat) of at
+#: least this many keys goes as a put stream, in pieces of
+#: STREAM_FIRST_PIECE keys doubling up to STREAM_MAX_PIECE, each converted
+#: while the pieces before it copy. On the H200 a stream of 4096 keys paid
+#: (16 KiB puts 0.39-0.40 -> 0.46 of the ceiling, 64 KiB 0.77-0.79 ->
+#: 0.78-0.83), one of 1024 or 256 did not (256 KiB 0.90 -> 0.87-0.90, 1 MiB
+#: 0.92-0.93 -> 0.90-0.92): there the conversion it hides is shorter than
+#: what starting the stream costs (docs/perf/logs-2026-12-04-s17/runH).
+#: Multi-buffer puts never stream: for vLLM's layouts (128-256 keys of 56-64
+#: buffers) the stream was level or lower (docs/perf/logs-2026-12-04-s18/runJ).
+STREAM_MIN_KEYS = 2048
 STREAM_FIRST_PIECE = 64
 STREAM_MAX_PIECE = 1024
 
@@ -809,10 +809,9 @@ class Store:
     # _batch_put / _batch_get.
 
     @staticmethod
-    def _flat_regions(keys: list, ptrs: Sequence[int], sizes: Sequence[int], counts=None):
+    def _flat_regions(keys: list, ptrs: Sequence[int], sizes: Sequence[int]):
         """The region arrays of one raw buffer per key: (ptrs, sizes, parts);
-        parts is None (NULL: one region per key). counts is unused (the
-        signature of _multi_regions)."""
+        parts is None (NULL: one region per key)."""
         n = len(keys)
         if len(ptrs) != n or len(sizes) != n:
             raise InvalidArgumentError(f"kvfabric: {n} keys, {len(ptrs)} buffer pointers, {len(sizes)} sizes")
@@ -920,31 +919,26 @@ class Store:
         del keep  # the keys' bytes, pointed into by kp, lived until here
         return rc
 
-    def _regions_of(self, keys: list, ptrs: Sequence, sizes: Sequence, multi: bool):
-        """(the region builder, counts, number of regions) of a flat batch:
-        one raw buffer per key, or (multi) a list of them per key."""
+    def _regions(self, keys: list, ptrs: Sequence, sizes: Sequence, multi: bool):
+        """The region arrays of a flat batch: one raw buffer per key, or
+        (multi) a list of them per key."""
         if not multi:
-            return self._flat_regions, None, len(keys)
-        counts = self._multi_counts(keys, ptrs, sizes)
-        return self._multi_regions, counts, sum(counts)
+            return self._flat_regions(keys, ptrs, sizes)
+        return self._multi_regions(keys, ptrs, sizes, self._multi_counts(keys, ptrs, sizes))
 
     def _batch_put_flat(self, keys: list, ptrs: Sequence, sizes: Sequence, stream: int = 0,
                         replicas=0, flags=0, preferred=None, soft_pin_ttl_ms=0, multi: bool = False):
         """_batch_put of raw buffers: (codes, handle). One buffer per key
         (ptrs and sizes of ints), or with multi a list of buffers per key
         (lists of ints; the object is their concatenation). keys: str or
-        bytes. A batch of at least STREAM_MIN_REGIONS buffers and more than
-        one piece goes as a put stream when the library has one
-        (_batch_put_stream)."""
+        bytes. A batch of at least STREAM_MIN_KEYS keys of one buffer each
+        goes as a put stream when the library has one (_batch_put_stream)."""
         n = len(keys)
         if len(ptrs) != n or len(sizes) != n:
             raise InvalidArgumentError(f"kvfabric: {n} keys, {len(ptrs)} buffer pointers, {len(sizes)} sizes")
-        conv, counts, nreg = self._regions_of(keys, ptrs, sizes, multi)
-        if (nreg >= STREAM_MIN_REGIONS and n > STREAM_FIRST_PIECE
-                and getattr(self._lib, "kvfabric_put_stream_begin", None) is not None):
-            return self._batch_put_stream(keys, ptrs, sizes, conv, counts, stream, replicas, flags, preferred,
-                                          soft_pin_ttl_ms)
-        pa, sa, ca = conv(keys, ptrs, sizes, counts)
+        if not multi and n >= STREAM_MIN_KEYS and getattr(self._lib, "kvfabric_put_stream_begin", None) is not None:
+            return self._batch_put_stream(keys, ptrs, sizes, stream, replicas, flags, preferred, soft_pin_ttl_ms)
+        pa, sa, ca = self._regions(keys, ptrs, sizes, multi)
         h = self._handle()
         pref = ",".join(preferred or ()).encode()
         st = array("i", bytes(4 * n))
@@ -954,17 +948,16 @@ class Store:
             self._raise(rc, h)
         return _codes(st), h
 
-    def _batch_put_stream(self, keys: list, ptrs: Sequence, sizes: Sequence, conv, counts, stream: int,
+    def _batch_put_stream(self, keys: list, ptrs: Sequence[int], sizes: Sequence[int], stream: int,
                           replicas, flags, preferred, soft_pin_ttl_ms):
         """_batch_put_flat as a put stream (kvfabric_put_stream_*): the
-        arrays of each piece are built (conv, a region builder) while the
-        pieces before it copy, not all before the first copy (for 4096 keys
-        building them took 0.5-0.75 ms of a 64 KiB batch's ~5.5 ms on the
-        H200). The pieces start small, so that the first copies start
-        early, and double. Anything raised while building a piece (a bad
-        pointer or size, an interrupt) aborts the stream: nothing of the
-        batch is stored, as when the whole batch was refused before any
-        copy."""
+        arrays of each piece are built while the pieces before it copy, not
+        all before the first copy (for 4096 keys building them took
+        0.5-0.75 ms of a 64 KiB batch's ~5.5 ms on the H200). The pieces
+        start small, so that the first copies start early, and double.
+        Anything raised while building a piece (a bad pointer or size, an
+        interrupt) aborts the stream: nothing of the batch is stored, as
+        when the whole batch was refused before any copy."""
         lib = self._lib
         n = len(keys)
         h = self._handle()
@@ -980,7 +973,7 @@ class Store:
             while lo < n:
                 hi = min(n, lo + step)
                 ks = keys[lo:hi]
-                pa, sa, ca = conv(ks, ptrs[lo:hi], sizes[lo:hi], None if counts is None else counts[lo:hi])
+                pa, sa, ca = self._flat_regions(ks, ptrs[lo:hi], sizes[lo:hi])
                 rc = self._flat_call("kvfabric_put_stream_feed_packed", "kvfabric_put_stream_feed", ks, pa, sa, ca,
                                      pre=(sid,))
                 if rc < 0:
@@ -1007,8 +1000,7 @@ class Store:
         n = len(keys)
         if len(ptrs) != n or len(sizes) != n:
             raise InvalidArgumentError(f"kvfabric: {n} keys, {len(ptrs)} buffer pointers, {len(sizes)} sizes")
-        conv, counts, _ = self._regions_of(keys, ptrs, sizes, multi)
-        pa, sa, ca = conv(keys, ptrs, sizes, counts)
+        pa, sa, ca = self._regions(keys, ptrs, sizes, multi)
         h = self._handle()
         st = array("i", bytes(4 * n))
         nread = array("Q", bytes(8 * n))

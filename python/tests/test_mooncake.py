@@ -166,13 +166,13 @@ def test_batch_flat_key_paths(ms, pool, monkeypatch, hide_packed):
 
 @pytest.mark.parametrize("hide_packed", [False, True])
 def test_batch_put_stream(ms, pool, monkeypatch, hide_packed):
-    # A batch_put_from of at least STREAM_MIN_REGIONS buffers goes as a put stream:
+    # A batch_put_from of at least STREAM_MIN_KEYS keys goes as a put stream:
     # its pieces (64, 128, the rest) are converted while the ones before
     # copy; every key is stored with its own bytes, with packed keys or key
     # arrays; without the library's put stream it is one batch call.
     from kvfabric import store as _store
 
-    monkeypatch.setattr(_store, "STREAM_MIN_REGIONS", 256)  # a smaller batch than the default's 2048
+    monkeypatch.setattr(_store, "STREAM_MIN_KEYS", 256)  # a smaller batch than the default's 2048
     st = ms._s()
     n, blk = 300, 4096
     base = pool.ctypes.data
@@ -216,7 +216,7 @@ def test_batch_put_stream_bad_input_changes_nothing(ms, pool, monkeypatch):
     # with their bytes (no put of them was left in progress).
     from kvfabric import store as _store
 
-    monkeypatch.setattr(_store, "STREAM_MIN_REGIONS", 256)
+    monkeypatch.setattr(_store, "STREAM_MIN_KEYS", 256)
     n, blk = 300, 4096
     base = pool.ctypes.data
     keys = [f"stream-bad-{i}" for i in range(n)]
@@ -362,17 +362,15 @@ def _object(pool, ptrs, blk):
     return np.concatenate([pool[p - base: p - base + blk] for p in ptrs])
 
 
-@pytest.mark.parametrize("streamed", [False, True])
-def test_multi_buffers_many_layers(ms, pool, monkeypatch, streamed):
+def test_multi_buffers_many_layers(ms, pool, monkeypatch):
     # vLLM's Mooncake store connector: per key (a KV block) one buffer in
     # each of 2 * 8 layer tensors, the object their concatenation. 96 keys
-    # of 16 buffers: 1536 buffers, streamed (pieces of 64 and 32 keys) when
-    # the threshold is lowered; every key holds its own bytes, read back
-    # scattered into another layout and whole.
+    # of 16 buffers in one batch call (a multi-buffer put does not stream,
+    # even past the stream's key threshold); every key holds its own bytes,
+    # read back scattered into another layout and whole.
     from kvfabric import store as _store
 
-    if streamed:
-        monkeypatch.setattr(_store, "STREAM_MIN_REGIONS", 1024)
+    monkeypatch.setattr(_store, "STREAM_MIN_KEYS", 64)
     st = ms._s()
     spy = LibSpy(st._lib)
     monkeypatch.setattr(st, "_lib", spy)
@@ -380,14 +378,10 @@ def test_multi_buffers_many_layers(ms, pool, monkeypatch, streamed):
     src = _layers(pool, nl, n, blk)
     total = 2 * nl * n * blk
     pool[:total] = np.random.default_rng(21).integers(0, 256, total, dtype=np.uint8)
-    keys = [f"layers-{streamed}-{i}" for i in range(n)]
+    keys = [f"layers-{i}" for i in range(n)]
     sizes = [[blk] * (2 * nl) for _ in range(n)]  # equal lists, not one list repeated
     assert ms.batch_put_from_multi_buffers(keys, src, sizes) == [0] * n
-    if streamed:
-        feed = "kvfabric_put_stream_feed_packed"
-        assert spy.called == ["kvfabric_put_stream_begin", feed, feed, "kvfabric_put_stream_end"]
-    else:
-        assert spy.called == ["kvfabric_batch_put_packed"]
+    assert spy.called == ["kvfabric_batch_put_packed"]
     assert ms.get_size(keys[5]) == 2 * nl * blk
     dst = _layers(pool, nl, n, blk, at=total)
     pool[total: 2 * total] = 0xEE
@@ -425,16 +419,10 @@ def test_multi_buffers_uneven(ms, pool):
     assert ms.remove_all(force=True) == len(keys)
 
 
-@pytest.mark.parametrize("streamed", [False, True])
-def test_multi_buffers_bad_input_changes_nothing(ms, pool, monkeypatch, streamed):
-    # A bad buffer in a late key of a multi-buffer put (after the pieces
-    # before it were started, when streamed) fails every key with -600 and
-    # stores nothing; a refused multi-buffer get writes nothing. The same
-    # keys then go in and come back with their bytes.
-    from kvfabric import store as _store
-
-    if streamed:
-        monkeypatch.setattr(_store, "STREAM_MIN_REGIONS", 256)
+def test_multi_buffers_bad_input_changes_nothing(ms, pool):
+    # A bad buffer in a late key of a multi-buffer put fails every key with
+    # -600 and stores nothing; a refused multi-buffer get writes nothing.
+    # The same keys then go in and come back with their bytes.
     nl, n, blk = 2, 200, 4096
     src = _layers(pool, nl, n, blk)
     total = 2 * nl * n * blk
@@ -449,7 +437,7 @@ def test_multi_buffers_bad_input_changes_nothing(ms, pool, monkeypatch, streamed
         (src, sizes[:-1]),                                        # one size list short
         (with_(src, 150, src[150][:3]), sizes),                   # key 150: 3 pointers, 4 sizes
         (with_(src, 150, []), with_(sizes, 150, [])),             # key 150: no buffers
-        (with_(src, 195, src[195][:3] + [-1]), sizes),            # a negative pointer in the last piece
+        (with_(src, 195, src[195][:3] + [-1]), sizes),            # a negative pointer in a late key
         (src, with_(sizes, 170, [blk, blk, blk + 0.5, blk])),     # a size that is not an integer
         (src, with_(sizes, 0, [float(blk)] * 4)),                  # the first key's sizes are floats
         (with_(src, 100, 7), sizes),                              # key 100's pointers are not a list
