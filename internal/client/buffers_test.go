@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -437,4 +438,143 @@ func TestLazyPutChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.close()
+}
+
+// TestCheckBuffersPerTensor: vLLM's paged KV cache, one registered buffer
+// per layer tensor and each key one block of every tensor (region j in
+// tensor j), where checkBuffers takes region j's buffer from the keys
+// before. A region that starts in that buffer but runs past its end, one
+// in pageable memory and one in another tensor than the keys before each
+// get their own check: the first two fail their key with ErrNotRegistered
+// naming the region, before anything is copied, and the batch's other
+// keys — the third included — round-trip byte-exact, scattered back over
+// other tensors. Every hold is released when the batches return.
+func TestCheckBuffersPerTensor(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{LeaseTTL: 5 * time.Second})
+	ctx := context.Background()
+	const tensors, nkeys, blk = 6, 8, 4096
+	const size = 12 * blk // blocks: 8 keys, 3 odd ones, one refused get
+	rng := rand.New(rand.NewPCG(7, 8))
+	tensor := func() []byte {
+		b := mmapHost(t, 2*size) // the second half is never registered
+		if err := e.cons.RegisterBuffer(ptrOf(b), size); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	src, dst := make([][]byte, tensors), make([][]byte, tensors)
+	for j := range src {
+		src[j], dst[j] = tensor(), tensor()
+		for i := range src[j][:size] {
+			src[j][i] = byte(rng.Uint32())
+		}
+	}
+	pageable := make([]byte, blk)
+	block := func(ts [][]byte, j, i int) client.Region {
+		return client.Region{Ptr: ptrOf(ts[j]) + uintptr(i*blk), Len: blk}
+	}
+	layers := func(ts [][]byte, i int, edit func(j int) (client.Region, bool)) []client.Region {
+		rs := make([]client.Region, tensors)
+		for j := range rs {
+			rs[j] = block(ts, j, i)
+			if edit != nil {
+				if r, ok := edit(j); ok {
+					rs[j] = r
+				}
+			}
+		}
+		return rs
+	}
+	var keys []string
+	var srcs [][]client.Region
+	add := func(k string, rs []client.Region) { keys, srcs = append(keys, k), append(srcs, rs) }
+	for i := range 4 {
+		add(fmt.Sprintf("layers/%d", i), layers(src, i, nil))
+	}
+	add("past-end", layers(src, 4, func(j int) (client.Region, bool) {
+		return client.Region{Ptr: ptrOf(src[3]) + size - 100, Len: 200}, j == 3
+	}))
+	add("pageable", layers(src, 5, func(j int) (client.Region, bool) {
+		return client.Region{Ptr: ptrOf(pageable), Len: blk}, j == 2
+	}))
+	add("swapped", layers(src, 6, func(j int) (client.Region, bool) { return block(src, tensors-1-j, 6), true }))
+	for i := 4; i < nkeys; i++ {
+		add(fmt.Sprintf("layers/%d", i), layers(src, i, nil))
+	}
+	errs := e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{})
+	bad := map[string]string{"past-end": "region 3", "pageable": "region 2"}
+	for i, k := range keys {
+		if want, ok := bad[k]; ok {
+			if !errors.Is(errs[i], client.ErrNotRegistered) || !strings.Contains(errs[i].Error(), want) {
+				t.Fatalf("put %q: %v, want ErrNotRegistered naming %s", k, errs[i], want)
+			}
+			if ok, err := e.cons.Exists(ctx, k); ok || err != nil {
+				t.Fatalf("refused key %q exists: %v %v", k, ok, err)
+			}
+		} else if errs[i] != nil {
+			t.Fatalf("put %q: %v", k, errs[i])
+		}
+	}
+
+	// Back into the destination tensors, region j of key i in tensor j;
+	// one destination runs past its tensor's registration.
+	var gkeys []string
+	var dsts [][]client.Region
+	for _, k := range keys {
+		if _, ok := bad[k]; ok {
+			continue
+		}
+		gkeys, dsts = append(gkeys, k), append(dsts, layers(dst, len(gkeys), nil))
+	}
+	gkeys, dsts = append(gkeys, "layers/0"), append(dsts, layers(dst, 10, func(j int) (client.Region, bool) {
+		return client.Region{Ptr: ptrOf(dst[1]) + size - 8, Len: blk}, j == 1
+	}))
+	sizes, gerrs := e.cons.BatchGet(ctx, gkeys, dsts, 0)
+	last := len(gkeys) - 1
+	if !errors.Is(gerrs[last], client.ErrNotRegistered) || !strings.Contains(gerrs[last].Error(), "region 1") {
+		t.Fatalf("get past a tensor's end: %v, want ErrNotRegistered naming region 1", gerrs[last])
+	}
+	for j := range dst {
+		if !bytes.Equal(dst[j][10*blk:11*blk], make([]byte, blk)) || !bytes.Equal(dst[j][size:], make([]byte, size)) {
+			t.Fatalf("the refused get wrote tensor %d", j)
+		}
+	}
+	for n, k := range gkeys[:last] {
+		if gerrs[n] != nil || sizes[n] != tensors*blk {
+			t.Fatalf("get %q: %d, %v", k, sizes[n], gerrs[n])
+		}
+		for j, r := range dsts[n] {
+			want := srcs[slices.Index(keys, k)][j]
+			if !bytes.Equal(bytesAt(t, dst, r), bytesAt(t, src, want)) {
+				t.Fatalf("key %q region %d differs", k, j)
+			}
+		}
+	}
+
+	// No hold outlived its batch: every unregister returns at once.
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	for j := range src {
+		for _, b := range [][]byte{src[j], dst[j]} {
+			if err := e.cons.UnregisterBuffer(short, ptrOf(b)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := e.cons.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
+
+// bytesAt is region r of one of the buffers bs.
+func bytesAt(t *testing.T, bs [][]byte, r client.Region) []byte {
+	t.Helper()
+	for _, b := range bs {
+		if p := ptrOf(b); r.Ptr >= p && uint64(r.Ptr-p)+r.Len <= uint64(len(b)) {
+			return b[r.Ptr-p:][:r.Len]
+		}
+	}
+	t.Fatalf("region %#x +%d in none of the buffers", r.Ptr, r.Len)
+	return nil
 }

@@ -113,19 +113,29 @@ func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) (held
 		ptrs []cuda.DevicePtr // two per probe: first and last byte
 		who  []probe
 	)
-	// last is the registered buffer the previous region lay within: held
+	// last is the registered buffer the previous region lay within, and
+	// byRegion[j] the one region j of an earlier key lay within: held
 	// already, so not unregistered meanwhile. Registrations do not
-	// overlap, so a region within it touches no other one — the common
-	// case (a KV cache is one registered buffer) costs no search and no
-	// lock: the parts of a split batch check their keys at once.
-	var last *registration
+	// overlap, so a region within one touches no other — the common cases
+	// cost no search and no lock: a KV cache that is one registered buffer
+	// (last), and vLLM's paged cache, one registered tensor per layer and
+	// key, region j in tensor j (byRegion). The parts of a split batch
+	// check their keys at once.
+	var (
+		last     *registration
+		byRegion []*registration
+	)
 	for i, k := range keys {
 		if errs[i] = s.checkRegions(k, bufs[i]); errs[i] != nil {
 			continue
 		}
 		n0 := len(who)
 		for j, r := range bufs[i] {
-			if last != nil && uint64(r.Ptr) >= last.ptr && uint64(r.Ptr)+r.Len <= last.ptr+last.size {
+			if within(last, r) {
+				continue
+			}
+			if j < len(byRegion) && within(byRegion[j], r) {
+				last = byRegion[j]
 				continue
 			}
 			s.mu.Lock()
@@ -138,6 +148,12 @@ func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) (held
 			}
 			if inside != nil {
 				last = inside
+				if len(bufs[i]) > 1 && j < maxByRegion {
+					if j >= len(byRegion) {
+						byRegion = append(byRegion, make([]*registration, j+1-len(byRegion))...)
+					}
+					byRegion[j] = inside
+				}
 				continue
 			}
 			ptrs = append(ptrs, cuda.DevicePtr(r.Ptr), cuda.DevicePtr(uint64(r.Ptr)+r.Len-1))
@@ -169,6 +185,15 @@ func (s *Store) checkBuffers(keys []string, bufs [][]Region, errs []error) (held
 		}
 	}
 	return held
+}
+
+// maxByRegion bounds checkBuffers' byRegion: the regions of a key past it
+// are looked up (2 × 128 layers fit).
+const maxByRegion = 256
+
+// within reports whether r lies inside the registered buffer reg (nil: no).
+func within(reg *registration, r Region) bool {
+	return reg != nil && uint64(r.Ptr) >= reg.ptr && uint64(r.Ptr)+r.Len <= reg.ptr+reg.size
 }
 
 // mapped is a resolved segment: its base address in this process and how
