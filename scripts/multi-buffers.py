@@ -10,11 +10,13 @@ Usage, from the repository root (KVFABRIC_LIB pointing at libkvfabric.so):
 
     PYTHONPATH=python python3 scripts/multi-buffers.py [--sim] [--layers L]
         [--region BYTES] [--keys N] [--rounds R] [--modes multi,flat]
+        [--one-buffer]
 
 Layout (as vLLM's paged KV cache, one K and one V tensor per layer): the
-source is 2·L tensors of N blocks of BYTES each; key i is block i of
-every tensor, 2·L regions. The destination has the same layout in other
-tensors. "flat" puts/gets the same N·2·L·BYTES bytes as N objects of
+source is 2·L tensors of N blocks of BYTES each, each registered with
+register_buffer (--one-buffer: slices of one registered buffer); key i is
+block i of every tensor, 2·L regions. The destination has the same layout
+in other tensors. "flat" puts/gets the same N·2·L·BYTES bytes as N objects of
 2·L·BYTES, one buffer each (the single-buffer facade path, for
 comparison). Prints one line per round and a summary of min / median /
 max µs per call and the share of it inside the library call."""
@@ -33,6 +35,7 @@ ap.add_argument("--region", type=int, default=16 << 10)
 ap.add_argument("--keys", type=int, default=256)
 ap.add_argument("--rounds", type=int, default=8)
 ap.add_argument("--modes", default="multi,flat")
+ap.add_argument("--one-buffer", action="store_true", help="the layer tensors in one registered buffer")
 a = ap.parse_args()
 
 L, R, N = a.layers, a.region, a.keys
@@ -40,25 +43,34 @@ T = 2 * L  # tensors
 per_key = T * R
 TOTAL = N * per_key
 
+# Buffers: the layer tensors (2·L of N·R bytes each, src and dst, each
+# registered on its own as vLLM registers its KV cache tensors, or with
+# --one-buffer carved from one registered buffer) and, for "flat", one
+# contiguous src and dst of TOTAL bytes.
 if a.sim:
     import numpy as np
 
-    src = np.random.default_rng(1).integers(0, 256, TOTAL, dtype=np.uint8)
-    dst = np.zeros(TOTAL, dtype=np.uint8)
-    sp0, dp0 = src.ctypes.data, dst.ctypes.data
+    def alloc(n):
+        return np.zeros(n, dtype=np.uint8)
 
-    def refill(r):
-        src[:] = np.random.default_rng(r).integers(0, 256, TOTAL, dtype=np.uint8)
+    def ptr(x):
+        return x.ctypes.data
 
-    def poison(p):
-        dst[:] = p
+    def refill(bufs, r):
+        rng = np.random.default_rng(r)
+        for b in bufs:
+            b[:] = rng.integers(0, 256, len(b), dtype=np.uint8)
 
-    def same():
-        return bool(np.array_equal(src, dst))
+    def poison(bufs, p):
+        for b in bufs:
+            b[:] = p
 
-    def first_diff():
-        d = np.nonzero(src != dst)[0]
-        return int(d[0]) if len(d) else -1
+    def first_diff(xs, ys):
+        for t, (x, y) in enumerate(zip(xs, ys)):
+            d = np.nonzero(x != y)[0]
+            if len(d):
+                return t, int(d[0])
+        return None
 
     def sync():
         pass
@@ -66,37 +78,42 @@ else:
     import torch
 
     torch.cuda.set_device(0)
-    src = torch.randint(0, 256, (TOTAL,), dtype=torch.uint8, device="cuda")
-    dst = torch.empty(TOTAL, dtype=torch.uint8, device="cuda")
-    sp0, dp0 = src.data_ptr(), dst.data_ptr()
 
-    def refill(r):
+    def alloc(n):
+        return torch.empty(n, dtype=torch.uint8, device="cuda")
+
+    def ptr(x):
+        return x.data_ptr()
+
+    def refill(bufs, r):
         g = torch.Generator(device="cuda").manual_seed(r)
-        src.copy_(torch.randint(0, 256, (TOTAL,), dtype=torch.uint8, device="cuda", generator=g))
+        for b in bufs:
+            b.copy_(torch.randint(0, 256, (len(b),), dtype=torch.uint8, device="cuda", generator=g))
         torch.cuda.synchronize()
 
-    def poison(p):
-        dst.fill_(p)
+    def poison(bufs, p):
+        for b in bufs:
+            b.fill_(p)
         torch.cuda.synchronize()
 
-    def same():
+    def first_diff(xs, ys):
         torch.cuda.synchronize()
-        return bool(torch.equal(src, dst))
-
-    def first_diff():
-        d = torch.nonzero(src != dst)
-        return int(d[0]) if len(d) else -1
+        for t, (x, y) in enumerate(zip(xs, ys)):
+            if not torch.equal(x, y):
+                return t, int(torch.nonzero(x != y)[0])
+        return None
 
     def sync():
         torch.cuda.synchronize()
 
     def ceiling():
-        """The copy engine's GB/s each way between these HBM buffers and
-        pinned host memory of the same size: one cudaMemcpy of it all, best
-        of 3 after a warm-up (CUDA events)."""
+        """The copy engine's GB/s each way between an HBM buffer and pinned
+        host memory of TOTAL bytes: one cudaMemcpy of it all, best of 3
+        after a warm-up (CUDA events)."""
         host = torch.empty(TOTAL, dtype=torch.uint8, pin_memory=True)
+        dev = alloc(TOTAL)
         out = []
-        for d, s_ in ((host, src), (dst, host)):
+        for d, s_ in ((host, dev), (dev, host)):
             best = 0.0
             for i in range(4):
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -107,15 +124,27 @@ else:
                 if i:
                     best = max(best, TOTAL / (e0.elapsed_time(e1) / 1e3) / 1e9)
             out.append(best)
-        del host
+        del host, dev
         return out
+
+if a.one_buffer:
+    whole_src, whole_dst = alloc(TOTAL), alloc(TOTAL)
+    src_t = [whole_src[t * N * R: (t + 1) * N * R] for t in range(T)]
+    dst_t = [whole_dst[t * N * R: (t + 1) * N * R] for t in range(T)]
+    regs = [whole_src, whole_dst]
+else:
+    src_t = [alloc(N * R) for _ in range(T)]
+    dst_t = [alloc(N * R) for _ in range(T)]
+    regs = src_t + dst_t
+flat_src, flat_dst = alloc(TOTAL), alloc(TOTAL)
+regs += [flat_src, flat_dst]
 
 ms = MooncakeDistributedStore()
 rc = ms.setup("localhost", "P2PHANDSHAKE", 3 * TOTAL, 0, "nvlink", "", "embedded", enable_egm_store_pool=True,
               driver="sim" if a.sim else "cuda", device=0, socket_dir=tempfile.mkdtemp(), max_mr_size=TOTAL)
 assert rc == 0, rc
-for p in (sp0, dp0):
-    assert ms.register_buffer(p, TOTAL) == 0
+for b in regs:
+    assert ms.register_buffer(ptr(b), len(b)) == 0
 
 # Time inside the library's batch calls (the put stream's calls summed).
 s = ms._s()
@@ -139,16 +168,16 @@ class Timed:
 
 s._lib = Timed()
 
-# Tensor t, block i starts at base + t·N·R + i·R (tensor-major, as separate
-# per-layer caches).
-def multi_ptrs(base):
-    return [[base + t * N * R + i * R for t in range(T)] for i in range(N)]
+# Key i is block i of every tensor, in tensor order.
+def multi_ptrs(ts):
+    bases = [ptr(t) for t in ts]
+    return [[b + i * R for b in bases] for i in range(N)]
 
 
 sizes_multi = [[R] * T for _ in range(N)]
-put_multi, get_multi = multi_ptrs(sp0), multi_ptrs(dp0)
-put_flat = [sp0 + i * per_key for i in range(N)]
-get_flat = [dp0 + i * per_key for i in range(N)]
+put_multi, get_multi = multi_ptrs(src_t), multi_ptrs(dst_t)
+put_flat = [ptr(flat_src) + i * per_key for i in range(N)]
+get_flat = [ptr(flat_dst) + i * per_key for i in range(N)]
 sizes_flat = [per_key] * N
 
 ceil = None if a.sim else ceiling()
@@ -159,7 +188,8 @@ res = {}
 modes = a.modes.split(",")
 for r in range(a.rounds + 1):  # round 0 warms up
     for mode in modes:
-        refill(1000 * r + len(mode))
+        srcs, dsts = (src_t, dst_t) if mode == "multi" else ([flat_src], [flat_dst])
+        refill(srcs, 1000 * r + len(mode))
         keys = [f"mb-{mode}-{r}-{i:06d}" for i in range(N)]
         sync()
         native[0] = 0.0
@@ -171,7 +201,7 @@ for r in range(a.rounds + 1):  # round 0 warms up
         tp = time.perf_counter() - t0
         np_ = native[0]
         assert got == [0] * N, (mode, r, sorted(set(got)))
-        poison(r & 0xFF)
+        poison(dsts, r & 0xFF)
         native[0] = 0.0
         t0 = time.perf_counter()
         if mode == "multi":
@@ -182,9 +212,10 @@ for r in range(a.rounds + 1):  # round 0 warms up
         tg = time.perf_counter() - t0
         ng = native[0]
         assert got == [per_key] * N, (mode, r, sorted(set(got))[:4])
-        if not same():
-            sys.exit(f"round {r} mode {mode}: wrong bytes from offset {first_diff()} (poison {r & 0xFF})")
-        assert ms.batch_remove(keys) == [0] * N if hasattr(ms, "batch_remove") else True
+        bad = first_diff(srcs, dsts)
+        if bad is not None:
+            sys.exit(f"round {r} mode {mode}: wrong bytes in buffer {bad[0]} from offset {bad[1]} (poison {r & 0xFF})")
+        assert ms.batch_remove(keys) == [0] * N
         gbps_p, gbps_g = TOTAL / tp / 1e9, TOTAL / tg / 1e9
         print(f"round {r} {mode}: put {tp * 1e6:.0f} us (library {np_ * 1e6:.0f}, {gbps_p:.1f} GB/s) "
               f"get {tg * 1e6:.0f} us (library {ng * 1e6:.0f}, {gbps_g:.1f} GB/s) verified", flush=True)
@@ -196,6 +227,7 @@ if ceil:
     print(f"ceiling after: HBM->host {again[0]:.1f} GB/s, host->HBM {again[1]:.1f} GB/s (the higher of each pair is used)")
     ceil = [max(x, y) for x, y in zip(ceil, again)]
 print(f"layout: {N} keys x {T} regions of {R} B = {TOTAL >> 20} MiB per call; "
+      f"{'one registered buffer' if a.one_buffer else 'one registered buffer per tensor'}; "
       f"{'sim' if a.sim else 'cuda'}; {a.rounds} rounds after a warm-up, all verified")
 for mode, rows in res.items():
     for name, ti, ni in (("put", 0, 1), ("get", 2, 3)):
