@@ -318,10 +318,14 @@ def packed_keys(keys: list[bytes]):
     """key_arrays for a large batch: the keys joined into one bytes object,
     and pointers into it. Returns (char* array, size_t array, the joined
     bytes): the caller keeps the third alive until the call returns."""
-    n = len(keys)
-    joined = b"".join(keys)
+    return packed_joined(b"".join(keys), array("Q", map(len, keys)))
+
+
+def packed_joined(joined: bytes, lens: array):
+    """packed_keys of keys already joined (no separator) into joined, key i
+    lens[i] bytes long."""
+    n = len(lens)
     base = ctypes.cast(c_char_p(joined), c_void_p).value or 0
-    lens = array("Q", map(len, keys))
     ptrs = array("Q", accumulate(lens, initial=base))  # n + 1: the last is the end
     if n == 0:
         return (c_char_p * 0)(), (c_size_t * 0)(), joined

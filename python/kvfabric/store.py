@@ -136,6 +136,22 @@ def _key(k) -> bytes:
     raise InvalidArgumentError(f"kvfabric: key must be str or bytes, not {type(k).__name__}")
 
 
+def _keys_arg(keys: list):
+    """The key arrays of a batch call (char* array, size_t array, keep —
+    kept alive by the caller until the call returns) for str or bytes keys:
+    str keys that are all ASCII by one join and one encode, no pass per key
+    in Python (for 256 keys of the facade's batch_is_exist the per-key
+    encode and ctypes arrays were ~0.5 µs a key, 6x the library call)."""
+    if keys and type(keys[0]) is str:
+        try:
+            j = "".join(keys)
+        except TypeError:  # not all str: _key says which
+            j = None
+        if j is not None and j.isascii():
+            return _native.packed_joined(j.encode("ascii"), array("Q", map(len, keys)))
+    return _native.packed_keys([_key(k) for k in keys])
+
+
 def _stream_handle(s) -> int | None:
     if s is None:
         return None
@@ -613,31 +629,36 @@ class Store:
     # ---- batches ----------------------------------------------------------------
 
     def batch_exists(self, keys: Iterable) -> list[bool]:
-        rc, out = self._batch_exists([_key(k) for k in keys])
+        rc, out = self._batch_exists(list(keys))
         if rc < 0:
             self._raise(rc, self._handle())
         return [v == 1 for v in out]
 
-    def _batch_exists(self, ks: list[bytes], lease: bool = False) -> tuple[int, list[int]]:
-        """(status, [1/0 per key]); lease grants each existing key a read
-        lease (the master's lease TTL, ended by expiry)."""
+    def _batch_exists(self, keys: list, lease: bool = False) -> tuple[int, list[int]]:
+        """(status, [1/0 per key]) for str or bytes keys; lease grants each
+        existing key a read lease (the master's lease TTL, ended by
+        expiry)."""
         h = self._handle()
-        if not ks:
+        n = len(keys)
+        if not n:
             return OK, []
-        kp, kl = _native.key_arrays(ks)
-        out = (c_int32 * len(ks))()
-        rc = self._lib.kvfabric_batch_exists(h, len(ks), kp, kl, 1 if lease else 0, out)
-        return rc, list(out)
+        kp, kl, keep = _keys_arg(keys)
+        out = array("i", bytes(4 * n))
+        rc = self._lib.kvfabric_batch_exists(h, n, kp, kl, 1 if lease else 0, (c_int32 * n).from_buffer(out))
+        del keep  # the keys' bytes, pointed into by kp, lived until here
+        return rc, out.tolist()
 
-    def _batch_remove(self, ks: list[bytes], force: bool = False) -> list[int]:
-        """Removes keys; one status code per key."""
+    def _batch_remove(self, keys: list, force: bool = False) -> list[int]:
+        """Removes str or bytes keys; one status code per key."""
         h = self._handle()
-        if not ks:
+        n = len(keys)
+        if not n:
             return []
-        kp, kl = _native.key_arrays(ks)
-        st = (c_int32 * len(ks))()
-        rc = self._lib.kvfabric_batch_remove(h, len(ks), kp, kl, 1 if force else 0, st)
-        return list(st) if rc == OK else [rc] * len(ks)
+        kp, kl, keep = _keys_arg(keys)
+        st = array("i", bytes(4 * n))
+        rc = self._lib.kvfabric_batch_remove(h, n, kp, kl, 1 if force else 0, (c_int32 * n).from_buffer(st))
+        del keep
+        return st.tolist() if rc == OK else [rc] * n
 
     def remove_by_regex(self, pattern: str, force: bool = False) -> int:
         """Removes every object whose key matches pattern (RE2 syntax,

@@ -486,6 +486,35 @@ def test_multi_buffers_errors_name_the_key():
     assert (list(p), list(z), list(k)) == ([1, 2, 3, 4], [7, 8, 7, 8], [2, 2])
 
 
+def test_exist_and_remove_key_kinds(ms, pool):
+    # batch_is_exist / batch_remove take their keys by one join when every
+    # key is an ASCII str, else key by key: the answers are the same for
+    # ASCII, non-ASCII and NUL-holding str keys, bytes keys and a mix; a key
+    # that is neither str nor bytes fails the whole call with -600.
+    base = pool.ctypes.data
+    kinds = {
+        "ascii": [f"kinds-{i}" for i in range(5)],
+        "utf8": ["ключ-0", "kinds-é", "鍵"],
+        "nul": ["kinds\0a", "kinds\0b"],
+        "bytes": [b"kinds-b0", b"kinds-b1"],
+    }
+    for name, keys in kinds.items():
+        present = keys[::2]
+        for k in present:
+            assert ms.put_from(k, base, 4096) == 0, (name, k)
+        want = [1 if k in present else 0 for k in keys]
+        assert ms.batch_is_exist(keys) == want, name
+        assert ms.batch_is_exist(keys + ["kinds-absent"]) == want + [0], name
+        assert ms.batch_remove(keys, force=True) == [0 if k in present else -704 for k in keys], name
+        assert ms.batch_is_exist(keys) == [0] * len(keys), name
+    mixed = ["kinds-m0", b"kinds-m1", "kinds-é1"]
+    assert ms.put_from(mixed[1], base, 4096) == 0
+    assert ms.batch_is_exist(mixed) == [0, 1, 0]
+    assert ms.batch_is_exist(["kinds-m0", 7]) == [-600, -600]
+    assert ms.batch_remove(["kinds-m0", 7]) == [-600, -600]
+    assert ms.batch_remove(mixed, force=True) == [-704, 0, -704]
+
+
 def test_lmcache_sequence(ms, pool):
     # LMCache: put(bytes)/get(bytes), is_exist, get_into a registered buffer, remove.
     payload = os.urandom(3000)

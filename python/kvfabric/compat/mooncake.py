@@ -1145,11 +1145,13 @@ class MooncakeDistributedStore:
         if not keys:
             return []
         try:
-            rc, out = self._s()._batch_exists([_key(k) for k in keys], lease=True)
+            rc, out = self._s()._batch_exists(keys, lease=True)
         except Exception as err:  # noqa: BLE001
             return [_code(err)] * len(keys)
         if rc < 0:
             return [to_mooncake(rc)] * len(keys)
+        if out.count(1) + out.count(0) == len(out):  # every key answered (two C loops)
+            return out
         return [1 if v == 1 else (0 if v == 0 else to_mooncake(v)) for v in out]
 
     def get_size(self, key) -> int:
@@ -1185,7 +1187,7 @@ class MooncakeDistributedStore:
         if not keys:
             return []
         try:
-            return [to_mooncake(c) for c in self._s()._batch_remove([_key(k) for k in keys], force)]
+            return [to_mooncake(c) for c in self._s()._batch_remove(keys, force)]
         except Exception as err:  # noqa: BLE001
             return [_code(err)] * len(keys)
 
