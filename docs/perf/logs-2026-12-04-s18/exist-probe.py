@@ -1,10 +1,10 @@
 import time, tempfile, numpy as np, statistics
 from kvfabric.compat.mooncake import MooncakeDistributedStore
-ms = MooncakeDistributedStore()
-assert ms.setup("localhost", "P2PHANDSHAKE", 64<<20, 0, "nvlink", "", "embedded", enable_egm_store_pool=True, driver="sim", socket_dir=tempfile.mkdtemp()) == 0
-buf = np.zeros(4<<20, np.uint8); assert ms.register_buffer(buf.ctypes.data, buf.nbytes) == 0
 import sys
 n=int(sys.argv[1]) if len(sys.argv) > 1 else 256; keys=[f"vllm@model@{i:08x}" for i in range(n)]
+ms = MooncakeDistributedStore()
+assert ms.setup("localhost", "P2PHANDSHAKE", max(64 << 20, 4 * n * 4096), 0, "nvlink", "", "embedded", enable_egm_store_pool=True, driver="sim", socket_dir=tempfile.mkdtemp()) == 0
+buf = np.zeros(max(4 << 20, n * 4096), np.uint8); assert ms.register_buffer(buf.ctypes.data, buf.nbytes) == 0
 assert ms.batch_put_from(keys, [buf.ctypes.data + i*4096 for i in range(n)], [4096]*n) == [0]*n
 st=ms._s(); lib=st._lib; nat=[0.0]
 class T:
