@@ -879,8 +879,9 @@ class Store:
         """The region arrays of keys scattered over several raw buffers each
         (the facade's *_multi_buffers): (ptrs, sizes, parts), key i's
         counts[i] regions consecutive, counts from _multi_counts. Built by
-        array.fromlist per key (18 ns a buffer on a dev VM, against ~0.6 µs
-        for a Buf per buffer); the sizes by one repeat of the first key's
+        array.fromlist per key (18-23 ns a buffer on a dev VM,
+        docs/perf/logs-2026-12-04-s18/devvm-conversion.txt, against 0.7-1.2
+        µs for a Buf per buffer on the H200, runJ); the sizes by one repeat of the first key's
         list when every key's list equals it, as a paged KV cache's blocks'
         do (list equality: a size of another number type equal to the first
         key's, 4096.0 for 4096, is then taken as that int)."""
