@@ -81,9 +81,26 @@ func EmulateCopyBlocks(grid, block cuda.Dim3, params [][]byte, mem func(cuda.Dev
 		if err != nil {
 			return fmt.Errorf("%s: block %d dst %#x+%d: %w", CopyBlocksEntry, i, dst, l, err)
 		}
-		copy(d, s)
+		// The block's grid.y slices, as the kernel cuts them: a launch
+		// shape whose slices left bytes out would show here as well.
+		per := CopySlice(l, grid.Y)
+		for y := uint64(0); y < uint64(grid.Y); y++ {
+			lo := per * y
+			if lo >= l {
+				break
+			}
+			hi := min(lo+per, l)
+			copy(d[lo:hi], s[lo:hi])
+		}
 	}
 	return nil
+}
+
+// CopySlice is the length of each of the slices kvf_copy_blocks cuts a
+// block of l bytes into for a launch with grid.y = gy: ceil(l/gy) rounded up
+// to 16 bytes; the CTA of blockIdx.y = y copies [y*per, min((y+1)*per, l)).
+func CopySlice(l uint64, gy uint32) uint64 {
+	return ((l+uint64(gy)-1)/uint64(gy) + 15) &^ 15
 }
 
 // GatherRowsPTX is gather_rows.cu compiled for compute_90 (PTX text, as

@@ -102,11 +102,16 @@ func TestEmulateCopyBlocks(t *testing.T) {
 		PutCopyDesc(table[i*CopyDescSize:], c)
 	}
 	params := CopyBlocksParams(addr(table, 0), uint32(len(copies)))
-	if err := EmulateCopyBlocks(cuda.Dim3{X: 8, Y: 1, Z: 1}, cuda.Dim3{X: 256, Y: 1, Z: 1}, params, hostMem(src, dst, table)); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(dst, want) {
-		t.Fatal("emulated copy differs from the reference")
+	// Any grid.y: the blocks' slices (odd lengths, more slices than 16-byte
+	// units) cover every byte once.
+	for _, gy := range []uint32{1, 2, 3, 7, 64, 1000} {
+		clear(dst)
+		if err := EmulateCopyBlocks(cuda.Dim3{X: 8, Y: gy, Z: 1}, cuda.Dim3{X: 256, Y: 1, Z: 1}, params, hostMem(src, dst, table)); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(dst, want) {
+			t.Fatalf("grid.y %d: emulated copy differs from the reference", gy)
+		}
 	}
 	// An out-of-range block fails like a faulting kernel.
 	PutCopyDesc(table, cuda.Copy{Dst: addr(dst, 0), Src: cuda.DevicePtr(8), Len: 16})

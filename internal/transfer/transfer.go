@@ -1130,19 +1130,27 @@ func (e *Engine) launch(sl *slot, s cuda.Stream, l launchSpec) error {
 }
 
 // launchShape: grid.x CTAs stride over the n descriptors; when there are
-// few, grid.y splits each block into ~64 KiB slices so that large blocks
-// still spread over many SMs.
+// fewer than wantCTAs, grid.y splits each block into slices of at least
+// minKernelSlice bytes (of the largest block), so that a launch of few
+// blocks still spreads over enough CTAs to keep the link busy. The put
+// pipeline's first chunks are such launches (64, 128, 256 blocks): with
+// 64 KiB slices, a chunk of 64 blocks of 64 KiB ran on 64 CTAs at ~32 GB/s
+// on H200, where many CTAs reach the SM path's 52.5 (docs/perf/datapath.md).
 func launchShape(n int, maxLen uint64) (grid, block cuda.Dim3) {
-	const slice = 64 << 10
 	const wantCTAs = 2048
 	x := uint32(min(n, 1<<20))
 	y := uint32(1)
 	if n < wantCTAs {
-		y = uint32(min((maxLen+slice-1)/slice, uint64(wantCTAs/n), 65535))
+		y = uint32(min(maxLen/minKernelSlice, uint64((wantCTAs+n-1)/n), 65535))
 		y = max(y, 1)
 	}
 	return cuda.Dim3{X: x, Y: y, Z: 1}, cuda.Dim3{X: threadsPerCTA, Y: 1, Z: 1}
 }
+
+// minKernelSlice is the smallest slice of a block one CTA of the copy
+// kernel is given: threadsPerCTA threads moving 16 bytes each cover 4 KiB
+// per pass.
+const minKernelSlice = 16 << 10
 
 // Close releases the engine's driver objects. In order:
 //

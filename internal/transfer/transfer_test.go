@@ -742,3 +742,59 @@ func TestTimeBatches(t *testing.T) {
 		t.Fatalf("live objects %v -> %v", before, after)
 	}
 }
+
+// TestKernelSlicesOnDevice: launches of few blocks, which launchShape splits
+// over CTAs (grid.y) in slices, copy every byte of every block and nothing
+// beside it — blocks of 16 KiB multiples and odd lengths, aligned and not
+// (the kernel's byte tail), both directions. It runs on the simulator (whose
+// emulation cuts the same slices) unless KVFABRIC_GPU_TESTS=1, then on the
+// GPU's SM kernel.
+func TestKernelSlicesOnDevice(t *testing.T) {
+	e := newBenchEnv(t)
+	eng := newEngine(t, e, transfer.Options{Route: transfer.RouteKernel})
+	rng := rand.New(rand.NewPCG(19, 4))
+	const size = 8 << 20
+	dram := &region{base: e.dram(t, size), want: make([]byte, size)}
+	hbm := &region{base: e.hbm(t, size), want: make([]byte, size)}
+	for _, tc := range []struct {
+		name string
+		n    int
+		len  uint64
+		skew uint64 // added to every offset: 0 keeps 16-byte alignment
+	}{
+		{"one 1 MiB block", 1, 1 << 20, 0},
+		{"3 blocks of 64 KiB", 3, 64 << 10, 0},
+		{"64 blocks of 64 KiB", 64, 64 << 10, 0},
+		{"64 blocks of 32 KiB", 64, 32 << 10, 0},
+		{"5 odd blocks", 5, 64<<10 + 17, 0},
+		{"7 unaligned odd blocks", 7, 200<<10 + 3, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, put := range []bool{true, false} {
+				src, dst := hbm, dram
+				if !put {
+					src, dst = dram, hbm
+				}
+				src.fill(t, e, rng)
+				dst.fill(t, e, rng) // the bytes beside the blocks must stay
+				// Blocks at shuffled slots of the destination, each a slot
+				// of the source in order.
+				slot := (tc.len + tc.skew + 4095) &^ 4095
+				order := rng.Perm(int(size / slot))[:tc.n]
+				cs := make([]cuda.Copy, tc.n)
+				for i, j := range order {
+					so, do := uint64(i)*slot+tc.skew, uint64(j)*slot+tc.skew
+					cs[i] = cuda.Copy{Dst: dst.base + cuda.DevicePtr(do), Src: src.base + cuda.DevicePtr(so), Len: tc.len}
+					copy(dst.want[do:do+tc.len], src.want[so:so+tc.len])
+				}
+				if err := eng.Do(e.s, cs); err != nil {
+					t.Fatalf("put=%v: %v", put, err)
+				}
+				dst.check(t, e)
+			}
+		})
+	}
+	if st := eng.Stats(); st.KernelLaunches != 12 || st.BatchBlocks != 0 {
+		t.Fatalf("want one kernel launch per batch and no copy-engine block: %+v", st)
+	}
+}
