@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -339,4 +340,119 @@ func TestPutStreamCloseWithStreamOpen(t *testing.T) {
 	}
 	se.wantNothingStored(t, "after close")
 	se.close()
+}
+
+// pauseAtPutStart is a master client after whose nth PutStart the writer's
+// clock has moved on by delay (the writer was paused — SIGSTOP, a long GC, a
+// preempted VM — between a chunk's PutStart and its copies); paused is
+// closed then. The clock is installed before the writer opens (SetTimeNow
+// is not safe beside readers) and moves by an atomic offset, since the
+// pipeline reads it while its worker makes the call.
+type pauseAtPutStart struct {
+	master.Client
+	n      int
+	delay  time.Duration
+	calls  int
+	offset atomic.Int64
+	paused chan struct{}
+}
+
+func newPauseAtPutStart(t *testing.T, c master.Client, n int, delay time.Duration) *pauseAtPutStart {
+	m := &pauseAtPutStart{Client: c, n: n, delay: delay, paused: make(chan struct{})}
+	t.Cleanup(client.SetTimeNow(func() time.Time { return time.Now().Add(time.Duration(m.offset.Load())) }))
+	return m
+}
+
+func (m *pauseAtPutStart) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]master.PutStartResult, error) {
+	res, err := m.Client.PutStart(ctx, reqs)
+	// One pipeline: its calls come one at a time.
+	if m.calls++; m.calls == m.n {
+		m.offset.Store(int64(m.delay))
+		close(m.paused)
+	}
+	return res, err
+}
+
+// TestPutStreamPausedPastPutTimeout: a stream's writer paused past its put
+// timeout between a chunk's PutStart and its copies must not enqueue them
+// (DESIGN §9, "timeouts keep, never give": the master may have handed the
+// range on), as a batch put must not (TestPutPausedPastItsTimeoutWritesNothing).
+// Paused at its first chunk, the stream fails every key with no copy made;
+// at a later one, while it is still being fed, every key from that chunk
+// on fails and the keys of the chunks copied before the pause are stored
+// with their own bytes, as a batch put's would be. No put stays in
+// progress. Both cases fail when the pipeline skips its fence check for
+// streams (ran it).
+func TestPutStreamPausedPastPutTimeout(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		at   int // the PutStart after which the clock jumps
+		fed  int // keys fed before the jump; the rest after it
+	}{
+		{"first chunk", 1, 64},
+		{"later chunk", 3, 40},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{PutTimeout: 2 * time.Second})
+			ctx := context.Background()
+			m := newPauseAtPutStart(t, e.mc, c.at, 3*time.Second)
+			w, err := client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: e.drv, Master: m, ClientID: "paused-stream",
+				ClientTTL: time.Hour, PipelineChunk: 8, BatchParts: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n, size = 64, 4096
+			src, dst := devBuf(t, e, n*size), devBuf(t, e, n*size)
+			want := fillRandom(t, e, src, n*size, rand.New(rand.NewPCG(5, 9)))
+			keys, srcs, dsts := slabs("paused", src, dst, n, size)
+			e.drv.ResetCalls()
+			p, err := w.BeginPut(ctx, n, 0, client.PutOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Feed(keys[:c.fed], srcs[:c.fed]); err != nil {
+				t.Fatal(err)
+			}
+			<-m.paused
+			if c.fed < n {
+				_ = p.Feed(keys[c.fed:], srcs[c.fed:]) // refused or taken: the keys fail either way
+			}
+			errs := p.End()
+			m.offset.Store(0)
+			copies := e.drv.CallCount("MemcpyBatchAsync") + e.drv.CallCount("MemcpyAsync") + e.drv.CallCount("LaunchKernel")
+			// Chunks of 1, 2, 4, 8, ... keys (PipelineChunk 8): the
+			// paused chunk starts at key 2^(at-1)-1.
+			first := 1<<(c.at-1) - 1
+			stored := 0
+			for i, err := range errs {
+				switch {
+				case i >= first && err == nil:
+					t.Fatalf("put %s, started with or after the paused chunk, succeeded", keys[i])
+				case i >= first && !errors.Is(err, client.ErrRPC):
+					t.Fatalf("put %s of the paused chunk or after: %v; want ErrRPC", keys[i], err)
+				case err == nil:
+					stored++
+				}
+			}
+			if c.at == 1 && copies != 0 {
+				t.Fatalf("%d copy calls; want none", copies)
+			}
+			_, gerrs := w.BatchGet(ctx, keys[:stored], dsts[:stored], 0)
+			back := readBack(t, e, dst, uint64(stored*size))
+			for i, err := range gerrs {
+				if err != nil || !bytes.Equal(back[i*size:(i+1)*size], want[i*size:(i+1)*size]) {
+					t.Fatalf("get %s, stored before the pause: %v or not its bytes", keys[i], err)
+				}
+			}
+			st, err := e.mc.Stats(ctx)
+			if err != nil || st.Objects != stored || st.PendingPuts != 0 {
+				t.Fatalf("after the paused stream: %d objects (%d keys stored), %d puts in progress (%v); want no put in progress",
+					st.Objects, stored, st.PendingPuts, err)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			e.close()
+		})
+	}
 }
