@@ -1148,8 +1148,10 @@ func launchShape(n int, maxLen uint64) (grid, block cuda.Dim3) {
 }
 
 // minKernelSlice is the smallest slice of a block one CTA of the copy
-// kernel is given: threadsPerCTA threads moving 16 bytes each cover 4 KiB
-// per pass.
+// kernel is given: one iteration of the kernel's unrolled main loop
+// (threadsPerCTA threads × 4 loads in flight × 16 bytes); a smaller slice
+// would run in its one-load-at-a-time tail loop. Which slice pays best for
+// small launches is to be measured (docs/perf/datapath.md, session 19).
 const minKernelSlice = 16 << 10
 
 // Close releases the engine's driver objects. In order:
