@@ -37,6 +37,7 @@ type storeFlags struct {
 	chunk   int
 	parts   int
 	prefill bool
+	scatter bool
 	gpuTime bool
 	json    string
 	plot    string
@@ -113,7 +114,7 @@ engine moving only the selected bytes and the link's ceiling, on the first of
 			if sf.on {
 				fl := cmd.Flags()
 				sb := storeBenchFlags{driver: f.driver, iters: f.iters, paths: sf.paths, maxKeys: sf.maxKeys, chunk: sf.chunk, parts: sf.parts,
-					prefill: sf.prefill, gpuTime: sf.gpuTime, json: sf.json, plot: sf.plot, python: sf.python, script: sf.script}
+					prefill: sf.prefill, scatter: sf.scatter, gpuTime: sf.gpuTime, json: sf.json, plot: sf.plot, python: sf.python, script: sf.script}
 				if fl.Changed("devices") {
 					sb.devices = f.devices
 				}
@@ -152,6 +153,7 @@ engine moving only the selected bytes and the link's ceiling, on the first of
 	cmd.Flags().IntVar(&sf.parts, "batch-parts", 0, "--store: the Go paths' client.Options.BatchParts (parts a large batch put or get is split into, each on its own goroutine; default client.DefaultBatchParts, 1: no split)")
 	cmd.Flags().BoolVar(&sf.gpuTime, "gpu-times", false, "--store: time every pipeline chunk's copies on the GPU (client.Options.TimeCopies; Go paths), reported as the gpu phase: whether the GPU was kept busy")
 	cmd.Flags().BoolVar(&sf.prefill, "prefill", false, "--store: fill each GPU's store before the rounds and keep every round's objects, so that puts evict as in a full cache (Go paths; the python path is skipped)")
+	cmd.Flags().BoolVar(&sf.scatter, "scatter", false, "--store: put each key from, and get it into, a random slot of the GPU buffers instead of key i at slot i, so that no two keys' buffers adjoin in key order, as in a paged KV cache (Go paths; the python path is skipped)")
 	cmd.Flags().StringVar(&sf.json, "json", "", "--store: write the results as JSON to this file")
 	cmd.Flags().StringVar(&sf.plot, "plot", "", "--store: plot ratio to the ceiling vs object size to this .svg or .png file")
 	cmd.Flags().StringVar(&sf.replot, "replot", "", "--store: do not measure; draw --plot from this --json file of an earlier run")

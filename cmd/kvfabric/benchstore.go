@@ -59,6 +59,7 @@ type storeBenchFlags struct {
 	parts   int
 	ceMin   string // copy_engine_min_bytes of the Go paths' Stores; "" keeps the default
 	prefill bool   // fill the stores first and keep every round's objects (puts evict)
+	scatter bool   // the Go paths' keys at random slots of the GPU buffers, not key i at slot i
 	gpuTime bool   // client.Options.TimeCopies of the Go paths
 	json    string
 	plot    string
@@ -79,6 +80,7 @@ type storeParams struct {
 	parts      int    // client.Options.BatchParts of the Go paths (0: default)
 	ceMin      string // copy_engine_min_bytes of the Go paths ("": the default)
 	prefill    bool   // the stores are full before the rounds, which keep their objects
+	scatter    bool   // key i's buffers are slot perm[i] of the GPU buffers (storeSlots)
 	gpuTime    bool   // the Go paths time their chunks' copies on the GPU
 	capacity   uint64 // global_segment_size of each GPU's store
 	maxMR      uint64
@@ -144,6 +146,7 @@ type storeReport struct {
 	BatchParts    int            `json:"batch_parts"`               // the Go paths' client.Options.BatchParts (--batch-parts, or the default it resolved to)
 	CopyEngineMin string         `json:"copy_engine_min,omitempty"` // --copy-engine-min given with --store: the Go paths' copy_engine_min_bytes
 	Prefill       bool           `json:"prefill,omitempty"`         // --prefill: the stores were full and every put evicted
+	Scatter       bool           `json:"scatter,omitempty"`         // --scatter: each key's buffers at a random slot, not key i at slot i
 	GPUTimes      bool           `json:"gpu_times,omitempty"`       // --gpu-times: the Go paths' rows have the gpu phase
 	Ceilings      []storeCeiling `json:"ceilings"`
 	Results       []storeResult  `json:"results"`
@@ -264,7 +267,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 		ctx = context.Background()
 	}
 	isSim := drv.Name() == "sim"
-	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill, gpuTime: f.gpuTime}
+	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill, scatter: f.scatter, gpuTime: f.gpuTime}
 	if p.chunk < 0 {
 		return fmt.Errorf("--pipeline-chunk %d: want 0 (the default) or more", p.chunk)
 	}
@@ -360,7 +363,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 
 	ver, _ := drv.DriverVersion()
 	rep := storeReport{Kind: "kvfabric-bench-store", Driver: why, DriverVersion: ver, Sizes: p.sizes,
-		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, CopyEngineMin: p.ceMin, Prefill: p.prefill, GPUTimes: p.gpuTime, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
+		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, CopyEngineMin: p.ceMin, Prefill: p.prefill, Scatter: p.scatter, GPUTimes: p.gpuTime, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
 	for _, d := range devs {
 		rep.Devices = append(rep.Devices, int(d))
 	}
@@ -386,8 +389,8 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 					ceil = gpus
 				}
 			case pathPython:
-				if p.prefill {
-					skip = "--prefill covers the Go paths only"
+				if p.prefill || p.scatter {
+					skip = "--prefill and --scatter cover the Go paths only"
 					break
 				}
 				if _, _, _, skip = pythonSetup(f); skip != "" {
@@ -887,6 +890,7 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 		nkeys := int(R / size)
 		n := uint64(nkeys) * size
 		sr := storeSize{size: size, keys: nkeys, batches: (nkeys + p.maxKeys - 1) / p.maxKeys}
+		slot, keyAt := storeSlots(nkeys, p.scatter, uint64(dev)<<32|size)
 		// With prefill this size's objects (fillers and rounds) go at its
 		// end: a store full of small objects has no room for a larger one
 		// that evicting the same number of bytes would make (they are
@@ -923,13 +927,15 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 				keys[i] = prefix + strconv.Itoa(i)
 			}
 			// Each direction's argument lists, built before its timing
-			// starts: one region per key, in the registered buffers.
+			// starts: one region per key, in the registered buffers, key
+			// j's at slot[j] of both (so the get's destination still
+			// matches the put's source byte for byte).
 			args := map[string][][]client.Region{}
 			for dir, buf := range map[string]cuda.DevicePtr{"put": src, "get": dst} {
 				rs := make([]client.Region, nkeys)
 				lists := make([][]client.Region, nkeys)
 				for j := range rs {
-					rs[j] = client.Region{Ptr: uintptr(buf) + uintptr(uint64(j)*size), Len: size}
+					rs[j] = client.Region{Ptr: uintptr(buf) + uintptr(uint64(slot[j])*size), Len: size}
 					lists[j] = rs[j : j+1 : j+1]
 				}
 				args[dir] = lists
@@ -993,8 +999,8 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 				return res, err
 			}
 			if i, ok := firstDiff(got[:n], want[off:off+n]); !ok && sr.bad == nil {
-				b := i / size
-				sr.bad = &verifyError{round: round + 1, rounds: p.iters + 1, key: keys[b], block: b, offset: i % size,
+				b := i / size // the block of the buffer: key keyAt[b]'s
+				sr.bad = &verifyError{round: round + 1, rounds: p.iters + 1, key: keys[keyAt[b]], block: b, offset: i % size,
 					got: got[i], want: want[off+i], poison: pb}
 			}
 			for b := 0; b < nkeys && !p.prefill; b += p.maxKeys { // with prefill the store stays full
@@ -1017,6 +1023,25 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 		res.sizes = append(res.sizes, sr)
 	}
 	return res, again()
+}
+
+// storeSlots returns which slot of the GPU buffers each of nkeys keys puts
+// from and gets into (slot[key]) and the inverse (keyAt[slot]): key i at
+// slot i, or with scatter a permutation drawn from seed, so that keys that
+// follow each other do not have adjoining buffers (a paged KV cache's
+// blocks, as opposed to one contiguous staging buffer).
+func storeSlots(nkeys int, scatter bool, seed uint64) (slot, keyAt []int) {
+	slot, keyAt = make([]int, nkeys), make([]int, nkeys)
+	for i := range slot {
+		slot[i] = i
+	}
+	if scatter {
+		rand.New(rand.NewPCG(seed, 0x73636174)).Shuffle(nkeys, func(i, j int) { slot[i], slot[j] = slot[j], slot[i] })
+	}
+	for k, sl := range slot {
+		keyAt[sl] = k
+	}
+	return slot, keyAt
 }
 
 // prefillStore fills st's store (p.capacity) with objects of size, in

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -295,5 +296,89 @@ func TestBenchStorePythonVerifies(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "NO: verify round 2") {
 		t.Errorf("table does not flag the round:\n%s", out.String())
+	}
+}
+
+// TestBenchStoreScatter: with --scatter the Go paths put each key from, and
+// get it into, a random slot of the GPU buffers — the batch's copies no
+// longer continue one another in key order — every round still verifies
+// (the get's destination matches the put's source slot for slot), and a
+// failed round names the key whose slot differs. The python path is
+// skipped with it.
+func TestBenchStoreScatter(t *testing.T) {
+	slot, keyAt := storeSlots(64, false, 1)
+	for i := range slot {
+		if slot[i] != i || keyAt[i] != i {
+			t.Fatalf("without scatter key %d at slot %d (keyAt %d)", i, slot[i], keyAt[i])
+		}
+	}
+	slot, keyAt = storeSlots(64, true, 1)
+	seen, adjoin := map[int]bool{}, 0
+	for i := range slot {
+		if seen[slot[i]] || keyAt[slot[i]] != i {
+			t.Fatalf("scatter: slot %d twice or keyAt not the inverse", slot[i])
+		}
+		seen[slot[i]] = true
+		if i > 0 && slot[i] == slot[i-1]+1 {
+			adjoin++
+		}
+	}
+	if adjoin > 8 {
+		t.Fatalf("scatter: %d of 63 consecutive keys adjoin", adjoin)
+	}
+
+	const size = 64 << 10
+	run := func(scatter bool, failGet bool) (contiguous, putCopies int, out string, err error) {
+		sd, err := sim.New(sim.Config{Granularity: 65536})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if live := sd.LiveObjects(); live.Total() != 0 {
+				t.Errorf("leaked driver objects: %v", live)
+			}
+			sd.Close()
+		}()
+		gets := 0
+		drv := newLossy(sd, func(method, dir string, copies []cuda.Copy) bool {
+			if len(copies) == 0 || copies[0].Len != size {
+				return false // the ceiling's copies
+			}
+			if dir == "put" {
+				for i := 1; i < len(copies); i++ {
+					if copies[i].Src == copies[i-1].Src+cuda.DevicePtr(copies[i-1].Len) {
+						contiguous++
+					}
+				}
+				putCopies += len(copies)
+				return false
+			}
+			gets++
+			return failGet && gets == 2
+		})
+		var b bytes.Buffer
+		// The copy engine takes the objects: the wrapper sees its copies.
+		err = runStoreBenchOn(context.Background(), &b, drv, "test", storeBenchFlags{sizes: "64KiB", bytes: "1MiB", iters: 1,
+			paths: pathEmbedded, scatter: scatter, ceMin: "64KiB"})
+		return contiguous, putCopies, b.String(), err
+	}
+	c, n, out, err := run(false, false)
+	if err != nil || n == 0 || c < n/2 {
+		t.Fatalf("without --scatter: %v; %d of %d put copies continue the one before (want most)\n%s", err, c, n, out)
+	}
+	c, n, out, err = run(true, false)
+	if err != nil || n == 0 || c > n/4 {
+		t.Fatalf("--scatter: %v; %d of %d put copies continue the one before (want few)\n%s", err, c, n, out)
+	}
+	_, _, out, err = run(true, true)
+	var ve *verifyError
+	_, keyAt = storeSlots(16, true, 0<<32|size)
+	if !errors.As(err, &ve) || ve.round != 2 || !strings.HasSuffix(ve.key, "/"+strconv.Itoa(keyAt[ve.block])) {
+		t.Fatalf("--scatter, a get lost: err = %v; want round 2 naming the key of the block's slot\n%s", err, out)
+	}
+	var b bytes.Buffer
+	if err := runStoreBench(context.Background(), &b, storeBenchFlags{driver: "sim", sizes: "64KiB", bytes: "256KiB", iters: 1,
+		paths: pathPython, scatter: true}); err != nil || !strings.Contains(b.String(), "--scatter cover the Go paths only") {
+		t.Fatalf("python path with --scatter: %v\n%s", err, b.String())
 	}
 }
