@@ -85,16 +85,25 @@ __device__ __forceinline__ void st16(uint4 *p, uint4 v)
         *p = v;
 }
 
+// this_slice sets [lo, hi) to this CTA's slice of a block of len bytes, as
+// kvf_copy_blocks cuts it (grid.y slices, 16-byte aligned); false when the
+// slice is empty.
+__device__ __forceinline__ bool this_slice(u64 len, u64 *lo, u64 *hi)
+{
+    const u64 per = (((len + gridDim.y - 1) / gridDim.y) + 15) & ~15ull;
+    *lo = per * blockIdx.y;
+    *hi = (*lo + per < len) ? *lo + per : len;
+    return *lo < len;
+}
+
 template <int U, int LD, int ST>
 __global__ void __launch_bounds__(1024) copy_simt(const kvf_copy_desc *__restrict__ descs, unsigned n)
 {
     for (unsigned i = blockIdx.x; i < n; i += gridDim.x) {
-        const u64 dst = descs[i].dst, src = descs[i].src, len = descs[i].len;
-        const u64 per = (((len + gridDim.y - 1) / gridDim.y) + 15) & ~15ull;
-        const u64 lo = per * blockIdx.y;
-        if (lo >= len)
+        const u64 dst = descs[i].dst, src = descs[i].src;
+        u64 lo, hi;
+        if (!this_slice(descs[i].len, &lo, &hi))
             continue;
-        const u64 hi = (lo + per < len) ? lo + per : len;
         const uint4 *s = reinterpret_cast<const uint4 *>(src + lo);
         uint4 *d = reinterpret_cast<uint4 *>(dst + lo);
         const u64 nv = (hi - lo) >> 4, stride = blockDim.x;
@@ -153,12 +162,10 @@ __global__ void copy_tma(const kvf_copy_desc *__restrict__ descs, unsigned n, un
         stored++;
     };
     for (unsigned i = blockIdx.x; i < n; i += gridDim.x) {
-        const u64 dst = descs[i].dst, src = descs[i].src, len = descs[i].len;
-        const u64 per = (((len + gridDim.y - 1) / gridDim.y) + 15) & ~15ull;
-        const u64 lo = per * blockIdx.y;
-        if (lo >= len)
+        const u64 dst = descs[i].dst, src = descs[i].src;
+        u64 lo, hi;
+        if (!this_slice(descs[i].len, &lo, &hi))
             continue;
-        const u64 hi = (lo + per < len) ? lo + per : len;
         for (u64 off = lo; off < hi; off += C) {
             const uint32_t m = (uint32_t)((hi - off < C) ? hi - off : C);
             const unsigned c = k % S;
@@ -355,181 +362,182 @@ int main(int argc, char **argv)
         return total / (t[t.size() / 2] * 1e-3) / 1e9;
     };
 
-    if (set == "launch") {
-        for (int sw = 0; sw < sweeps; sw++) {
-            double ceil0[2] = {ceiling(true), ceiling(false)};
-            struct Row { std::string line; double gbps; bool put; };
-            std::vector<Row> rows;
+    // The descriptors of n blocks of bs bytes, block i of HBM at slot[i] of
+    // the pool, HBM -> pool (put) or back (get), uploaded to ddesc.
+    auto layout = [&](u64 bs, unsigned n, bool put, const std::vector<u64> &slot) {
+        std::vector<kvf_copy_desc> d(n);
+        for (unsigned i = 0; i < n; i++) {
+            const u64 h = host + slot[i] * bs, g = (u64)(put ? hbmA : hbmB) + (u64)i * bs;
+            d[i] = put ? kvf_copy_desc{h, g, bs} : kvf_copy_desc{g, h, bs};
+        }
+        CK(cudaMemcpy(ddesc, d.data(), n * sizeof d[0], cudaMemcpyHostToDevice));
+        return d;
+    };
+    auto shuffled = [&](u64 bs) {
+        std::vector<u64> slot(pool / bs);
+        for (u64 i = 0; i < slot.size(); i++)
+            slot[i] = i;
+        std::shuffle(slot.begin(), slot.end(), rng);
+        return slot;
+    };
+    // One warm-up and iters timed launches of the n blocks in ddesc: each
+    // after prep (fresh sources, poisoned destinations) and a spin of
+    // spinCycles (so that enqueueing is not timed), between two events,
+    // verified after. Returns the times, sorted, and adds the words found
+    // wrong to *wrong.
+    auto timed = [&](unsigned n, long long spinCycles, unsigned long long *wrong, auto prep, auto launch) {
+        std::vector<float> t;
+        for (int it = 0; it < iters + 1; it++) {
+            prep();
+            spin<<<1, 1, 0, st>>>(spinCycles);
+            CK(cudaEventRecord(e0, st));
+            launch();
+            CK(cudaEventRecord(e1, st));
+            CK(cudaMemsetAsync(bad, 0, sizeof *bad, st));
+            compare<<<1024, 256, 0, st>>>(ddesc, n, bad);
+            unsigned long long b = 0;
+            CK(cudaMemcpyAsync(&b, bad, sizeof b, cudaMemcpyDeviceToHost, st));
+            CK(cudaStreamSynchronize(st));
+            *wrong += b;
+            float ms;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            if (it)
+                t.push_back(ms);
+        }
+        std::sort(t.begin(), t.end());
+        return t;
+    };
+    struct Row {
+        std::string line;
+        double gbps;
+        bool put;
+    };
+    // Prints a sweep's rows with their ratio to the higher of the ceilings
+    // measured before (ceil0) and after it.
+    auto report = [&](int sw, const double *ceil0, const std::vector<Row> &rows) {
+        const double ceil1[2] = {ceiling(true), ceiling(false)};
+        const double cp = std::max(ceil0[0], ceil1[0]), cg = std::max(ceil0[1], ceil1[1]);
+        printf("sweep=%d ceiling put %.2f %.2f get %.2f %.2f GB/s (before, after)\n", sw, ceil0[0], ceil1[0], ceil0[1], ceil1[1]);
+        for (auto &r : rows)
+            printf("%s ratio=%.3f\n", r.line.c_str(), r.gbps / (r.put ? cp : cg));
+        fflush(stdout);
+    };
+
+    for (int sw = 0; sw < sweeps; sw++) {
+        const double ceil0[2] = {ceiling(true), ceiling(false)};
+        std::vector<Row> rows;
+        if (set == "launch") {
+            // One launch of the put pipeline's chunk sizes, per slice.
             for (u64 bs : {16ull << 10, 32ull << 10, 64ull << 10}) {
-                std::vector<u64> slot(pool / bs);
-                for (u64 i = 0; i < slot.size(); i++)
-                    slot[i] = i;
-                std::shuffle(slot.begin(), slot.end(), rng);
+                const std::vector<u64> slot = shuffled(bs);
                 for (unsigned n : {64u, 128u, 256u, 512u}) {
-                    for (int dir = 0; dir < 2; dir++) {
-                        const bool put = dir == 0;
-                        std::vector<kvf_copy_desc> d(n);
-                        for (unsigned i = 0; i < n; i++) {
-                            const u64 h = host + slot[i] * bs, g = (u64)(put ? hbmA : hbmB) + (u64)i * bs;
-                            d[i] = put ? kvf_copy_desc{h, g, bs} : kvf_copy_desc{g, h, bs};
-                        }
-                        CK(cudaMemcpy(ddesc, d.data(), n * sizeof d[0], cudaMemcpyHostToDevice));
+                    for (bool put : {true, false}) {
+                        layout(bs, n, put, slot);
                         if (!put)
                             fill<<<1024, 256, 0, st>>>((unsigned char *)host, pool, ++seed);
                         for (u64 slice : {0ull, 32ull << 10, 16ull << 10, 8ull << 10, 4ull << 10}) {
                             if (slice && slice >= bs)
                                 continue;
-                            std::vector<float> t;
                             unsigned long long wrong = 0;
                             dim3 grid, block(256);
                             shape(n, bs, slice, grid);
-                            for (int it = 0; it < iters + 1; it++) {
-                                if (put)
-                                    fill<<<1024, 256, 0, st>>>(hbmA, (u64)n * bs, ++seed);
-                                poison<<<1024, 256, 0, st>>>(ddesc, n);
-                                spin<<<1, 1, 0, st>>>(400000); // ~0.2 ms
-                                CK(cudaEventRecord(e0, st));
-                                void *args[] = {&ddesc, (void *)&n};
-                                CK(cudaLaunchKernel((void *)kvf_copy_blocks, grid, block, args, 0, st));
-                                CK(cudaEventRecord(e1, st));
-                                CK(cudaMemsetAsync(bad, 0, sizeof *bad, st));
-                                compare<<<1024, 256, 0, st>>>(ddesc, n, bad);
-                                unsigned long long b = 0;
-                                CK(cudaMemcpyAsync(&b, bad, sizeof b, cudaMemcpyDeviceToHost, st));
-                                CK(cudaStreamSynchronize(st));
-                                wrong += b;
-                                float ms;
-                                CK(cudaEventElapsedTime(&ms, e0, e1));
-                                if (it)
-                                    t.push_back(ms);
-                            }
-                            std::sort(t.begin(), t.end());
-                            const double bytes = (double)n * bs;
-                            const double med = bytes / (t[t.size() / 2] * 1e-3) / 1e9;
+                            const std::vector<float> t = timed(
+                                n, 400000 /* ~0.2 ms */, &wrong,
+                                [&] {
+                                    if (put)
+                                        fill<<<1024, 256, 0, st>>>(hbmA, (u64)n * bs, ++seed);
+                                    poison<<<1024, 256, 0, st>>>(ddesc, n);
+                                },
+                                [&] {
+                                    void *args[] = {&ddesc, (void *)&n};
+                                    CK(cudaLaunchKernel((void *)kvf_copy_blocks, grid, block, args, 0, st));
+                                });
+                            const double med = (double)n * bs / (t[t.size() / 2] * 1e-3) / 1e9;
                             char line[256];
                             snprintf(line, sizeof line, "sweep=%d dir=%s size=%lluKiB blocks=%u slice=%lluKiB grid=%ux%u us=%.1f gbps=%.2f wrong_words=%llu",
                                      sw, put ? "put" : "get", (unsigned long long)(bs >> 10), n,
                                      (unsigned long long)((slice ? slice : 65536) >> 10), grid.x, grid.y,
                                      t[t.size() / 2] * 1e3, med, wrong);
                             rows.push_back({line, med, put});
-                            if (wrong)
-                                failures++;
+                            failures += wrong != 0;
                         }
                     }
                 }
             }
-            double ceil1[2] = {ceiling(true), ceiling(false)};
-            const double cp = std::max(ceil0[0], ceil1[0]), cg = std::max(ceil0[1], ceil1[1]);
-            printf("sweep=%d ceiling put %.2f %.2f get %.2f %.2f GB/s (before, after)\n", sw, ceil0[0], ceil1[0], ceil0[1], ceil1[1]);
-            for (auto &r : rows)
-                printf("%s ratio=%.3f\n", r.line.c_str(), r.gbps / (r.put ? cp : cg));
-            fflush(stdout);
+            report(sw, ceil0, rows);
+            continue;
         }
-        printf("%s: %d variant runs with wrong bytes\n", failures ? "FAIL" : "ok", failures);
-        return failures ? 1 : 0;
-    }
-
-    for (int sw = 0; sw < sweeps; sw++) {
-        double ceil0[2] = {ceiling(true), ceiling(false)};
-        struct Row { std::string line; double gbps; bool put; };
-        std::vector<Row> rows;
         for (u64 bs : sizes) {
             const unsigned n = (unsigned)(total / bs);
-            std::vector<u64> slot(pool / bs);
-            for (u64 i = 0; i < slot.size(); i++)
-                slot[i] = i;
-            std::shuffle(slot.begin(), slot.end(), rng);
-            for (int dir = 0; dir < 2; dir++) {
-                const bool put = dir == 0;
-                std::vector<kvf_copy_desc> d(n);
-                for (unsigned i = 0; i < n; i++) {
-                    const u64 h = host + slot[i] * bs, g = (u64)(put ? hbmA : hbmB) + (u64)i * bs;
-                    d[i] = put ? kvf_copy_desc{h, g, bs} : kvf_copy_desc{g, h, bs};
-                }
-                CK(cudaMemcpy(ddesc, d.data(), n * sizeof d[0], cudaMemcpyHostToDevice));
+            const std::vector<u64> slot = shuffled(bs);
+            for (bool put : {true, false}) {
+                const std::vector<kvf_copy_desc> d = layout(bs, n, put, slot);
                 for (auto &v : vs) {
-                    std::vector<float> t;
                     unsigned long long wrong = 0;
-                    for (int it = 0; it < iters + 1; it++) {
-                        // Fresh source bytes and a poisoned destination.
-                        seed++;
-                        if (put) {
-                            fill<<<1024, 256, 0, st>>>(hbmA, total, seed);
-                            CU(cuMemsetD8Async(host, 0xA5, pool, st));
-                        } else {
-                            // The sources are slots of the pool: fill it whole.
-                            fill<<<1024, 256, 0, st>>>((unsigned char *)host, pool, seed);
-                            CK(cudaMemsetAsync(hbmB, 0xA5, total, st));
-                        }
-                        // Hybrid: blocks [nk, n) go to the copy engine.
-                        const unsigned nce = v.kind == 3 ? (unsigned)(((u64)n * v.cePercent + 99) / 100) : 0;
-                        const unsigned nk = n - nce;
-                        dim3 grid, block(v.threads);
-                        shape(nk ? nk : 1, bs, v.slice, grid);
-                        ceDst.resize(nce);
-                        ceSrc.resize(nce);
-                        ceLen.resize(nce);
-                        for (unsigned i = 0; i < nce; i++) {
-                            ceDst[i] = (void *)d[nk + i].dst;
-                            ceSrc[i] = (const void *)d[nk + i].src;
-                            ceLen[i] = d[nk + i].len;
-                        }
-                        spin<<<1, 1, 0, st>>>(4000000); // ~2 ms
-                        CK(cudaEventRecord(e0, st));
-                        if (nce) {
-                            CK(cudaEventRecord(fork, st));
-                            CK(cudaStreamWaitEvent(st2, fork, 0));
-                            cudaMemcpyAttributes at = {};
-                            at.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-                            size_t ai = 0;
-                            const cudaError_t be = cudaMemcpyBatchAsync(ceDst.data(), ceSrc.data(), ceLen.data(), nce, &at, &ai, 1, st2);
-                            if (be != cudaSuccess) {
-                                printf("cudaMemcpyBatchAsync of %u copies: %s; the check below fails this variant\n", nce, cudaGetErrorString(be));
-                                wrong++;
-                            }
-                            CK(cudaEventRecord(join, st2));
-                        }
-                        if (nk) {
-                            if (v.kind == 2) {
-                                void *args[] = {&ddesc, (void *)&nk, &v.chunk};
-                                CK(cudaLaunchKernel(v.fn, grid, block, args, v.stages * v.chunk, st));
-                            } else {
-                                void *args[] = {&ddesc, (void *)&nk};
-                                CK(cudaLaunchKernel(v.fn, grid, block, args, 0, st));
-                            }
-                        }
-                        if (nce)
-                            CK(cudaStreamWaitEvent(st, join, 0));
-                        CK(cudaEventRecord(e1, st));
-                        CK(cudaMemsetAsync(bad, 0, sizeof *bad, st));
-                        compare<<<1024, 256, 0, st>>>(ddesc, n, bad);
-                        unsigned long long b = 0;
-                        CK(cudaMemcpyAsync(&b, bad, sizeof b, cudaMemcpyDeviceToHost, st));
-                        CK(cudaStreamSynchronize(st));
-                        wrong += b;
-                        float ms;
-                        CK(cudaEventElapsedTime(&ms, e0, e1));
-                        if (it)
-                            t.push_back(ms);
+                    // Hybrid: blocks [nk, n) go to the copy engine.
+                    const unsigned nce = v.kind == 3 ? (unsigned)(((u64)n * v.cePercent + 99) / 100) : 0;
+                    const unsigned nk = n - nce;
+                    dim3 grid, block(v.threads);
+                    shape(nk ? nk : 1, bs, v.slice, grid);
+                    ceDst.resize(nce);
+                    ceSrc.resize(nce);
+                    ceLen.resize(nce);
+                    for (unsigned i = 0; i < nce; i++) {
+                        ceDst[i] = (void *)d[nk + i].dst;
+                        ceSrc[i] = (const void *)d[nk + i].src;
+                        ceLen[i] = d[nk + i].len;
                     }
-                    std::sort(t.begin(), t.end());
+                    const std::vector<float> t = timed(
+                        n, 4000000 /* ~2 ms */, &wrong,
+                        [&] {
+                            // Fresh source bytes and a poisoned destination.
+                            seed++;
+                            if (put) {
+                                fill<<<1024, 256, 0, st>>>(hbmA, total, seed);
+                                CU(cuMemsetD8Async(host, 0xA5, pool, st));
+                            } else {
+                                // The sources are slots of the pool: fill it whole.
+                                fill<<<1024, 256, 0, st>>>((unsigned char *)host, pool, seed);
+                                CK(cudaMemsetAsync(hbmB, 0xA5, total, st));
+                            }
+                        },
+                        [&] {
+                            if (nce) {
+                                CK(cudaEventRecord(fork, st));
+                                CK(cudaStreamWaitEvent(st2, fork, 0));
+                                cudaMemcpyAttributes at = {};
+                                at.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+                                size_t ai = 0;
+                                const cudaError_t be = cudaMemcpyBatchAsync(ceDst.data(), ceSrc.data(), ceLen.data(), nce, &at, &ai, 1, st2);
+                                if (be != cudaSuccess) {
+                                    printf("cudaMemcpyBatchAsync of %u copies: %s; the check below fails this variant\n", nce, cudaGetErrorString(be));
+                                    wrong++;
+                                }
+                                CK(cudaEventRecord(join, st2));
+                            }
+                            if (nk) {
+                                if (v.kind == 2) {
+                                    void *args[] = {&ddesc, (void *)&nk, &v.chunk};
+                                    CK(cudaLaunchKernel(v.fn, grid, block, args, v.stages * v.chunk, st));
+                                } else {
+                                    void *args[] = {&ddesc, (void *)&nk};
+                                    CK(cudaLaunchKernel(v.fn, grid, block, args, 0, st));
+                                }
+                            }
+                            if (nce)
+                                CK(cudaStreamWaitEvent(st, join, 0));
+                        });
                     const double med = total / (t[t.size() / 2] * 1e-3) / 1e9;
                     const double lo = total / (t.back() * 1e-3) / 1e9, hi = total / (t[0] * 1e-3) / 1e9;
                     char line[256];
                     snprintf(line, sizeof line, "sweep=%d dir=%s size=%lluKiB variant=%-14s gbps=%.2f min=%.2f max=%.2f wrong_words=%llu",
                              sw, put ? "put" : "get", (unsigned long long)(bs >> 10), v.name.c_str(), med, lo, hi, wrong);
                     rows.push_back({line, med, put});
-                    if (wrong)
-                        failures++;
+                    failures += wrong != 0;
                 }
             }
         }
-        double ceil1[2] = {ceiling(true), ceiling(false)};
-        const double cp = std::max(ceil0[0], ceil1[0]), cg = std::max(ceil0[1], ceil1[1]);
-        printf("sweep=%d ceiling put %.2f %.2f get %.2f %.2f GB/s (before, after)\n", sw, ceil0[0], ceil1[0], ceil0[1], ceil1[1]);
-        for (auto &r : rows)
-            printf("%s ratio=%.3f\n", r.line.c_str(), r.gbps / (r.put ? cp : cg));
-        fflush(stdout);
+        report(sw, ceil0, rows);
     }
     printf("%s: %d variant runs with wrong bytes\n", failures ? "FAIL" : "ok", failures);
     return failures ? 1 : 0;
