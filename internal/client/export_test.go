@@ -3,10 +3,10 @@ package client
 import "time"
 
 // SetTimeNow replaces the clock lease checks use; the returned func restores it.
+// Safe while Stores run (timeNow loads it atomically).
 func SetTimeNow(f func() time.Time) (restore func()) {
-	old := timeNow
-	timeNow = f
-	return func() { timeNow = old }
+	old := clock.Swap(&f)
+	return func() { clock.Store(old) }
 }
 
 // SetReleaseDelay replaces how long a lease release waits for others (for

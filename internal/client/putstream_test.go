@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -345,29 +344,22 @@ func TestPutStreamCloseWithStreamOpen(t *testing.T) {
 // pauseAtPutStart is a master client after whose nth PutStart the writer's
 // clock has moved on by delay (the writer was paused — SIGSTOP, a long GC, a
 // preempted VM — between a chunk's PutStart and its copies); paused is
-// closed then. The clock is installed before the writer opens (SetTimeNow
-// is not safe beside readers) and moves by an atomic offset, since the
-// pipeline reads it while its worker makes the call.
+// closed then. The call may run on the pipeline's worker while the
+// pipeline reads the clock: SetTimeNow is safe beside readers.
 type pauseAtPutStart struct {
 	master.Client
-	n      int
-	delay  time.Duration
-	calls  int
-	offset atomic.Int64
-	paused chan struct{}
-}
-
-func newPauseAtPutStart(t *testing.T, c master.Client, n int, delay time.Duration) *pauseAtPutStart {
-	m := &pauseAtPutStart{Client: c, n: n, delay: delay, paused: make(chan struct{})}
-	t.Cleanup(client.SetTimeNow(func() time.Time { return time.Now().Add(time.Duration(m.offset.Load())) }))
-	return m
+	n       int
+	delay   time.Duration
+	calls   int
+	paused  chan struct{}
+	restore func()
 }
 
 func (m *pauseAtPutStart) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]master.PutStartResult, error) {
 	res, err := m.Client.PutStart(ctx, reqs)
 	// One pipeline: its calls come one at a time.
 	if m.calls++; m.calls == m.n {
-		m.offset.Store(int64(m.delay))
+		m.restore = client.SetTimeNow(func() time.Time { return time.Now().Add(m.delay) })
 		close(m.paused)
 	}
 	return res, err
@@ -395,7 +387,7 @@ func TestPutStreamPausedPastPutTimeout(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{PutTimeout: 2 * time.Second})
 			ctx := context.Background()
-			m := newPauseAtPutStart(t, e.mc, c.at, 3*time.Second)
+			m := &pauseAtPutStart{Client: e.mc, n: c.at, delay: 3 * time.Second, paused: make(chan struct{})}
 			w, err := client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: e.drv, Master: m, ClientID: "paused-stream",
 				ClientTTL: time.Hour, PipelineChunk: 8, BatchParts: 1})
 			if err != nil {
@@ -418,7 +410,7 @@ func TestPutStreamPausedPastPutTimeout(t *testing.T) {
 				_ = p.Feed(keys[c.fed:], srcs[c.fed:]) // refused or taken: the keys fail either way
 			}
 			errs := p.End()
-			m.offset.Store(0)
+			m.restore()
 			copies := e.drv.CallCount("MemcpyBatchAsync") + e.drv.CallCount("MemcpyAsync") + e.drv.CallCount("LaunchKernel")
 			// Chunks of 1, 2, 4, 8, ... keys (PipelineChunk 8): the
 			// paused chunk starts at key 2^(at-1)-1.

@@ -1144,8 +1144,19 @@ func mapErr(err error) error {
 // segmentOf identifies the segment a replica lives on.
 func segmentOf(r master.Replica) segment.Key { return r.Segment.Key() }
 
-// timeNow is the clock lease checks use.
-var timeNow = time.Now
+// timeNow is the clock of the lease, put-deadline and registration checks:
+// time.Now, unless a test has set another (export_test.go's SetTimeNow).
+// Tests set it while the Stores' goroutines (heartbeats, pipelines) read
+// it, so it is an atomic load, not a variable a test writes.
+func timeNow() time.Time {
+	if f := clock.Load(); f != nil {
+		return (*f)()
+	}
+	return time.Now()
+}
+
+// clock is the test clock timeNow uses, nil for time.Now.
+var clock atomic.Pointer[func() time.Time]
 
 // MappingStats reports the consumer mapping cache's counters (imports, the
 // time they took, hits).
