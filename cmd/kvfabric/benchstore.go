@@ -890,7 +890,7 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 		nkeys := int(R / size)
 		n := uint64(nkeys) * size
 		sr := storeSize{size: size, keys: nkeys, batches: (nkeys + p.maxKeys - 1) / p.maxKeys}
-		slot, keyAt := storeSlots(nkeys, p.scatter, uint64(dev)<<32|size)
+		slot, keyAt := storeSlots(nkeys, p.scatter, slotSeed(dev, size))
 		// With prefill this size's objects (fillers and rounds) go at its
 		// end: a store full of small objects has no room for a larger one
 		// that evicting the same number of bytes would make (they are
@@ -1043,6 +1043,9 @@ func storeSlots(nkeys int, scatter bool, seed uint64) (slot, keyAt []int) {
 	}
 	return slot, keyAt
 }
+
+// slotSeed is the seed of storeSlots' permutation for a GPU and object size.
+func slotSeed(dev cuda.Device, size uint64) uint64 { return uint64(dev)<<32 | size }
 
 // prefillStore fills st's store (p.capacity) with objects of size, in
 // batches of at most min(p.maxKeys, nkeys) from the start of src (their

@@ -372,7 +372,7 @@ func TestBenchStoreScatter(t *testing.T) {
 	}
 	_, _, out, err = run(true, true)
 	var ve *verifyError
-	_, keyAt = storeSlots(16, true, 0<<32|size)
+	_, keyAt = storeSlots(16, true, slotSeed(0, size))
 	if !errors.As(err, &ve) || ve.round != 2 || !strings.HasSuffix(ve.key, "/"+strconv.Itoa(keyAt[ve.block])) {
 		t.Fatalf("--scatter, a get lost: err = %v; want round 2 naming the key of the block's slot\n%s", err, out)
 	}
