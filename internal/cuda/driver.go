@@ -87,6 +87,14 @@ type Driver interface {
 	// MemoryTypeUnregistered, not an error; any other failure is an error
 	// naming the pointer's index. len(out) must equal len(ptrs).
 	PointerMemoryTypes(ctx Context, ptrs []DevicePtr, out []MemoryType) error
+	// PointerRanges sets out[i] to the allocation that holds ptrs[i]:
+	// cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR and
+	// _RANGE_SIZE) for every pointer, in one crossing, with ctx current. A
+	// pointer the driver does not know (CUDA_ERROR_INVALID_VALUE) yields
+	// the zero AddrRange, not an error; any other failure is an error
+	// naming the pointer's index. len(out) must equal len(ptrs). The Store
+	// merges copies that continue one another only inside one such range.
+	PointerRanges(ctx Context, ptrs []DevicePtr, out []AddrRange) error
 	// MemcpyHtoD is a synchronous cuMemcpyHtoD (setup and verification only,
 	// never on the data path).
 	MemcpyHtoD(ctx Context, dst DevicePtr, src []byte) error

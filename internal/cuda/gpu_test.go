@@ -771,3 +771,74 @@ func TestGPUPointerMemoryTypes(t *testing.T) {
 	must(t, d.PrimaryCtxRelease(0))
 	assertNoLeaks(t, d)
 }
+
+// TestGPUPointerRanges: what CU_POINTER_ATTRIBUTE_RANGE_START_ADDR and
+// _RANGE_SIZE report (PointerRanges, one batch). Asserted: a cuMemAlloc
+// buffer's interior answers the buffer; two cuMemHostRegister ranges that
+// adjoin answer one each; an unknown page answers the zero range — the
+// Store merges copies only inside one answer. Logged: a HOST_NUMA VMM
+// mapping, and the two halves of one reservation mapped from two
+// allocations (the simulator answers each mapping).
+func TestGPUPointerRanges(t *testing.T) {
+	d := openGPU(t)
+	ctx, err := d.PrimaryCtxRetain(0)
+	must(t, err)
+	defer d.PrimaryCtxRelease(0)
+
+	dm, err := d.MemAlloc(ctx, 1<<20)
+	must(t, err)
+	defer d.MemFree(ctx, dm)
+	const page = 4096
+	host, err := unix.Mmap(-1, 0, 4*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	must(t, err)
+	defer unix.Munmap(host)
+	hp := uintptr(unsafe.Pointer(&host[0]))
+	must(t, d.MemHostRegister(ctx, hp, page, HostRegisterPortable|HostRegisterDevMap))
+	defer d.MemHostUnregister(ctx, hp)
+	must(t, d.MemHostRegister(ctx, hp+page, 2*page, HostRegisterPortable|HostRegisterDevMap))
+	defer d.MemHostUnregister(ctx, hp+page)
+
+	type probe struct {
+		name string
+		p    DevicePtr
+		want AddrRange
+		log  bool // logged, not asserted
+	}
+	probes := []probe{
+		{name: "cuMemAlloc interior", p: dm + 12345, want: AddrRange{dm, 1 << 20}},
+		{name: "first registration", p: DevicePtr(hp + 100), want: AddrRange{DevicePtr(hp), page}},
+		{name: "second registration", p: DevicePtr(hp + page), want: AddrRange{DevicePtr(hp + page), 2 * page}},
+		{name: "page after them", p: DevicePtr(hp + 3*page)},
+	}
+	if id, err := d.DeviceAttribute(0, AttrHostNUMAID); err == nil && id >= 0 {
+		prop := AllocProp{Location: Location{Type: LocationHostNUMA, ID: int32(id)}}
+		gran, err := d.MemGetAllocationGranularity(ctx, prop, GranularityMinimum)
+		must(t, err)
+		va, err := d.MemAddressReserve(ctx, 2*gran, gran)
+		must(t, err)
+		defer d.MemAddressFree(ctx, va, 2*gran)
+		for i := range uint64(2) {
+			h, err := d.MemCreate(ctx, gran, prop)
+			must(t, err)
+			defer d.MemRelease(ctx, h)
+			must(t, d.MemMap(ctx, va+DevicePtr(i*gran), gran, 0, h))
+			defer d.MemUnmap(ctx, va+DevicePtr(i*gran), gran)
+		}
+		must(t, d.MemSetAccess(ctx, va, 2*gran, accessAll(t, d)))
+		probes = append(probes,
+			probe{name: "HOST_NUMA VMM, first of two mappings", p: va + 64, log: true},
+			probe{name: "HOST_NUMA VMM, second mapping", p: va + DevicePtr(gran) + 64, log: true})
+	}
+	ptrs := make([]DevicePtr, len(probes))
+	for i, p := range probes {
+		ptrs[i] = p.p
+	}
+	got := make([]AddrRange, len(ptrs))
+	must(t, d.PointerRanges(ctx, ptrs, got))
+	for i, p := range probes {
+		t.Logf("PointerRanges: %-38s %#014x -> start %#014x size %d", p.name, uint64(p.p), uint64(got[i].Start), got[i].Size)
+		if !p.log && got[i] != p.want {
+			t.Errorf("%s: %+v, want %+v", p.name, got[i], p.want)
+		}
+	}
+}

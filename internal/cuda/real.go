@@ -32,6 +32,8 @@ var (
 	_ [unsafe.Sizeof(AllocHandle(0))]byte             = [C.sizeof_kvf_CUmemGenericAllocationHandle]byte{}
 	_ [unsafe.Sizeof(DevicePtr(0))]byte               = [C.sizeof_kvf_CUdeviceptr]byte{}
 	_ [unsafe.Offsetof(Copy{}.Len)]byte               = [unsafe.Offsetof(C.kvf_copy{}.len)]byte{}
+	_ [unsafe.Sizeof(AddrRange{})]byte                = [2 * C.sizeof_ulonglong]byte{}
+	_ [unsafe.Offsetof(AddrRange{}.Size)]byte         = [C.sizeof_ulonglong]byte{}
 	_ [unsafe.Sizeof(C.kvf_CUmemcpyAttributes{})]byte = [24]byte{}
 	_ [unsafe.Sizeof(MemoryType(0))]byte              = [C.sizeof_uint]byte{}
 )
@@ -442,6 +444,27 @@ func (d *realDriver) PointerMemoryTypes(ctx Context, ptrs []DevicePtr, out []Mem
 	// call only.
 	r := C.kvf_pointer_memory_types(d.tab, C.uintptr_t(ctx), (*C.kvf_CUdeviceptr)(unsafe.Pointer(&ptrs[0])),
 		(*C.uint)(unsafe.Pointer(&out[0])), C.size_t(len(ptrs)), &failed)
+	if err := cr("cuPointerGetAttribute", r); err != nil {
+		return fmt.Errorf("pointer %d (%#x) of %d: %w", int(failed), uint64(ptrs[failed]), len(ptrs), err)
+	}
+	return nil
+}
+
+func (d *realDriver) PointerRanges(ctx Context, ptrs []DevicePtr, out []AddrRange) error {
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	if len(out) != len(ptrs) {
+		return fmt.Errorf("%d pointers, %d results: %w", len(ptrs), len(out), &Error{Op: "cuPointerGetAttribute", Result: ErrorInvalidValue})
+	}
+	if len(ptrs) == 0 {
+		return nil
+	}
+	var failed C.size_t
+	// out has the layout of unsigned long long[2*len] (checked at compile
+	// time); both slices are pointer-free and used during the call only.
+	r := C.kvf_pointer_ranges(d.tab, C.uintptr_t(ctx), (*C.kvf_CUdeviceptr)(unsafe.Pointer(&ptrs[0])),
+		(*C.ulonglong)(unsafe.Pointer(&out[0])), C.size_t(len(ptrs)), &failed)
 	if err := cr("cuPointerGetAttribute", r); err != nil {
 		return fmt.Errorf("pointer %d (%#x) of %d: %w", int(failed), uint64(ptrs[failed]), len(ptrs), err)
 	}

@@ -370,6 +370,34 @@ kvf_CUresult kvf_pointer_memory_types(kvf_driver *d, uintptr_t ctx, const kvf_CU
 	KVF_CTX(d, ctx, kvf_memtypes(d, ptrs, types, n, failed));
 }
 
+static kvf_CUresult kvf_ranges(kvf_driver *d, const kvf_CUdeviceptr *ptrs, unsigned long long *ranges, size_t n,
+                               size_t *failed) {
+	for (size_t i = 0; i < n; i++) {
+		kvf_CUdeviceptr start = 0;
+		size_t size = 0;
+		kvf_CUresult r = d->cuPointerGetAttribute(&start, KVF_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptrs[i]);
+		if (r == KVF_CUDA_SUCCESS) {
+			r = d->cuPointerGetAttribute(&size, KVF_CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptrs[i]);
+		}
+		if (r == KVF_CUDA_ERROR_INVALID_VALUE) {
+			start = 0; // not allocated, mapped or registered through CUDA
+			size = 0;
+		} else if (r != KVF_CUDA_SUCCESS) {
+			*failed = i;
+			return r;
+		}
+		ranges[2 * i] = (unsigned long long)start;
+		ranges[2 * i + 1] = (unsigned long long)size;
+	}
+	return KVF_CUDA_SUCCESS;
+}
+
+kvf_CUresult kvf_pointer_ranges(kvf_driver *d, uintptr_t ctx, const kvf_CUdeviceptr *ptrs, unsigned long long *ranges,
+                                size_t n, size_t *failed) {
+	*failed = 0;
+	KVF_CTX(d, ctx, kvf_ranges(d, ptrs, ranges, n, failed));
+}
+
 // ---- streams and events ------------------------------------------------------
 
 kvf_CUresult kvf_stream_create(kvf_driver *d, uintptr_t ctx, unsigned int flags, uintptr_t *s) {

@@ -48,6 +48,8 @@ typedef uint64_t kvf_cuuint64_t;
 #define KVF_CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND 1
 #define KVF_CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT 2
 #define KVF_CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define KVF_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
+#define KVF_CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
 
 // ---- Driver ABI: structs -------------------------------------------------
 
@@ -223,6 +225,13 @@ kvf_CUresult kvf_memcpy_dtoh(kvf_driver *d, uintptr_t ctx, void *dst, kvf_CUdevi
 // any other failure *failed is the index of the failing pointer.
 kvf_CUresult kvf_pointer_memory_types(kvf_driver *d, uintptr_t ctx, const kvf_CUdeviceptr *ptrs, unsigned int *types,
                                       size_t n, size_t *failed);
+// kvf_pointer_ranges sets ranges[2i] and ranges[2i+1] to the start and size
+// of the allocation that holds ptrs[i] (cuPointerGetAttribute,
+// CU_POINTER_ATTRIBUTE_RANGE_START_ADDR and _RANGE_SIZE), or both to 0
+// where the driver answers CUDA_ERROR_INVALID_VALUE. On any other failure
+// *failed is the index of the failing pointer.
+kvf_CUresult kvf_pointer_ranges(kvf_driver *d, uintptr_t ctx, const kvf_CUdeviceptr *ptrs, unsigned long long *ranges,
+                                size_t n, size_t *failed);
 
 kvf_CUresult kvf_stream_create(kvf_driver *d, uintptr_t ctx, unsigned int flags, uintptr_t *s);
 kvf_CUresult kvf_stream_destroy(kvf_driver *d, uintptr_t ctx, uintptr_t s);

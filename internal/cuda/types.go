@@ -154,6 +154,20 @@ const (
 	HostRegisterDevMap   uint32 = 0x2
 )
 
+// AddrRange is the address range of the allocation (cuMemAlloc buffer,
+// VMM mapping, registered or page-locked host range) that holds a pointer,
+// as PointerRanges reports it; Size 0 means the driver knows no allocation
+// there.
+type AddrRange struct {
+	Start DevicePtr
+	Size  uint64
+}
+
+// Contains reports whether [p, p+n) lies inside r.
+func (r AddrRange) Contains(p DevicePtr, n uint64) bool {
+	return r.Size > 0 && p >= r.Start && uint64(p-r.Start) <= r.Size && n <= r.Size-uint64(p-r.Start)
+}
+
 // MemoryType is what the driver says about an address: the CUmemorytype
 // that cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_MEMORY_TYPE) reports
 // (values 1..4 are that enum's ABI), or MemoryTypeUnregistered, kvfabric's

@@ -166,6 +166,7 @@ var opNames = map[string]string{
 	"MemHostRegister":             "cuMemHostRegister",
 	"MemHostUnregister":           "cuMemHostUnregister",
 	"PointerMemoryTypes":          "cuPointerGetAttribute",
+	"PointerRanges":               "cuPointerGetAttribute",
 	"MemcpyHtoD":                  "cuMemcpyHtoD",
 	"MemcpyDtoH":                  "cuMemcpyDtoH",
 	"StreamCreate":                "cuStreamCreate",

@@ -647,6 +647,36 @@ func (d *Driver) PointerMemoryTypes(ctx cuda.Context, ptrs []cuda.DevicePtr, out
 	})
 }
 
+// PointerRanges reports, for each pointer, the region that holds it: the
+// cuMemAlloc buffer, the registered host range or the mapping (one MemMap
+// call's range); anything else yields the zero AddrRange, as the real
+// driver's CUDA_ERROR_INVALID_VALUE does.
+func (d *Driver) PointerRanges(ctx cuda.Context, ptrs []cuda.DevicePtr, out []cuda.AddrRange) error {
+	return d.call("PointerRanges", func() string {
+		return fmt.Sprintf("ctx=%#x n=%d", ctx, len(ptrs))
+	}, func() cuda.Result {
+		d.mu.RLock()
+		defer d.mu.RUnlock()
+		if _, r := d.ctxDeviceLocked(ctx); r != cuda.Success {
+			return r
+		}
+		if len(out) != len(ptrs) {
+			return cuda.ErrorInvalidValue
+		}
+		for i, p := range ptrs {
+			out[i] = cuda.AddrRange{}
+			j := d.regionIndexLocked(uint64(p))
+			if j == len(d.mu.regions) || d.mu.regions[j].start > uint64(p) {
+				continue
+			}
+			if r := d.mu.regions[j]; r.m != nil || r.dm != nil || r.hr != nil {
+				out[i] = cuda.AddrRange{Start: cuda.DevicePtr(r.start), Size: r.end - r.start}
+			}
+		}
+		return cuda.Success
+	})
+}
+
 func (d *Driver) memoryTypeLocked(p uint64) cuda.MemoryType {
 	i := d.regionIndexLocked(p)
 	if i == len(d.mu.regions) || d.mu.regions[i].start > p {

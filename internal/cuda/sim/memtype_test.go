@@ -115,3 +115,81 @@ func TestPointerMemoryTypes(t *testing.T) {
 	must(t, d.PrimaryCtxRelease(0))
 	simtest.AssertNoLeaks(t, d)
 }
+
+// TestPointerRanges: each pointer's answer is the allocation that holds it
+// — a cuMemAlloc buffer, a registered host range, one MemMap's range — in
+// one call; two registrations that adjoin are two ranges; unknown memory
+// and freed memory answer the zero range.
+func TestPointerRanges(t *testing.T) {
+	d := newDriver(t, sim.Config{GPUs: 1})
+	ctx := retain(t, d, 0)
+
+	dm, err := d.MemAlloc(ctx, 10000)
+	must(t, err)
+	hh, err := d.MemCreate(ctx, gran, hostNUMA(0, 0))
+	must(t, err)
+	vh := mapVMM(t, d, ctx, hh, gran, 0)
+	host := mmapHost(t, 4*4096) // the last page stays unregistered
+	hp := cuda.DevicePtr(addrOf(host))
+	// Two registrations that adjoin: one range each.
+	must(t, d.MemHostRegister(ctx, addrOf(host), 4096, 0))
+	must(t, d.MemHostRegister(ctx, addrOf(host)+4096, 2*4096, 0))
+	unmapped, err := d.MemAddressReserve(ctx, gran, 0)
+	must(t, err)
+	goHeap := make([]byte, 64)
+
+	r := func(p cuda.DevicePtr, n uint64) cuda.AddrRange { return cuda.AddrRange{Start: p, Size: n} }
+	cases := []struct {
+		name string
+		p    cuda.DevicePtr
+		want cuda.AddrRange
+	}{
+		{"memalloc base", dm, r(dm, 10000)},
+		{"memalloc last byte", dm + 9999, r(dm, 10000)},
+		{"host-numa vmm", vh.ptr + 5, r(vh.ptr, gran)},
+		{"first registration", hp + 4095, r(hp, 4096)},
+		{"second registration", hp + 4096, r(hp+4096, 2*4096)},
+		{"page after them", hp + 3*4096, cuda.AddrRange{}},
+		{"reserved, unmapped", unmapped, cuda.AddrRange{}},
+		{"go heap", cuda.DevicePtr(uintptr(unsafe.Pointer(&goHeap[0]))), cuda.AddrRange{}},
+		{"null", 0, cuda.AddrRange{}},
+	}
+	ptrs := make([]cuda.DevicePtr, len(cases))
+	for i, tc := range cases {
+		ptrs[i] = tc.p
+	}
+	got := make([]cuda.AddrRange, len(ptrs))
+	before := d.CallCount("PointerRanges")
+	must(t, d.PointerRanges(ctx, ptrs, got))
+	if n := d.CallCount("PointerRanges") - before; n != 1 {
+		t.Fatalf("%d calls for one batch", n)
+	}
+	for i, tc := range cases {
+		if got[i] != tc.want {
+			t.Errorf("%s (%#x): %+v, want %+v", tc.name, uint64(tc.p), got[i], tc.want)
+		}
+	}
+	if !got[0].Contains(dm+100, 9900) || got[0].Contains(dm+100, 9901) || got[3].Contains(hp+4000, 200) {
+		t.Errorf("AddrRange.Contains: wrong answer at an edge")
+	}
+
+	out := []cuda.AddrRange{{Start: 9, Size: 9}}
+	if err := d.PointerRanges(ctx, ptrs, out); !errors.Is(err, cuda.ErrorInvalidValue) || out[0].Start != 9 {
+		t.Fatalf("short out: %v, out %v", err, out)
+	}
+	if err := d.PointerRanges(cuda.Context(12345), ptrs[:1], out); !errors.Is(err, cuda.ErrorInvalidContext) || out[0].Start != 9 {
+		t.Fatalf("bad context: %v, out %v", err, out)
+	}
+
+	must(t, d.MemFree(ctx, dm))
+	must(t, d.PointerRanges(ctx, ptrs[:1], got[:1]))
+	if got[0] != (cuda.AddrRange{}) {
+		t.Fatalf("freed buffer: %+v", got[0])
+	}
+	must(t, d.MemHostUnregister(ctx, addrOf(host)))
+	must(t, d.MemHostUnregister(ctx, addrOf(host)+4096))
+	unmapVMM(t, d, ctx, vh)
+	must(t, d.MemAddressFree(ctx, unmapped, gran))
+	must(t, d.PrimaryCtxRelease(0))
+	simtest.AssertNoLeaks(t, d)
+}
