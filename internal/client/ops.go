@@ -225,6 +225,15 @@ func (c *segCache) release() {
 	c.last = nil
 }
 
+// lastRange is the mapping of the segment the last resolve found (the zero
+// range before any).
+func (c *segCache) lastRange() cuda.AddrRange {
+	if c.last == nil {
+		return cuda.AddrRange{}
+	}
+	return cuda.AddrRange{Start: c.lastBase, Size: c.last.Size}
+}
+
 // resolve returns the address of rep's first byte in this process, after
 // checking that its n bytes lie inside the segment: the provider's own
 // mapping for its own segments, else the mapping cache (importing on first
@@ -658,6 +667,8 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 	ph := phaseTimer{last: time.Now()}
 	cache := newSegCache()
 	defer cache.release()
+	runs := s.copyRuns(true)
+	defer func() { s.mergedCopies.Add(runs.merged) }()
 	p := putPipe{s: s, ctx: ctx, stream: stream, keys: keys, errs: errs, handOff: only, feed: feed}
 	p.startTimeline()
 	// The fence (see Store.reg): taken before the first chunk's copies are
@@ -749,17 +760,18 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 			}
 			ref := r.Ref(reqs.key(j))
 			var rerr error
-			n0 := len(c.copies)
+			mk := runs.mark(c.copies)
 			for _, rep := range r.Replicas {
 				addr, err := s.resolve(ctx, rep, total(srcs[i]), cache)
 				if err != nil {
 					rerr = err
 					break
 				}
-				c.copies = appendCopies(c.copies, srcs[i], addr, true)
+				n0 := len(c.copies)
+				c.copies = runs.add(appendCopies(c.copies, srcs[i], addr, true), n0, cache.lastRange())
 			}
 			if rerr != nil {
-				c.copies = c.copies[:n0]
+				c.copies = runs.undo(c.copies, mk)
 				errs[i] = fmt.Errorf("put %q: %w", keys[i], rerr)
 				s.revoke(ctx, []master.PutRef{ref})
 				continue
@@ -1322,6 +1334,8 @@ func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream
 	leases = make([]uint64, 0, len(q))
 	cache := newSegCache()
 	defer cache.release()
+	runs := s.copyRuns(false)
+	defer func() { s.mergedCopies.Add(runs.merged) }()
 	g := getPipe{s: s, stream: stream, sizes: sizes, errs: errs, leases: make([]keyLease, 0, len(q))}
 	// The master call of the next chunk runs (prefetch) while this one is
 	// resolved and submitted: three stages overlap — the master, this
@@ -1385,6 +1399,7 @@ func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream
 				errs[i] = err
 				continue
 			}
+			c.copies = runs.add(c.copies, n0, cache.lastRange())
 			if sizes != nil {
 				sizes[i] = r.Size
 			}

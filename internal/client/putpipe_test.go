@@ -251,9 +251,8 @@ func TestBatchPutCopyFailsWithEnder(t *testing.T) {
 	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
 	ctx := context.Background()
 	const n, size = 60, 4096
-	src := devBuf(t, e, n*size)
-	dst := devBuf(t, e, n*size)
-	keys, srcs, _ := slabs("ender-fails", src, dst, n, size)
+	src := devBuf(t, e, 2*n*size)
+	keys, srcs, _ := apartSlabs("ender-fails", src, src, n, size)
 	// Chunks of 1, 2, 4, 5, 5, 5, … keys: the first two go to the copy
 	// engine, so the fourth kernel launch is the sixth chunk's (keys 17–21),
 	// by when the ender has ended the first chunks.

@@ -93,6 +93,11 @@ type Options struct {
 	// measurement aid (`kvfabric bench --store --gpu-times`), two timing
 	// events per chunk.
 	TimeCopies bool
+	// SeparateCopies turns off the merging of copies that continue one
+	// another (copyRuns): every object's regions are copied as given. A
+	// measurement aid (`kvfabric bench --store --separate-copies`); merged
+	// copies touch exactly the same bytes.
+	SeparateCopies bool
 }
 
 // Store is a kvfabric client. All methods are safe for concurrent use.
@@ -181,8 +186,12 @@ type Store struct {
 	phases struct{ put, get phaseCounters }
 	// timeCopies is Options.TimeCopies; putTimeline the last put
 	// pipeline's chunks with it (phases.go).
-	timeCopies  bool
-	putTimeline struct {
+	timeCopies bool
+	// separateCopies is Options.SeparateCopies; mergedCopies counts the
+	// copies folded into the one before them (MergedCopies).
+	separateCopies bool
+	mergedCopies   atomic.Uint64
+	putTimeline    struct {
 		sync.Mutex
 		chunks []ChunkTime
 	}
@@ -374,6 +383,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	s.prep, _ = s.m.(master.Preparer)
 	s.spin.init()
 	s.timeCopies = opts.TimeCopies
+	s.separateCopies = opts.SeparateCopies
 	s.putParts = s.parts
 	if opts.BatchParts == 0 && s.embedded {
 		s.putParts = 1
@@ -1161,3 +1171,8 @@ var clock atomic.Pointer[func() time.Time]
 // MappingStats reports the consumer mapping cache's counters (imports, the
 // time they took, hits).
 func (s *Store) MappingStats() mapping.Stats { return s.maps.Stats() }
+
+// MergedCopies is the number of copies the Store's batches folded into the
+// copy before them (an object whose bytes continue the previous object's
+// on both sides) since Open; 0 with Options.SeparateCopies.
+func (s *Store) MergedCopies() uint64 { return s.mergedCopies.Load() }

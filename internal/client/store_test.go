@@ -789,12 +789,24 @@ func TestGetReleasesItsLease(t *testing.T) {
 // slabs returns n keys prefix/0 … and, for each, the size bytes at i*size
 // of src and of dst as its put source and get destination.
 func slabs(prefix string, src, dst cuda.DevicePtr, n, size int) (keys []string, srcs, dsts [][]client.Region) {
+	return stridedSlabs(prefix, src, dst, n, size, size)
+}
+
+// apartSlabs is slabs with a gap of size bytes after each slot (the
+// buffers hold 2*n*size bytes): no key's bytes continue another's, so the
+// Store copies each key on its own (no merged copies) — for tests that
+// count copies or kernel launches per chunk.
+func apartSlabs(prefix string, src, dst cuda.DevicePtr, n, size int) (keys []string, srcs, dsts [][]client.Region) {
+	return stridedSlabs(prefix, src, dst, n, size, 2*size)
+}
+
+func stridedSlabs(prefix string, src, dst cuda.DevicePtr, n, size, stride int) (keys []string, srcs, dsts [][]client.Region) {
 	keys = make([]string, n)
 	srcs, dsts = make([][]client.Region, n), make([][]client.Region, n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%s/%d", prefix, i)
-		srcs[i] = client.Bytes(uintptr(src)+uintptr(i*size), uint64(size))
-		dsts[i] = client.Bytes(uintptr(dst)+uintptr(i*size), uint64(size))
+		srcs[i] = client.Bytes(uintptr(src)+uintptr(i*stride), uint64(size))
+		dsts[i] = client.Bytes(uintptr(dst)+uintptr(i*stride), uint64(size))
 	}
 	return keys, srcs, dsts
 }
@@ -811,9 +823,9 @@ func TestBatchGetStoppedReleasesPrefetchedLeases(t *testing.T) {
 	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{LeaseTTL: time.Hour})
 	ctx := context.Background()
 	const n, size = 40, 4096
-	src := devBuf(t, e, n*size)
-	dst := devBuf(t, e, n*size)
-	keys, srcs, dsts := slabs("prefetch", src, dst, n, size)
+	src := devBuf(t, e, 2*n*size)
+	dst := devBuf(t, e, 2*n*size)
+	keys, srcs, dsts := apartSlabs("prefetch", src, dst, n, size)
 	for i, err := range e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
 		if err != nil {
 			t.Fatalf("put %s: %v", keys[i], err)
@@ -847,13 +859,8 @@ func TestBatchPutStoppedRevokesPrefetchedPuts(t *testing.T) {
 	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
 	ctx := context.Background()
 	const n, size = 40, 4096
-	src := devBuf(t, e, n*size)
-	keys := make([]string, n)
-	srcs := make([][]client.Region, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("prefetch-put/%d", i)
-		srcs[i] = client.Bytes(uintptr(src)+uintptr(i*size), size)
-	}
+	src := devBuf(t, e, 2*n*size)
+	keys, srcs, _ := apartSlabs("prefetch-put", src, src, n, size)
 	// Chunks of 1, 2, 4, 5, … keys: the third is the first kernel launch.
 	e.drv.Fail("LaunchKernel", 1, cuda.ErrorLaunchFailed)
 	for i, err := range e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
