@@ -31,19 +31,20 @@ type benchFlags struct {
 
 // storeFlags are the flags only `bench --store` reads.
 type storeFlags struct {
-	on      bool
-	paths   string
-	maxKeys int
-	chunk   int
-	parts   int
-	prefill bool
-	scatter bool
-	gpuTime bool
-	json    string
-	plot    string
-	python  string
-	script  string
-	replot  string
+	on       bool
+	paths    string
+	maxKeys  int
+	chunk    int
+	parts    int
+	prefill  bool
+	scatter  bool
+	separate bool
+	gpuTime  bool
+	json     string
+	plot     string
+	python   string
+	script   string
+	replot   string
 }
 
 // gatherOpts are the flags only `bench --gather` reads.
@@ -114,7 +115,7 @@ engine moving only the selected bytes and the link's ceiling, on the first of
 			if sf.on {
 				fl := cmd.Flags()
 				sb := storeBenchFlags{driver: f.driver, iters: f.iters, paths: sf.paths, maxKeys: sf.maxKeys, chunk: sf.chunk, parts: sf.parts,
-					prefill: sf.prefill, scatter: sf.scatter, gpuTime: sf.gpuTime, json: sf.json, plot: sf.plot, python: sf.python, script: sf.script}
+					prefill: sf.prefill, scatter: sf.scatter, separate: sf.separate, gpuTime: sf.gpuTime, json: sf.json, plot: sf.plot, python: sf.python, script: sf.script}
 				if fl.Changed("devices") {
 					sb.devices = f.devices
 				}
@@ -154,6 +155,7 @@ engine moving only the selected bytes and the link's ceiling, on the first of
 	cmd.Flags().BoolVar(&sf.gpuTime, "gpu-times", false, "--store: time every pipeline chunk's copies on the GPU (client.Options.TimeCopies; Go paths), reported as the gpu phase: whether the GPU was kept busy")
 	cmd.Flags().BoolVar(&sf.prefill, "prefill", false, "--store: fill each GPU's store before the rounds and keep every round's objects, so that puts evict as in a full cache (Go paths; the python path is skipped)")
 	cmd.Flags().BoolVar(&sf.scatter, "scatter", false, "--store: put each key from, and get it into, a random slot of the GPU buffers instead of key i at slot i, so that no two keys' buffers adjoin in key order, as in a paged KV cache (Go paths; the python path is skipped)")
+	cmd.Flags().BoolVar(&sf.separate, "separate-copies", false, "--store: the Go paths' Stores copy every key on its own (client.Options.SeparateCopies) instead of merging the copies of keys whose bytes continue one another on both sides; the JSON's merged_copies_per_key says how many merged")
 	cmd.Flags().StringVar(&sf.json, "json", "", "--store: write the results as JSON to this file")
 	cmd.Flags().StringVar(&sf.plot, "plot", "", "--store: plot ratio to the ceiling vs object size to this .svg or .png file")
 	cmd.Flags().StringVar(&sf.replot, "replot", "", "--store: do not measure; draw --plot from this --json file of an earlier run")

@@ -48,23 +48,24 @@ const defaultStoreSizes = "4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB"
 // storeBenchFlags are the flags of `bench --store` (with the bench flags
 // they share: driver, devices, sizes, bytes, iters).
 type storeBenchFlags struct {
-	driver  string
-	devices string // "" means every visible GPU
-	sizes   string
-	bytes   string // bytes per round per GPU
-	iters   int
-	paths   string
-	maxKeys int
-	chunk   int
-	parts   int
-	ceMin   string // copy_engine_min_bytes of the Go paths' Stores; "" keeps the default
-	prefill bool   // fill the stores first and keep every round's objects (puts evict)
-	scatter bool   // the Go paths' keys at random slots of the GPU buffers, not key i at slot i
-	gpuTime bool   // client.Options.TimeCopies of the Go paths
-	json    string
-	plot    string
-	python  string // the python3 executable
-	script  string // the Python side; "" finds scripts/bench-store.py
+	driver   string
+	devices  string // "" means every visible GPU
+	sizes    string
+	bytes    string // bytes per round per GPU
+	iters    int
+	paths    string
+	maxKeys  int
+	chunk    int
+	parts    int
+	ceMin    string // copy_engine_min_bytes of the Go paths' Stores; "" keeps the default
+	prefill  bool   // fill the stores first and keep every round's objects (puts evict)
+	scatter  bool   // the Go paths' keys at random slots of the GPU buffers, not key i at slot i
+	separate bool   // client.Options.SeparateCopies of the Go paths
+	gpuTime  bool   // client.Options.TimeCopies of the Go paths
+	json     string
+	plot     string
+	python   string // the python3 executable
+	script   string // the Python side; "" finds scripts/bench-store.py
 	// exe runs `kvfabric master` for the remote path; "" means this
 	// executable (tests re-execute the test binary as kvfabric).
 	exe string
@@ -81,6 +82,7 @@ type storeParams struct {
 	ceMin      string // copy_engine_min_bytes of the Go paths ("": the default)
 	prefill    bool   // the stores are full before the rounds, which keep their objects
 	scatter    bool   // key i's buffers are slot perm[i] of the GPU buffers (storeSlots)
+	separate   bool   // client.Options.SeparateCopies: no copies merged
 	gpuTime    bool   // the Go paths time their chunks' copies on the GPU
 	capacity   uint64 // global_segment_size of each GPU's store
 	maxMR      uint64
@@ -93,6 +95,9 @@ type storeRound struct {
 	put, get     time.Duration
 	putPh, getPh client.PhaseStats
 	evicted      uint64 // objects the master evicted during the put phase (with prefill)
+	// putMerged and getMerged are the copies the Store folded into the one
+	// before (client.Store.MergedCopies) in each phase.
+	putMerged, getMerged uint64
 }
 
 // storeSize is one object size's result on one GPU.
@@ -147,6 +152,7 @@ type storeReport struct {
 	CopyEngineMin string         `json:"copy_engine_min,omitempty"` // --copy-engine-min given with --store: the Go paths' copy_engine_min_bytes
 	Prefill       bool           `json:"prefill,omitempty"`         // --prefill: the stores were full and every put evicted
 	Scatter       bool           `json:"scatter,omitempty"`         // --scatter: each key's buffers at a random slot, not key i at slot i
+	Separate      bool           `json:"separate_copies,omitempty"` // --separate-copies: the Go paths merged no copies
 	GPUTimes      bool           `json:"gpu_times,omitempty"`       // --gpu-times: the Go paths' rows have the gpu phase
 	Ceilings      []storeCeiling `json:"ceilings"`
 	Results       []storeResult  `json:"results"`
@@ -191,6 +197,11 @@ type storeResult struct {
 	// EvictionsPerKey is how many objects the master evicted per key put
 	// in the timed rounds (--prefill; Go paths' put rows).
 	EvictionsPerKey *float64 `json:"evictions_per_key,omitempty"`
+	// MergedPerKey is the share of the timed rounds' keys whose copy the
+	// Store folded into the copy before it (bytes that continue the last
+	// key's on both sides; client.Store.MergedCopies); Go paths' per-GPU
+	// rows.
+	MergedPerKey *float64 `json:"merged_copies_per_key,omitempty"`
 	// PutTimeline is, with --gpu-times, the chunks of the last round's
 	// last put pipeline (client.ChunkTime, µs from its start; Go paths'
 	// per-GPU put rows): where the GPU waited.
@@ -267,7 +278,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 		ctx = context.Background()
 	}
 	isSim := drv.Name() == "sim"
-	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill, scatter: f.scatter, gpuTime: f.gpuTime}
+	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill, scatter: f.scatter, separate: f.separate, gpuTime: f.gpuTime}
 	if p.chunk < 0 {
 		return fmt.Errorf("--pipeline-chunk %d: want 0 (the default) or more", p.chunk)
 	}
@@ -363,7 +374,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 
 	ver, _ := drv.DriverVersion()
 	rep := storeReport{Kind: "kvfabric-bench-store", Driver: why, DriverVersion: ver, Sizes: p.sizes,
-		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, CopyEngineMin: p.ceMin, Prefill: p.prefill, Scatter: p.scatter, GPUTimes: p.gpuTime, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
+		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, CopyEngineMin: p.ceMin, Prefill: p.prefill, Scatter: p.scatter, Separate: p.separate, GPUTimes: p.gpuTime, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
 	for _, d := range devs {
 		rep.Devices = append(rep.Devices, int(d))
 	}
@@ -389,8 +400,8 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 					ceil = gpus
 				}
 			case pathPython:
-				if p.prefill || p.scatter {
-					skip = "--prefill and --scatter cover the Go paths only"
+				if p.prefill || p.scatter || p.separate {
+					skip = "--prefill, --scatter and --separate-copies cover the Go paths only"
 					break
 				}
 				if _, _, _, skip = pythonSetup(f); skip != "" {
@@ -497,15 +508,16 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 				}
 				var sec float64
 				var ph client.PhaseStats
-				var evicted uint64
+				var evicted, merged uint64
 				for ri, r := range s.rounds {
-					t, rph := r.put, r.putPh
+					t, rph, rm := r.put, r.putPh, r.putMerged
 					if dir == "get" {
-						t, rph = r.get, r.getPh
+						t, rph, rm = r.get, r.getPh, r.getMerged
 					}
 					sec += t.Seconds()
 					ph = ph.Add(rph)
 					evicted += r.evicted
+					merged += rm
 					if gi == 0 {
 						aggSec += maxRound(gpus, si, ri, dir)
 					}
@@ -522,6 +534,10 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 				}
 				if ceil > 0 {
 					row.Ratio = row.GBps / ceil
+				}
+				if path != pathPython && len(s.rounds) > 0 {
+					mk := float64(merged) / float64(s.keys*len(s.rounds))
+					row.MergedPerKey = &mk
 				}
 				if p.prefill && dir == "put" && path != pathPython && len(s.rounds) > 0 {
 					e := float64(evicted) / float64(s.keys*len(s.rounds))
@@ -544,7 +560,7 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 				agg.Keys *= len(gpus)
 				agg.Batches *= len(gpus)
 				agg.BytesPerRound *= uint64(len(gpus))
-				agg.GBps, agg.Ratio, agg.Error, agg.PhaseUs, agg.EvictionsPerKey, agg.PutTimeline = 0, 0, "", nil, nil, nil
+				agg.GBps, agg.Ratio, agg.Error, agg.PhaseUs, agg.EvictionsPerKey, agg.MergedPerKey, agg.PutTimeline = 0, 0, "", nil, nil, nil, nil
 				if aggSec > 0 {
 					agg.GBps = aggBytes / aggSec / 1e9
 				}
@@ -599,6 +615,9 @@ func writeStoreTable(w io.Writer, rows []storeResult) {
 		}
 		if e := r.EvictionsPerKey; e != nil {
 			ph += fmt.Sprintf(" | evicted/key %.2f", *e)
+		}
+		if m := r.MergedPerKey; m != nil && *m > 0 {
+			ph += fmt.Sprintf(" | merged/key %.3f", *m)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.2f\t%.2f\t%.3f\t%s\t%s\t\n", r.Mode, r.Path, r.Dir, sizeLabel(r.Size), gpu,
 			r.Keys, r.Batches, r.GBps, r.CeilingGBps, r.Ratio, ok, ph)
@@ -715,7 +734,7 @@ func runStoreGo(ctx context.Context, drv cuda.Driver, path string, m storeMode, 
 		}
 		id := fmt.Sprintf("bench-%s-%s-gpu%d-%d", path, m.name, dev, os.Getpid())
 		if stores[i], err = client.Open(ctx, cfg, client.Options{Driver: drv, Master: mc, ClientID: id, PipelineChunk: p.chunk, BatchParts: p.parts,
-			TimeCopies: p.gpuTime}); err != nil {
+			TimeCopies: p.gpuTime, SeparateCopies: p.separate}); err != nil {
 			return nil, fmt.Errorf("gpu %d: open store: %w", dev, err)
 		}
 	}
@@ -952,6 +971,7 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 					}
 				}
 				put0, get0 := st.Phases()
+				merged0 := st.MergedCopies()
 				t0 := time.Now()
 				for b := 0; b < nkeys; b += p.maxKeys {
 					hi := min(b+p.maxKeys, nkeys)
@@ -976,8 +996,9 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 				}
 				took := time.Since(t0)
 				put1, get1 := st.Phases()
+				merged := st.MergedCopies() - merged0
 				if dir == "put" {
-					rt.put, rt.putPh = took, put1.Sub(put0)
+					rt.put, rt.putPh, rt.putMerged = took, put1.Sub(put0), merged
 					if p.gpuTime && round == p.iters {
 						sr.timeline = st.LastPutTimeline()
 					}
@@ -989,7 +1010,7 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 						rt.evicted = ev1 - ev0
 					}
 				} else {
-					rt.get, rt.getPh = took, get1.Sub(get0)
+					rt.get, rt.getPh, rt.getMerged = took, get1.Sub(get0), merged
 				}
 			}
 			if round > 0 {

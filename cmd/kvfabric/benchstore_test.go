@@ -328,6 +328,9 @@ func TestBenchStoreScatter(t *testing.T) {
 	}
 
 	const size = 64 << 10
+	// The layout checks below look at the copies as the keys lay them
+	// out, so the Store merges none (--separate-copies); merging is
+	// checked last.
 	run := func(scatter bool, failGet bool) (contiguous, putCopies int, out string, err error) {
 		sd, err := sim.New(sim.Config{Granularity: 65536})
 		if err != nil {
@@ -359,7 +362,7 @@ func TestBenchStoreScatter(t *testing.T) {
 		var b bytes.Buffer
 		// The copy engine takes the objects: the wrapper sees its copies.
 		err = runStoreBenchOn(context.Background(), &b, drv, "test", storeBenchFlags{sizes: "64KiB", bytes: "1MiB", iters: 1,
-			paths: pathEmbedded, scatter: scatter, ceMin: "64KiB"})
+			paths: pathEmbedded, scatter: scatter, separate: true, ceMin: "64KiB"})
 		return contiguous, putCopies, b.String(), err
 	}
 	c, n, out, err := run(false, false)
@@ -378,7 +381,53 @@ func TestBenchStoreScatter(t *testing.T) {
 	}
 	var b bytes.Buffer
 	if err := runStoreBench(context.Background(), &b, storeBenchFlags{driver: "sim", sizes: "64KiB", bytes: "256KiB", iters: 1,
-		paths: pathPython, scatter: true}); err != nil || !strings.Contains(b.String(), "--scatter cover the Go paths only") {
+		paths: pathPython, scatter: true}); err != nil || !strings.Contains(b.String(), "cover the Go paths only") {
 		t.Fatalf("python path with --scatter: %v\n%s", err, b.String())
+	}
+
+	// The Store merges the copies of keys whose bytes continue one
+	// another: most of them in the bench's own layout, few with
+	// --scatter, none with --separate-copies; the JSON says how many.
+	// (The bench's two segments are --bytes each; the master fills one
+	// for 1/64 of its size, 128 KiB here, before it turns to the other:
+	// runs of 8 keys.)
+	merged := func(scatter, separate bool) (put, get float64) {
+		js := filepath.Join(t.TempDir(), "m.json")
+		var b bytes.Buffer
+		if err := runStoreBench(context.Background(), &b, storeBenchFlags{driver: "sim", sizes: "16KiB", bytes: "8MiB", iters: 2,
+			paths: pathEmbedded, scatter: scatter, separate: separate, json: js}); err != nil {
+			t.Fatalf("scatter %v, separate %v: %v\n%s", scatter, separate, err, b.String())
+		}
+		var rep storeReport
+		raw, err := os.ReadFile(js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, &rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Separate != separate {
+			t.Fatalf("separate_copies %v in the JSON, want %v", rep.Separate, separate)
+		}
+		for _, r := range rep.Results {
+			if r.MergedPerKey == nil {
+				t.Fatalf("%s row without merged_copies_per_key", r.Dir)
+			}
+			if r.Dir == "put" {
+				put = *r.MergedPerKey
+			} else {
+				get = *r.MergedPerKey
+			}
+		}
+		return put, get
+	}
+	if p, g := merged(false, false); p < 0.5 || g < 0.5 {
+		t.Fatalf("bench layout: %.3f of the put and %.3f of the get copies merged; want most", p, g)
+	}
+	if p, g := merged(true, false); p > 0.25 || g > 0.25 {
+		t.Fatalf("--scatter: %.3f of the put and %.3f of the get copies merged; want few", p, g)
+	}
+	if p, g := merged(false, true); p != 0 || g != 0 {
+		t.Fatalf("--separate-copies: %.3f of the put and %.3f of the get copies merged; want none", p, g)
 	}
 }

@@ -143,6 +143,10 @@ var argsFor = map[string]func(f *fixture) []any{
 		ptrs := []cuda.DevicePtr{f.dm, f.v.ptr, cuda.DevicePtr(addrOf(f.host)), cuda.DevicePtr(addrOf(f.host2))}
 		return []any{f.ctx, ptrs, make([]cuda.MemoryType, len(ptrs))}
 	},
+	"PointerRanges": func(f *fixture) []any {
+		ptrs := []cuda.DevicePtr{f.dm, f.v.ptr, cuda.DevicePtr(addrOf(f.host)), cuda.DevicePtr(addrOf(f.host2))}
+		return []any{f.ctx, ptrs, make([]cuda.AddrRange, len(ptrs))}
+	},
 }
 
 // invoke calls method on d through reflection, converting args to the
