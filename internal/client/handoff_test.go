@@ -97,7 +97,7 @@ func TestMetaWorker(t *testing.T) {
 			running.Add(-1)
 			done <- i
 		})
-		if got := awaitMeta(b, done); got != i {
+		if got := awaitMeta(b, w, done); got != i {
 			t.Fatalf("answer %d, want %d", got, i)
 		}
 		if i%7 == 0 {
@@ -128,7 +128,7 @@ func TestMetaWorker(t *testing.T) {
 	var nw *metaWorker
 	ch := make(chan int, 1)
 	nw.call(func() { ch <- 1 })
-	if v := awaitMeta(b, ch); v != 1 {
+	if v := awaitMeta(b, nw, ch); v != 1 {
 		t.Fatalf("nil worker's call answered %d", v)
 	}
 	nw.stop()

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -605,4 +606,80 @@ func TestPutChunksPrepared(t *testing.T) {
 	}
 	wantNoPending(t, e)
 	closeThrough(t, e, st)
+}
+
+// TestTwoChunkBatches: a batch of two pipeline chunks (1 + 2 keys with the
+// tests' chunk of 5) makes its second master call on its own goroutine
+// after the first chunk's copies are enqueued (no worker). It puts and
+// gets every key; when the first chunk's copy fails, the second chunk's
+// keys fail with it and nothing of them was started: no pending put, no
+// bytes held, no lease left to block a plain remove.
+func TestTwoChunkBatches(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{LeaseTTL: time.Hour})
+	ctx := context.Background()
+	const n, size = 3, 4096
+	src := devBuf(t, e, 2*n*size)
+	dst := devBuf(t, e, 2*n*size)
+	want := fillRandom(t, e, src, 2*n*size, rand.New(rand.NewPCG(3, 4)))
+	// Keys apart: one copy each, so the first chunk is one copy and the
+	// second two (both on the copy engine, one MemcpyAsync call each).
+	keys, srcs, dsts := apartSlabs("two", src, dst, n, size)
+	for i, err := range e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
+		if err != nil {
+			t.Fatalf("put %s: %v", keys[i], err)
+		}
+	}
+	if _, errs := e.cons.BatchGet(ctx, keys, dsts, 0); errs != nil {
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("get %s: %v", keys[i], err)
+			}
+		}
+	}
+	got := readBack(t, e, dst, 2*n*size)
+	for i := range n {
+		if off := 2 * i * size; !bytes.Equal(got[off:off+size], want[off:off+size]) {
+			t.Fatalf("get %s: not its bytes", keys[i])
+		}
+	}
+
+	// The first chunk's copy fails: the whole batch fails, nothing of the
+	// second chunk was started.
+	bad, bsrcs, _ := apartSlabs("two-bad", src, dst, n, size)
+	e.drv.Fail("MemcpyAsync", 1, cuda.ErrorUnknown)
+	errs := e.cons.BatchPut(ctx, bad, bsrcs, 0, client.PutOptions{})
+	vis, err := e.mc.Exists(ctx, bad, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		if !errors.Is(err, client.ErrTransfer) || vis[i] {
+			t.Fatalf("put %s after a failed first chunk: %v, visible %v (want ErrTransfer, not visible)", bad[i], err, vis[i])
+		}
+	}
+	wantNoPending(t, e)
+	st, err := e.mc.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := st.Tiers[0].Used; used != n*size {
+		t.Fatalf("the store holds %d bytes after the failed batch, want %d (the first batch's)", used, n*size)
+	}
+
+	e.drv.Fail("MemcpyAsync", 1, cuda.ErrorUnknown)
+	if _, errs := e.cons.BatchGet(ctx, keys, dsts, 0); errs == nil {
+		t.Fatal("get with a failed first chunk succeeded")
+	} else {
+		for i, err := range errs {
+			if !errors.Is(err, client.ErrTransfer) {
+				t.Fatalf("get %s after a failed first chunk: %v, want ErrTransfer", keys[i], err)
+			}
+		}
+	}
+	for i, err := range e.cons.BatchRemove(ctx, keys, false) {
+		if err != nil {
+			t.Fatalf("plain remove of %s after the failed get (a lease left behind?): %v", keys[i], err)
+		}
+	}
+	e.close()
 }
