@@ -5,7 +5,9 @@
 #  2. bench --store go-embedded and go-remote at 4 KiB-1 MiB, 3 interleaved
 #     rounds of: head (copies merged), head --separate-copies, base (43b228b);
 #  3. head and head --separate-copies with --scatter (a paged cache: nothing merges);
-#  4. a --gpu-times timeline of head and head --separate-copies at 64 KiB.
+#  4. a --gpu-times timeline of head and head --separate-copies at 64 KiB;
+#  5. batches of 128 keys (--max-keys 128) at 4 and 64 KiB, 3 interleaved
+#     rounds of head --separate-copies (two-chunk batches inline) and s19.
 # Part B (run.sh B): the copy kernel's small launches (probe "launch" set);
 #  s4 and s16f against head --separate-copies at 16/32/64 KiB, 3 rounds;
 #  the python path of head; the master's loopback PutStart with a CPU profile.
@@ -33,6 +35,10 @@ if [ "$PART" = A ]; then
   st scatter-sep $V/head/kvfabric bench --store --driver cuda $S --scatter --separate-copies --json "$L/scatter-sep.json"
   st tl-merge $V/head/kvfabric bench --store --driver cuda --sizes 64KiB --paths go-embedded --gpu-times --json "$L/tl-merge.json"
   st tl-sep $V/head/kvfabric bench --store --driver cuda --sizes 64KiB --paths go-embedded --gpu-times --separate-copies --json "$L/tl-sep.json"
+  for rep in 1 2 3; do
+    st small-head-$rep $V/head/kvfabric bench --store --driver cuda --sizes 4KiB,64KiB --paths go-embedded,go-remote --max-keys 128 --separate-copies --json "$L/small-head-$rep.json"
+    st small-s19-$rep $V/s19/kvfabric bench --store --driver cuda --sizes 4KiB,64KiB --paths go-embedded,go-remote --max-keys 128 --json "$L/small-s19-$rep.json"
+  done
 else
   /usr/local/cuda/bin/nvcc -O3 -arch=sm_90 -I kernels -o /tmp/probe scripts/copy-kernel-probe.cu -lcuda > "$L/build.log" 2>&1
   st probe-launch /tmp/probe 3 20 launch
