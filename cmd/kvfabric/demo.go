@@ -327,6 +327,7 @@ func runDemoOn(ctx context.Context, out io.Writer, drv cuda.Driver, why string, 
 		}
 	}
 	st := cons.TransferStats()
+	merged := cons.MergedCopies()
 	ms := cons.MappingStats()
 	putPh, getPh := cons.Phases()
 	if o.rounds > 1 {
@@ -372,7 +373,8 @@ func runDemoOn(ctx context.Context, out io.Writer, drv cuda.Driver, why string, 
 		fmt.Fprintf(tw, "put (GPU -> store)\t%.2f GB/s steady state (%d rounds)\n", gbps(size*uint64(o.rounds-1), putDur), o.rounds-1)
 		fmt.Fprintf(tw, "get (store -> GPU)\t%.2f GB/s steady state (%d rounds)\n", gbps(size*uint64(o.rounds-1), getDur), o.rounds-1)
 	}
-	fmt.Fprintf(tw, "copies\tSM kernel %d blocks in %d launches, copy engine %d blocks in %d batches, per-copy %d\n", st.KernelBlocks, st.KernelLaunches, st.BatchBlocks, st.BatchCalls, st.EachBlocks)
+	fmt.Fprintf(tw, "copies\tSM kernel %d blocks in %d launches, copy engine %d blocks in %d batches, per-copy %d; %d blocks merged into the one before (random block order: few continue one another)\n",
+		st.KernelBlocks, st.KernelLaunches, st.BatchBlocks, st.BatchCalls, st.EachBlocks, merged)
 	for _, p := range []struct {
 		name string
 		ph   client.PhaseStats
