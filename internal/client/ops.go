@@ -723,8 +723,8 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 	// first, so that it is running by the time of the first prefetch.
 	// A batch of two chunks makes no hand-off either: its second call
 	// runs here once the first chunk's copies are enqueued, while they
-	// run (twoChunks).
-	inline := twoChunks(src, &ch)
+	// run (chunker.lastFits).
+	inline := ch.lastFits(src.left())
 	if !done && ahead.more() && !inline {
 		w = startMetaWorker(&s.spin, &s.workers)
 		if s.embedded {
@@ -823,18 +823,6 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 	ph.lap(&s.phases.put.copy)
 }
 
-// twoChunks reports whether what src has left after its first chunk fits
-// in one more chunk. Such a batch makes its second master call on the
-// pipeline's goroutine, after the first chunk's copies are enqueued: the
-// call still runs beside those copies, and it is not handed to a worker
-// goroutine, whose start costs more than the call it would overlap with
-// the first chunk's resolving — it sits in the pipeline's P's runnext
-// slot until that goroutine blocks or another P takes it (handoff.go; on
-// the dev VM a 128-key get took 157 µs with a worker, 62 µs without).
-func twoChunks(src putSource, ch *chunker) bool {
-	return src.left() <= ch.size
-}
-
 // chunker cuts a batch into pipelined chunks: the metadata of chunk k+1 is
 // fetched and resolved while chunk k's copies run. The first chunk is an
 // eighth of pipeChunk and each next one twice the last, up to pipeChunk:
@@ -854,6 +842,17 @@ func (c *chunker) take() int {
 	c.size = min(2*c.size, c.max)
 	return n
 }
+
+// lastFits reports whether the left keys, those after the first chunk,
+// fit in the next chunk: a batch of two chunks. Such a batch makes its
+// second master call on the pipeline's goroutine, after the first chunk's
+// copies are enqueued — the call still runs beside those copies — instead
+// of on a worker goroutine, whose start costs more than the call it would
+// overlap with the first chunk's resolving: the worker waits in the
+// pipeline's P's runnext slot until that goroutine blocks or another P
+// takes it (handoff.go; on the dev VM a 128-key get took 162–185 µs with a
+// worker, 63–67 without).
+func (c *chunker) lastFits(left int) bool { return left <= c.size }
 
 // next returns the end of the chunk that starts at lo, of n keys.
 func (c *chunker) next(lo, n int) int {
@@ -1387,8 +1386,8 @@ func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream
 	// first, so that it is running by the time of the first prefetch.
 	// A batch of two chunks makes no hand-off either: its second call
 	// runs here once the first chunk's copies are enqueued, while they
-	// run (twoChunks).
-	inline := len(q)-hi <= ch.size
+	// run (chunker.lastFits).
+	inline := ch.lastFits(len(q) - hi)
 	if hi < len(q) && !inline {
 		w = startMetaWorker(&s.spin, &s.workers)
 	}
