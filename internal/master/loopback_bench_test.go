@@ -251,3 +251,66 @@ func benchLoopback(b *testing.B, l *loopback, rpc string) {
 	b.ReportMetric(float64(ac.bytes)/keys, "B/key")
 	b.ReportMetric(float64(ac.cpu.Nanoseconds())/keys, "cpu-ns/key")
 }
+
+// BenchmarkLoopbackOneCaller is BenchmarkLoopback's load made by one
+// goroutine, one call at a time, as one pipeline of a Store makes its
+// master calls (a chunk of up to 512 keys, a batch of up to 4096): the
+// latency of a call per key, not the throughput of eight callers. Over
+// gRPC and over the fast path.
+func BenchmarkLoopbackOneCaller(b *testing.B) {
+	for _, rpc := range []string{"GetReplicas", "PutStart"} {
+		for _, n := range []int{64, 512, loopbackKeys} {
+			for _, client := range []string{"grpc", "fast"} {
+				b.Run(fmt.Sprintf("rpc=%s/client=%s/keys=%d", rpc, client, n), func(b *testing.B) {
+					l := newLoopback(b, nil, nil)
+					if client == "fast" {
+						l.c = dialFast(b, serveFast(b, NewServer(l.svc, nil), nil), FastPath{})
+					}
+					ctx := context.Background()
+					gets, reqs := l.gets[0][:n], l.reqs(l.puts[0][:n])
+					refs := make([]PutRef, n)
+					var ac meter
+					runtime.GC()
+					b.ResetTimer()
+					ac.start()
+					for b.Loop() {
+						if rpc == "GetReplicas" {
+							res, err := l.c.GetReplicas(ctx, gets)
+							if err == nil && res[n-1].Err != nil {
+								err = res[n-1].Err
+							}
+							if err != nil {
+								b.Fatal(err)
+							}
+							continue
+						}
+						res, err := l.c.PutStart(ctx, reqs)
+						if err != nil {
+							b.Fatal(err)
+						}
+						for j, r := range res {
+							if r.Err != nil {
+								b.Fatalf("PutStart %s: %v", reqs[j].Key, r.Err)
+							}
+							refs[j] = PutRef{Key: reqs[j].Key, Token: r.Token}
+						}
+						b.StopTimer()
+						ac.stop()
+						for _, err := range l.svc.PutRevoke(ctx, refs) {
+							if err != nil {
+								b.Fatal(err)
+							}
+						}
+						ac.start()
+						b.StartTimer()
+					}
+					ac.stop()
+					keys := float64(b.N) * float64(n)
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/keys, "ns/key")
+					b.ReportMetric(float64(ac.cpu.Nanoseconds())/keys, "cpu-ns/key")
+					b.ReportMetric(float64(ac.bytes)/keys, "B/key")
+				})
+			}
+		}
+	}
+}
