@@ -63,7 +63,7 @@ func (d *spanCheck) MemcpyBatchAsync(ctx cuda.Context, cs []cuda.Copy, s cuda.St
 // mergeEnv is a provider and a consumer whose every copy goes to the copy
 // engines (a crossover of 1 byte), through spanCheck, so the test sees each
 // copy the Store submits.
-func mergeEnv(t *testing.T, o client.Options) (*env, *spanCheck) {
+func mergeEnv(t *testing.T, o client.Options, conf map[string]any) (*env, *spanCheck) {
 	t.Helper()
 	drv, err := sim.New(sim.Config{})
 	if err != nil {
@@ -80,7 +80,8 @@ func mergeEnv(t *testing.T, o client.Options) (*env, *spanCheck) {
 		t.Fatal(err)
 	}
 	o.Driver, o.Master, o.ClientID, o.PipelineChunk, o.BatchParts = sc, e.mc, "cons", 32, 1
-	cfg := cfgFor(t, map[string]any{"copy_engine_min_bytes": 1, "get_copy_engine_min_bytes": 1})
+	conf["copy_engine_min_bytes"], conf["get_copy_engine_min_bytes"] = 1, 1
+	cfg := cfgFor(t, conf)
 	if e.cons, err = client.Open(ctx, cfg, o); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,8 @@ func mergeEnv(t *testing.T, o client.Options) (*env, *spanCheck) {
 // in a few long copies, each inside one allocation on both sides — also
 // when the caller's buffer is two registrations that adjoin — and every
 // object reads back its own bytes, by the batch and alone. With
-// SeparateCopies, or with the buffers permuted, the copies are the objects'.
+// SeparateCopies or merge_copies=false, or with the buffers permuted, the
+// copies are the objects'.
 func TestMergedCopies(t *testing.T) {
 	const n, size = 96, 16 << 10
 	for _, tc := range []struct {
@@ -100,6 +102,7 @@ func TestMergedCopies(t *testing.T) {
 		host     bool // the buffers: two adjoining registered host ranges (else one device buffer)
 		scatter  bool // key i at slot perm[i]
 		separate bool // client.Options.SeparateCopies
+		noMerge  bool // the configuration's merge_copies=false
 		replicas int
 	}{
 		{name: "device"},
@@ -107,9 +110,14 @@ func TestMergedCopies(t *testing.T) {
 		{name: "two replicas", replicas: 2},
 		{name: "scatter", scatter: true},
 		{name: "separate", separate: true},
+		{name: "merge_copies=false", noMerge: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, sc := mergeEnv(t, client.Options{SeparateCopies: tc.separate})
+			conf := map[string]any{}
+			if tc.noMerge {
+				conf["merge_copies"] = false
+			}
+			e, sc := mergeEnv(t, client.Options{SeparateCopies: tc.separate}, conf)
 			defer e.close()
 			ctx := context.Background()
 			rng := rand.New(rand.NewPCG(11, uint64(len(tc.name))))
@@ -204,7 +212,7 @@ func TestMergedCopies(t *testing.T) {
 			case reps > 1:
 				// A replica's copy merges only where the master happened
 				// to place it right after the last copy: no bound.
-			case tc.separate:
+			case tc.separate || tc.noMerge:
 				if putMerged+getMerged != 0 {
 					t.Errorf("SeparateCopies: %d put and %d get copies merged", putMerged, getMerged)
 				}

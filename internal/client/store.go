@@ -94,9 +94,10 @@ type Options struct {
 	// events per chunk.
 	TimeCopies bool
 	// SeparateCopies turns off the merging of copies that continue one
-	// another (copyRuns): every object's regions are copied as given. A
-	// measurement aid (`kvfabric bench --store --separate-copies`); merged
-	// copies touch exactly the same bytes.
+	// another (copyRuns), as the configuration's merge_copies=false does:
+	// every object's regions are copied as given. Merged copies touch
+	// exactly the same bytes; `kvfabric bench --store --separate-copies`
+	// measures the difference.
 	SeparateCopies bool
 }
 
@@ -383,7 +384,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	s.prep, _ = s.m.(master.Preparer)
 	s.spin.init()
 	s.timeCopies = opts.TimeCopies
-	s.separateCopies = opts.SeparateCopies
+	s.separateCopies = opts.SeparateCopies || !cfg.MergeCopies
 	s.putParts = s.parts
 	if opts.BatchParts == 0 && s.embedded {
 		s.putParts = 1

@@ -102,6 +102,11 @@ type Config struct {
 	// GPU): on H200 the copy engine overtakes the SM kernel at 64 KiB that
 	// way and at 128 KiB the other (docs/perf/store.md).
 	GetCopyEngineMinBytes uint64 `json:"get_copy_engine_min_bytes"`
+	// MergeCopies (default true) lets batch puts and gets copy objects
+	// whose bytes continue one another on both sides in one copy, inside
+	// one segment mapping and one allocation of the caller's buffers;
+	// false copies every object's regions as given (the same bytes).
+	MergeCopies bool `json:"merge_copies"`
 	// SocketDir is where posix_fd providers create their fd-exchange socket,
 	// and the only directory whose sockets a consumer imports from.
 	SocketDir string `json:"socket_dir"`
@@ -160,6 +165,7 @@ func Defaults() Config {
 		LocalHostname:         host,
 		CopyEngineMinBytes:    128 << 10, // measured crossover, see transfer.DefaultCopyEngineMinBytes
 		GetCopyEngineMinBytes: 64 << 10,  // measured for gets, docs/perf/store.md
+		MergeCopies:           true,
 		SocketDir:             os.TempDir(),
 		RPCTimeout:            DefaultRPCTimeout,
 	}
@@ -323,6 +329,7 @@ var setters = map[string]setter{
 	"copy_engine_min_bytes":     sizeKey("copy_engine_min_bytes", func(c *Config, n uint64) { c.CopyEngineMinBytes = n }),
 	"get_copy_engine_min_bytes": sizeKey("get_copy_engine_min_bytes", func(c *Config, n uint64) { c.GetCopyEngineMinBytes = n }),
 	"enable_egm_store_pool":     boolKey("enable_egm_store_pool", func(c *Config, b bool) { c.EnableEGMStorePool = b }),
+	"merge_copies":              boolKey("merge_copies", func(c *Config, b bool) { c.MergeCopies = b }),
 	"master_server_addr":        stringKey("master_server_addr", func(c *Config, s string) { c.MasterServerAddr = s }),
 	"master_fast_path":          boolKey("master_fast_path", func(c *Config, b bool) { c.MasterFastPath = b }),
 	"handle_type":               stringKey("handle_type", func(c *Config, s string) { c.HandleType = strings.ToLower(s) }),
@@ -472,6 +479,7 @@ func (c *Config) Map() map[string]any {
 		"device":                    c.Device,
 		"copy_engine_min_bytes":     c.CopyEngineMinBytes,
 		"get_copy_engine_min_bytes": c.GetCopyEngineMinBytes,
+		"merge_copies":              c.MergeCopies,
 		"socket_dir":                c.SocketDir,
 		"lease_ttl":                 c.LeaseTTL.String(),
 		"put_timeout":               c.PutTimeout.String(),

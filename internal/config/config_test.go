@@ -566,6 +566,39 @@ func FuzzParseSize(f *testing.F) {
 	})
 }
 
+// TestMergeCopies: merge_copies defaults to true, takes a bool or its
+// spellings, and refuses anything else naming the key and the value.
+func TestMergeCopies(t *testing.T) {
+	if !Defaults().MergeCopies {
+		t.Fatal("merge_copies defaults to false")
+	}
+	for _, tc := range []struct {
+		v       any
+		want    bool
+		wantErr string
+	}{
+		{false, false, ""},
+		{true, true, ""},
+		{"off", false, ""},
+		{"sometimes", false, "merge_copies=sometimes"},
+		{2.0, false, "merge_copies=2"},
+	} {
+		t.Run(toString(tc.v), func(t *testing.T) {
+			c, err := FromMap(map[string]any{"merge_copies": tc.v})
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v; want ErrInvalid naming %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || c.MergeCopies != tc.want {
+				t.Fatalf("FromMap = %v, %v; want %v", c.MergeCopies, err, tc.want)
+			}
+			checkRoundTrip(t, c)
+		})
+	}
+}
+
 // TestMasterFastPath: master_fast_path defaults to true, takes a bool or
 // its spellings, and refuses anything else naming the key and the value.
 func TestMasterFastPath(t *testing.T) {
