@@ -159,6 +159,25 @@ type worker struct {
 	loopDone chan *loopStats
 	views    *client.Views // held by "acquire", ended by "release"
 	stream   int           // > 0: the put loop feeds put streams in pieces of this many keys (envStream)
+	packed   int           // > 0: every value is this many bytes, buffers back to back (envPacked)
+}
+
+// value is key's value: value(key), or with packed one of exactly packed
+// bytes.
+func (w *worker) value(key string) []byte {
+	if w.packed > 0 {
+		return packedValue(key, w.packed)
+	}
+	return value(key)
+}
+
+// slot is the room each key's value has in a buffer: keySlot, or with
+// packed the value's size, so that the keys' buffers follow one another.
+func (w *worker) slot() int {
+	if w.packed > 0 {
+		return w.packed
+	}
+	return keySlot
 }
 
 // loopStats is what a put loop did.
@@ -209,6 +228,13 @@ func runWorker(t *testing.T) {
 			t.Fatalf("%s=%q: want a number of keys (%v)", envStream, p, err)
 		}
 		w.stream, opts.BatchParts, opts.PipelineChunk = n, 1, 4
+	}
+	if p := os.Getenv(envPacked); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 || n > keySlot {
+			t.Fatalf("%s=%q: want a value size of 1 to %d bytes (%v)", envPacked, p, keySlot, err)
+		}
+		w.packed = n
 	}
 	w.s = openChild(t, nil, opts)
 	for _, p := range []*cuda.DevicePtr{&w.cmd, &w.loop} {
@@ -261,7 +287,7 @@ func runWorker(t *testing.T) {
 				}
 				acks = append(acks, fmt.Sprintf("%s:%d:%d", o, n, last))
 			}
-			simtest.Send(fmt.Sprintf("stopped next=%d ok=%d failed=%d nospace=%d acks=%s | %s", st.next, st.ok, st.failed, st.noSpace, strings.Join(acks, ";"), st.firstErr))
+			simtest.Send(fmt.Sprintf("stopped next=%d ok=%d failed=%d nospace=%d merged=%d acks=%s | %s", st.next, st.ok, st.failed, st.noSpace, w.s.MergedCopies(), strings.Join(acks, ";"), st.firstErr))
 		case "put":
 			simtest.Send(w.put(f[1], arg(2), arg(3)))
 		case "verify":
@@ -290,7 +316,7 @@ func runWorker(t *testing.T) {
 				if err := w.drv.MemcpyDtoH(w.s.Context(), b, o.Replicas[0].Addr); err != nil {
 					t.Fatal(err)
 				}
-				if bytes.Equal(b, value(o.Key)) {
+				if bytes.Equal(b, w.value(o.Key)) {
 					same++
 				} else {
 					differ++
@@ -344,11 +370,11 @@ func runWorker(t *testing.T) {
 func (w *worker) stage(buf cuda.DevicePtr, keys []string) [][]client.Region {
 	regions := make([][]client.Region, len(keys))
 	for i, k := range keys {
-		v := value(k)
-		if err := w.drv.MemcpyHtoD(w.s.Context(), buf+cuda.DevicePtr(i*keySlot), v); err != nil {
+		v := w.value(k)
+		if err := w.drv.MemcpyHtoD(w.s.Context(), buf+cuda.DevicePtr(i*w.slot()), v); err != nil {
 			w.t.Fatal(err)
 		}
-		regions[i] = client.Bytes(uintptr(buf)+uintptr(i*keySlot), uint64(len(v)))
+		regions[i] = client.Bytes(uintptr(buf)+uintptr(i*w.slot()), uint64(len(v)))
 	}
 	return regions
 }
@@ -451,7 +477,7 @@ func (w *worker) verify(prefix string, from, n int) string {
 		keys := keyRange(prefix, lo, min(bufKeys, from+n-lo))
 		regions := make([][]client.Region, len(keys))
 		for i := range keys {
-			regions[i] = client.Bytes(uintptr(w.cmd)+uintptr(i*keySlot), keySlot)
+			regions[i] = client.Bytes(uintptr(w.cmd)+uintptr(i*w.slot()), uint64(w.slot()))
 		}
 		sizes, es := w.s.BatchGet(context.Background(), keys, regions, 0)
 		for i, k := range keys {
@@ -465,10 +491,10 @@ func (w *worker) verify(prefix string, from, n int) string {
 				}
 			default:
 				got := make([]byte, sizes[i])
-				if err := w.drv.MemcpyDtoH(w.s.Context(), got, w.cmd+cuda.DevicePtr(i*keySlot)); err != nil {
+				if err := w.drv.MemcpyDtoH(w.s.Context(), got, w.cmd+cuda.DevicePtr(i*w.slot())); err != nil {
 					w.t.Fatal(err)
 				}
-				if !bytes.Equal(got, value(k)) {
+				if !bytes.Equal(got, w.value(k)) {
 					wrong++
 					if len(wrongKeys) < 5 {
 						wrongKeys = append(wrongKeys, k)
@@ -479,7 +505,7 @@ func (w *worker) verify(prefix string, from, n int) string {
 			}
 		}
 	}
-	return fmt.Sprintf("verified found=%d missing=%d wrong=%d errors=%d | wrong keys %v; first error: %s", found, missing, wrong, errs, wrongKeys, firstErr)
+	return fmt.Sprintf("verified found=%d missing=%d wrong=%d errors=%d merged=%d | wrong keys %v; first error: %s", found, missing, wrong, errs, w.s.MergedCopies(), wrongKeys, firstErr)
 }
 
 // e2e is a master in this process and what its children need to reach it.
@@ -686,6 +712,23 @@ func TestStoppedWriterStream(t *testing.T) {
 	}, envStream+"=8")
 }
 
+// TestStoppedWriterPacked is TestStoppedWriter with values of 32 KiB whose
+// buffers follow one another, so that the writers' and the reader's copies
+// are merged where the master placed keys one after another (copyRuns):
+// merged copies of a stopped writer may no more land in a range handed out
+// since than separate ones, and a reader's merged gets return each key's
+// own bytes. The workers must report merged copies.
+func TestStoppedWriterPacked(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	runStoppedWriter(t, putTimeoutTiming, 0, []stopCase{
+		{"packed: stopped after PutStart, registration expired meanwhile", "putstart", time.Second},
+		{"packed: stopped with its copies enqueued, registration alive", "copy", 10 * time.Second},
+		{"packed: SIGSTOP at an arbitrary moment, registration alive", "random", 10 * time.Second},
+	}, envPacked+"=32768")
+}
+
 // TestStoppedWriterPartsExpired stops a writer whose batches are split
 // into parts right after one part's PutStart, for longer than its
 // registration TTL. Unlike an unsplit batch's stop there, other parts (and
@@ -753,6 +796,8 @@ func runStoppedWriter(t *testing.T, tm stopTiming, parts int, cases []stopCase, 
 	prov := e.start("provider", "provider-a", 0)
 	b := e.start("worker", "refiller", 0)
 	r := e.start("worker", "reader", 0)
+	packed := slices.ContainsFunc(env, func(v string) bool { return strings.HasPrefix(v, envPacked+"=") })
+	writerMerged, readerMerged := 0, 0
 
 	for i, rc := range cases {
 		a := e.start("worker", fmt.Sprintf("writer-%d", i), rc.ttl)
@@ -802,6 +847,7 @@ func runStoppedWriter(t *testing.T, tm stopTiming, parts int, cases []stopCase, 
 		}{{fmt.Sprintf("a%d", i), num(t, akv, "next")}, {fmt.Sprintf("b%d", i), refill}} {
 			r.Send(fmt.Sprintf("verify %s 0 %d", q.prefix, q.n))
 			kv, tail := reply(t, r, "verified")
+			readerMerged = num(t, kv, "merged") // the reader's total so far
 			wrong += num(t, kv, "wrong")
 			visible += num(t, kv, "found") + num(t, kv, "wrong")
 			if num(t, kv, "wrong") > 0 || num(t, kv, "errors") > 0 {
@@ -813,7 +859,14 @@ func runStoppedWriter(t *testing.T, tm stopTiming, parts int, cases []stopCase, 
 		if os.Getenv(envDebug) != "" {
 			t.Logf("writer output:\n%s", a.Output())
 		}
+		writerMerged += num(t, akv, "merged")
 		quit(t, a)
+	}
+	if packed {
+		t.Logf("merged copies: writers %d, reader %d", writerMerged, readerMerged)
+		if writerMerged == 0 || readerMerged == 0 {
+			t.Errorf("packed values: writers merged %d copies, the reader %d; want some of each (the test covers merged copies)", writerMerged, readerMerged)
+		}
 	}
 	quit(t, r)
 	quit(t, b)

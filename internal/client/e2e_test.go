@@ -46,6 +46,11 @@ const (
 	// its batches as put streams in pieces of that many keys, a chunk of 4
 	// keys at a time and one part.
 	envStream = "KVFABRIC_E2E_PUT_STREAM"
+	// envPacked, set to a number of bytes, makes a worker's values that
+	// size each (packedValue) and lays its keys' buffers back to back, so
+	// that the Store merges the copies of keys placed one after another
+	// (copyRuns) — the real-process tests then cover merged copies.
+	envPacked = "KVFABRIC_E2E_PACKED"
 )
 
 // value is the deterministic content of key: any process can check it.
@@ -55,6 +60,19 @@ func value(key string) []byte {
 	seed := h.Sum64()
 	rng := rand.New(rand.NewPCG(seed, 77))
 	b := make([]byte, 1+rng.IntN(200<<10))
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// packedValue is key's value of exactly n bytes (envPacked), derived
+// from the key as value is.
+func packedValue(key string, n int) []byte {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	rng := rand.New(rand.NewPCG(h.Sum64(), 78))
+	b := make([]byte, n)
 	for i := range b {
 		b[i] = byte(rng.Uint32())
 	}
