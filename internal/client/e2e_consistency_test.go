@@ -885,7 +885,7 @@ func TestStoppedReader(t *testing.T) {
 	if dispatchRole(t) {
 		return
 	}
-	runStoppedReader(t, 0)
+	runStoppedReader(t, 0, 0)
 }
 
 // TestStoppedReaderParts is TestStoppedReader with the reader's batch split
@@ -895,18 +895,22 @@ func TestStoppedReaderParts(t *testing.T) {
 	if dispatchRole(t) {
 		return
 	}
-	runStoppedReader(t, 4)
+	runStoppedReader(t, 4, 0)
 }
 
-func runStoppedReader(t *testing.T, parts int) {
+func runStoppedReader(t *testing.T, parts, packed int) {
 	const (
 		n        = bufKeys // one verify batch: its leases are granted before the stop
-		refill   = 256     // more than the store holds (about 220 objects)
 		leaseTTL = 500 * time.Millisecond
 	)
+	refill := 256 // more than the store holds (about 220 objects)
 	e := newE2E(t, master.Config{LeaseTTL: leaseTTL, MinClientTTL: 100 * time.Millisecond})
 	if parts > 0 {
 		e.env = []string{envParts + "=" + strconv.Itoa(parts)}
+	}
+	if packed > 0 {
+		e.env = append(e.env, envPacked+"="+strconv.Itoa(packed))
+		refill = 32 << 20 / packed // more than the store's 24 MiB
 	}
 	prov := e.start("provider", "provider-a", 0)
 	w := e.start("worker", "writer", 0)
@@ -939,6 +943,9 @@ func runStoppedReader(t *testing.T, parts int) {
 	if num(t, kv, "errors") == 0 || !strings.Contains(tail, "lease ended") {
 		t.Errorf("no key of the stopped reader reported its lease lost: %v %s", kv, tail)
 	}
+	if packed > 0 && num(t, kv, "merged") == 0 {
+		t.Errorf("packed values: the stopped reader merged no copies (the test covers merged gets): %v", kv)
+	}
 	// The refill evicted the reader's objects (most of them: eviction
 	// samples) and handed their ranges out again; the reader's late
 	// releases harmed none of the refill's objects.
@@ -954,6 +961,17 @@ func runStoppedReader(t *testing.T, parts int) {
 		quit(t, c)
 	}
 	quit(t, prov)
+}
+
+// TestStoppedReaderPacked is TestStoppedReader with values of 32 KiB whose
+// buffers follow one another: the stopped reader's gets are merged copies
+// (it must report some), and still every key whose lease ended fails and
+// none returns another object's bytes.
+func TestStoppedReaderPacked(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	runStoppedReader(t, 0, 32<<10)
 }
 
 // TestKilledReaderLeasesEnd: a reader killed (SIGKILL) between its
