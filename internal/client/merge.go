@@ -31,7 +31,7 @@ type copyRuns struct {
 	drv  cuda.Driver
 	cctx cuda.Context
 	put  bool // the caller's buffers are the sources (a put), else the destinations
-	off  bool // Options.SeparateCopies: nothing merged
+	off  bool // Options.SeparateCopies or merge_copies=false: nothing merged
 	// seg is the segment mapping the store side of the chunk's last copy
 	// lies in.
 	seg cuda.AddrRange
