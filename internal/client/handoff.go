@@ -108,9 +108,10 @@ type metaWorker struct {
 	// sits in the runnext slot of the P that started it — the pipeline's,
 	// where another P takes it only after a while (above) — so a pipeline
 	// that spun for its answer then would keep it from running: on the dev
-	// VM a 128-key get's second chunk waited 98 µs for 9 µs of master
-	// work, the whole spin. awaitMeta parks instead, and the P runs the
-	// worker at once.
+	// VM a 128-key get waited 97–101 µs for its second chunk's answer, the
+	// whole spin, for a call that takes 10–11 µs inline
+	// (docs/perf/logs-2026-12-04-s20/devvm-getpart-timestamps.txt).
+	// awaitMeta parks instead, and the P runs the worker at once.
 	started atomic.Bool
 }
 
