@@ -572,31 +572,7 @@ func TestMergeCopies(t *testing.T) {
 	if !Defaults().MergeCopies {
 		t.Fatal("merge_copies defaults to false")
 	}
-	for _, tc := range []struct {
-		v       any
-		want    bool
-		wantErr string
-	}{
-		{false, false, ""},
-		{true, true, ""},
-		{"off", false, ""},
-		{"sometimes", false, "merge_copies=sometimes"},
-		{2.0, false, "merge_copies=2"},
-	} {
-		t.Run(toString(tc.v), func(t *testing.T) {
-			c, err := FromMap(map[string]any{"merge_copies": tc.v})
-			if tc.wantErr != "" {
-				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("got %v; want ErrInvalid naming %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || c.MergeCopies != tc.want {
-				t.Fatalf("FromMap = %v, %v; want %v", c.MergeCopies, err, tc.want)
-			}
-			checkRoundTrip(t, c)
-		})
-	}
+	testBoolKey(t, "merge_copies", nil, func(c Config) bool { return c.MergeCopies })
 }
 
 // TestMasterFastPath: master_fast_path defaults to true, takes a bool or
@@ -605,6 +581,14 @@ func TestMasterFastPath(t *testing.T) {
 	if !Defaults().MasterFastPath {
 		t.Fatal("master_fast_path defaults to false")
 	}
+	testBoolKey(t, "master_fast_path", map[string]any{"master_server_addr": "10.0.0.1:50051"}, func(c Config) bool { return c.MasterFastPath })
+}
+
+// testBoolKey checks that key (set with the other keys of with) takes a
+// bool or its spellings, read back by get, and refuses anything else with
+// ErrInvalid naming the key and the value.
+func testBoolKey(t *testing.T, key string, with map[string]any, get func(Config) bool) {
+	t.Helper()
 	for _, tc := range []struct {
 		v       any
 		want    bool
@@ -614,19 +598,23 @@ func TestMasterFastPath(t *testing.T) {
 		{true, true, ""},
 		{"off", false, ""},
 		{"yes", true, ""},
-		{"maybe", false, "master_fast_path=maybe"},
-		{1.0, false, "master_fast_path=1"},
+		{"maybe", false, key + "=maybe"},
+		{1.0, false, key + "=1"},
 	} {
 		t.Run(toString(tc.v), func(t *testing.T) {
-			c, err := FromMap(map[string]any{"master_fast_path": tc.v, "master_server_addr": "10.0.0.1:50051"})
+			m := map[string]any{key: tc.v}
+			for k, v := range with {
+				m[k] = v
+			}
+			c, err := FromMap(m)
 			if tc.wantErr != "" {
 				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("got %v; want ErrInvalid naming %q", err, tc.wantErr)
 				}
 				return
 			}
-			if err != nil || c.MasterFastPath != tc.want {
-				t.Fatalf("FromMap = %v, %v; want %v", c.MasterFastPath, err, tc.want)
+			if err != nil || get(c) != tc.want {
+				t.Fatalf("FromMap = %v, %v; want %v", get(c), err, tc.want)
 			}
 			checkRoundTrip(t, c)
 		})

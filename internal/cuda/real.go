@@ -429,43 +429,38 @@ func (d *realDriver) MemHostUnregister(ctx Context, p uintptr) error {
 }
 
 func (d *realDriver) PointerMemoryTypes(ctx Context, ptrs []DevicePtr, out []MemoryType) error {
-	if d.closed.Load() {
-		return ErrClosed
-	}
-	if len(out) != len(ptrs) {
-		return fmt.Errorf("%d pointers, %d results: %w", len(ptrs), len(out), &Error{Op: "cuPointerGetAttribute", Result: ErrorInvalidValue})
-	}
-	if len(ptrs) == 0 {
-		return nil
-	}
-	var failed C.size_t
-	// ptrs has the layout of CUdeviceptr[] and out of unsigned int[]
-	// (checked at compile time); both are pointer-free and used during the
-	// call only.
-	r := C.kvf_pointer_memory_types(d.tab, C.uintptr_t(ctx), (*C.kvf_CUdeviceptr)(unsafe.Pointer(&ptrs[0])),
-		(*C.uint)(unsafe.Pointer(&out[0])), C.size_t(len(ptrs)), &failed)
-	if err := cr("cuPointerGetAttribute", r); err != nil {
-		return fmt.Errorf("pointer %d (%#x) of %d: %w", int(failed), uint64(ptrs[failed]), len(ptrs), err)
-	}
-	return nil
+	// out has the layout of unsigned int[] (checked at compile time).
+	return d.pointerQuery(ptrs, len(out), func(failed *C.size_t) C.kvf_CUresult {
+		return C.kvf_pointer_memory_types(d.tab, C.uintptr_t(ctx), (*C.kvf_CUdeviceptr)(unsafe.Pointer(&ptrs[0])),
+			(*C.uint)(unsafe.Pointer(&out[0])), C.size_t(len(ptrs)), failed)
+	})
 }
 
 func (d *realDriver) PointerRanges(ctx Context, ptrs []DevicePtr, out []AddrRange) error {
+	// out has the layout of unsigned long long[2*len] (checked at compile
+	// time).
+	return d.pointerQuery(ptrs, len(out), func(failed *C.size_t) C.kvf_CUresult {
+		return C.kvf_pointer_ranges(d.tab, C.uintptr_t(ctx), (*C.kvf_CUdeviceptr)(unsafe.Pointer(&ptrs[0])),
+			(*C.ulonglong)(unsafe.Pointer(&out[0])), C.size_t(len(ptrs)), failed)
+	})
+}
+
+// pointerQuery makes one cuPointerGetAttribute batch (call) over ptrs,
+// whose answers fill nout results: closed, mismatched and empty batches
+// are answered here; call's failing index names the pointer. ptrs and the
+// results are pointer-free and used during the call only.
+func (d *realDriver) pointerQuery(ptrs []DevicePtr, nout int, call func(failed *C.size_t) C.kvf_CUresult) error {
 	if d.closed.Load() {
 		return ErrClosed
 	}
-	if len(out) != len(ptrs) {
-		return fmt.Errorf("%d pointers, %d results: %w", len(ptrs), len(out), &Error{Op: "cuPointerGetAttribute", Result: ErrorInvalidValue})
+	if nout != len(ptrs) {
+		return fmt.Errorf("%d pointers, %d results: %w", len(ptrs), nout, &Error{Op: "cuPointerGetAttribute", Result: ErrorInvalidValue})
 	}
 	if len(ptrs) == 0 {
 		return nil
 	}
 	var failed C.size_t
-	// out has the layout of unsigned long long[2*len] (checked at compile
-	// time); both slices are pointer-free and used during the call only.
-	r := C.kvf_pointer_ranges(d.tab, C.uintptr_t(ctx), (*C.kvf_CUdeviceptr)(unsafe.Pointer(&ptrs[0])),
-		(*C.ulonglong)(unsafe.Pointer(&out[0])), C.size_t(len(ptrs)), &failed)
-	if err := cr("cuPointerGetAttribute", r); err != nil {
+	if err := cr("cuPointerGetAttribute", call(&failed)); err != nil {
 		return fmt.Errorf("pointer %d (%#x) of %d: %w", int(failed), uint64(ptrs[failed]), len(ptrs), err)
 	}
 	return nil

@@ -629,22 +629,7 @@ func (d *Driver) MemHostUnregister(ctx cuda.Context, p uintptr) error {
 // CUDA_ERROR_INVALID_VALUE). A mapping's type does not depend on the access
 // granted to it. The context must be live, as everywhere.
 func (d *Driver) PointerMemoryTypes(ctx cuda.Context, ptrs []cuda.DevicePtr, out []cuda.MemoryType) error {
-	return d.call("PointerMemoryTypes", func() string {
-		return fmt.Sprintf("ctx=%#x n=%d", ctx, len(ptrs))
-	}, func() cuda.Result {
-		d.mu.RLock()
-		defer d.mu.RUnlock()
-		if _, r := d.ctxDeviceLocked(ctx); r != cuda.Success {
-			return r
-		}
-		if len(out) != len(ptrs) {
-			return cuda.ErrorInvalidValue
-		}
-		for i, p := range ptrs {
-			out[i] = d.memoryTypeLocked(uint64(p))
-		}
-		return cuda.Success
-	})
+	return pointerQuery(d, "PointerMemoryTypes", ctx, ptrs, out, memoryType)
 }
 
 // PointerRanges reports, for each pointer, the region that holds it: the
@@ -652,7 +637,18 @@ func (d *Driver) PointerMemoryTypes(ctx cuda.Context, ptrs []cuda.DevicePtr, out
 // call's range); anything else yields the zero AddrRange, as the real
 // driver's CUDA_ERROR_INVALID_VALUE does.
 func (d *Driver) PointerRanges(ctx cuda.Context, ptrs []cuda.DevicePtr, out []cuda.AddrRange) error {
-	return d.call("PointerRanges", func() string {
+	return pointerQuery(d, "PointerRanges", ctx, ptrs, out, func(r region, ok bool) cuda.AddrRange {
+		if !ok {
+			return cuda.AddrRange{}
+		}
+		return cuda.AddrRange{Start: cuda.DevicePtr(r.start), Size: r.end - r.start}
+	})
+}
+
+// pointerQuery is one cuPointerGetAttribute batch (method) on a live
+// context: out[i] = answer(the region holding ptrs[i], whether one does).
+func pointerQuery[T any](d *Driver, method string, ctx cuda.Context, ptrs []cuda.DevicePtr, out []T, answer func(region, bool) T) error {
+	return d.call(method, func() string {
 		return fmt.Sprintf("ctx=%#x n=%d", ctx, len(ptrs))
 	}, func() cuda.Result {
 		d.mu.RLock()
@@ -664,33 +660,34 @@ func (d *Driver) PointerRanges(ctx cuda.Context, ptrs []cuda.DevicePtr, out []cu
 			return cuda.ErrorInvalidValue
 		}
 		for i, p := range ptrs {
-			out[i] = cuda.AddrRange{}
-			j := d.regionIndexLocked(uint64(p))
-			if j == len(d.mu.regions) || d.mu.regions[j].start > uint64(p) {
-				continue
-			}
-			if r := d.mu.regions[j]; r.m != nil || r.dm != nil || r.hr != nil {
-				out[i] = cuda.AddrRange{Start: cuda.DevicePtr(r.start), Size: r.end - r.start}
-			}
+			out[i] = answer(d.regionAtLocked(uint64(p)))
 		}
 		return cuda.Success
 	})
 }
 
-func (d *Driver) memoryTypeLocked(p uint64) cuda.MemoryType {
+// regionAtLocked returns the memory region (a cuMemAlloc buffer, a
+// registered host range or a mapping) that holds p, if one does.
+func (d *Driver) regionAtLocked(p uint64) (region, bool) {
 	i := d.regionIndexLocked(p)
 	if i == len(d.mu.regions) || d.mu.regions[i].start > p {
-		return cuda.MemoryTypeUnregistered
+		return region{}, false
 	}
-	switch r := d.mu.regions[i]; {
+	r := d.mu.regions[i]
+	return r, r.m != nil || r.dm != nil || r.hr != nil
+}
+
+// memoryType is the type the driver reports for an address in r.
+func memoryType(r region, ok bool) cuda.MemoryType {
+	switch {
+	case !ok:
+		return cuda.MemoryTypeUnregistered
 	case r.dm != nil:
 		return cuda.MemoryTypeDevice
 	case r.hr != nil:
 		return cuda.MemoryTypeHost
-	case r.m != nil && r.m.a.loc.Type == cuda.LocationDevice:
+	case r.m.a.loc.Type == cuda.LocationDevice:
 		return cuda.MemoryTypeDevice
-	case r.m != nil:
-		return cuda.MemoryTypeHost
 	}
-	return cuda.MemoryTypeUnregistered
+	return cuda.MemoryTypeHost
 }
