@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"math/rand/v2"
 	"net"
 	"os"
 	"runtime"
@@ -375,45 +376,94 @@ func segmentsService(b *testing.B, nseg int) *Service {
 // every put evicts (approximate LRU) to make room. The store holds 64
 // batches, so a batch is a small part of it, as in production.
 // (BenchmarkPut's segments never fill, and the Store bench removes its
-// keys each round.)
+// keys each round.) reads=1: before each put (untimed), a get of 4096
+// random keys of the newest three quarters of the store, released at
+// once, as a cache's hits are: the least recently used objects are then
+// spread over the table rather than the oldest puts.
 func BenchmarkPutFull(b *testing.B) {
 	const n, batches, segs = 4096, 64, 8
-	for _, size := range []uint64{4 * KiB, 64 * KiB} {
-		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
-			svc := segmentedService(b, segs, batches*n*size/segs, 2)
-			ctx := context.Background()
-			c := NewEmbedded(svc)
-			reqs := make([]PutStartReq, n)
-			refs := make([]PutRef, n)
-			seq := 0
-			put := func() {
-				for i := range reqs {
-					reqs[i] = PutStartReq{Key: "key-" + strconv.Itoa(seq), Size: size, Placement: benchWriter}
-					seq++
-				}
-				refs = putBatch(b, ctx, c, reqs, refs)
-			}
-			evictions := func() uint64 {
-				st, err := svc.Stats(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return st.Evictions
-			}
-			for range batches + batches/2 { // full, and evicting
-				put()
-			}
-			ev0 := evictions()
-			b.ResetTimer()
-			start := time.Now()
-			for range b.N {
-				put()
-			}
-			b.StopTimer()
-			reportKeys(b, start, n)
-			b.ReportMetric(float64(evictions()-ev0)/float64(b.N*n), "evictions/key")
-		})
+	for _, reads := range []bool{false, true} {
+		for _, size := range []uint64{4 * KiB, 64 * KiB} {
+			b.Run(fmt.Sprintf("size=%d/reads=%d", size, boolInt(reads)), func(b *testing.B) {
+				benchPutFull(b, n, batches, segs, size, reads)
+			})
+		}
 	}
+}
+
+func boolInt(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+func benchPutFull(b *testing.B, n, batches, segs int, size uint64, reads bool) {
+	svc := segmentedService(b, segs, uint64(batches*n)*size/uint64(segs), 2)
+	ctx := context.Background()
+	c := NewEmbedded(svc)
+	reqs := make([]PutStartReq, n)
+	refs := make([]PutRef, n)
+	seq := 0
+	put := func() {
+		for i := range reqs {
+			reqs[i] = PutStartReq{Key: "key-" + strconv.Itoa(seq), Size: size, Placement: benchWriter}
+			seq++
+		}
+		refs = putBatch(b, ctx, c, reqs, refs)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := make([]string, n)
+	ids := make([]uint64, 0, n)
+	get := func() {
+		if !reads {
+			return
+		}
+		for i := range keys {
+			keys[i] = "key-" + strconv.Itoa(seq-1-rng.IntN(batches*n*3/4))
+		}
+		res, err := c.GetReplicas(ctx, keys)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids = ids[:0]
+		for _, r := range res {
+			if r.Err == nil {
+				ids = append(ids, r.LeaseID)
+			}
+		}
+		if err := c.ReleaseLeases(ctx, ids); err != nil {
+			b.Fatal(err)
+		}
+	}
+	evictions := func() uint64 {
+		st, err := svc.Stats(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return st.Evictions
+	}
+	for range batches + batches/2 { // full, and evicting
+		get()
+		put()
+	}
+	ev0 := evictions()
+	b.ResetTimer()
+	start := time.Now()
+	var untimed time.Duration
+	for range b.N {
+		if reads {
+			b.StopTimer()
+			t0 := time.Now()
+			get()
+			untimed += time.Since(t0)
+			b.StartTimer()
+		}
+		put()
+	}
+	b.StopTimer()
+	reportKeys(b, start.Add(untimed), n)
+	b.ReportMetric(float64(evictions()-ev0)/float64(b.N*n), "evictions/key")
 }
 
 // BenchmarkPutRounds measures the master's part of the Store's pipelined

@@ -30,13 +30,12 @@ func (s *Service) evictToWatermarksLocked(now int64) {
 }
 
 // evictLocked frees at least want bytes of tier t, if it can, by removing
-// visible objects that are neither leased nor pinned, oldest last access
-// first, approximately: each step samples Config.EvictSample slots and
-// evicts the least recently used eligible one (the Redis approach).
-// Soft-pinned objects are eligible only when unpinned ones could not free
-// enough. With forPut, only bytes on segments a put may use (not draining,
-// not suspect) count: evicting elsewhere would free nothing the put can
-// take. It returns the bytes freed in t.
+// visible objects that are neither leased nor pinned, least recently used
+// first, approximately (a clock over the tier's eviction list:
+// clockVictimLocked). Soft-pinned objects are eligible only when unpinned
+// ones could not free enough. With forPut, only bytes on segments a put
+// may use (not draining, not suspect) count: evicting elsewhere would free
+// nothing the put can take. It returns the bytes freed in t.
 func (s *Service) evictLocked(t segment.Tier, want uint64, now int64, forPut bool) uint64 {
 	freed := s.evictPassLocked(t, want, now, false, forPut)
 	if freed < want {
@@ -52,36 +51,7 @@ func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft, 
 	misses, evicted := 0, 0
 	l := &s.mu.evict[t]
 	for freed.n < want && evicted < maxEvictPerCall && misses < 8 && l.n > 0 {
-		victim, found := uint32(0), false
-		var oldest int64
-		sample := s.mu.sample[:0]
-		for range s.cfg.EvictSample {
-			sample = append(sample, l.member(s.mu.rng.IntN(l.n)))
-		}
-		s.mu.sample = sample
-		// The sampled records are far apart in a large table: load each
-		// once first (both ends of the fields the loop below reads, which
-		// may straddle two cache lines), so that their cache misses
-		// overlap instead of following one another.
-		var sink int64
-		for _, slot := range sample {
-			o := s.mu.objs.at(slot)
-			sink += o.stamp + int64(o.flags)
-		}
-		s.rd.sink.Add(uint64(sink))
-		for _, slot := range sample {
-			o := s.mu.objs.at(slot)
-			if o.flags&flagPinned != 0 || o.leaseUntil > now || !soft && s.softPinnedLocked(slot, now) {
-				continue
-			}
-			if found && o.stamp >= oldest {
-				continue
-			}
-			if !s.inTierLocked(slot, t, forPut) {
-				continue
-			}
-			victim, found, oldest = slot, true, o.stamp
-		}
+		victim, found := s.victimLocked(l, t, now, soft, forPut)
 		if !found {
 			misses++
 			continue
@@ -98,8 +68,108 @@ func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft, 
 	return freed.n
 }
 
+// victimLocked returns a member of l to evict: the clock's next victim,
+// or when a window of the clock held none, the least recently used of a
+// random sample (the policy before the clock); with no more members than
+// EvictSample, the least recently used of them all.
+func (s *Service) victimLocked(l *evictList, t segment.Tier, now int64, soft, forPut bool) (uint32, bool) {
+	switch {
+	case s.cfg.EvictSample >= l.n:
+		s.mu.sample = l.all(s.mu.sample[:0])
+		return s.oldestOfLocked(s.mu.sample, t, now, soft, forPut)
+	case s.evictSampleOnly:
+		return s.sampledVictimLocked(l, t, now, soft, forPut)
+	}
+	if v, ok := s.clockVictimLocked(l, t, now, soft, forPut); ok {
+		return v, true
+	}
+	return s.sampledVictimLocked(l, t, now, soft, forPut)
+}
+
+// evictableLocked reports whether slot may be evicted to free bytes of
+// tier t now: not pinned, not leased, not soft-pinned unless soft, and
+// with a replica in t (on a usable segment, with forPut).
+func (s *Service) evictableLocked(slot uint32, t segment.Tier, now int64, soft, forPut bool) bool {
+	o := s.mu.objs.at(slot)
+	if o.flags&flagPinned != 0 || o.leaseUntil > now || !soft && s.softPinnedLocked(slot, now) {
+		return false
+	}
+	return s.inTierLocked(slot, t, forPut)
+}
+
+// clockVictimLocked advances l's hand over at most EvictSample members and
+// returns the first evictable one not used since the sweep before this
+// one began (CLOCK: a member used since is passed, its second chance), or
+// nothing. A member costs one record read, where a sampled victim costs
+// EvictSample: a full store evicts once per put, and that read is a cache
+// miss in a large table. And the hand visits members in the order they
+// were listed, mostly, so objects put together are freed together, their
+// records, keys and allocator blocks near one another.
+//
+// What "recently" means moves with the hand: each time it wraps, prev
+// becomes the time the sweep just ended began. Members swapped into a
+// place the hand has passed (removals) wait for the next sweep; members
+// appended (new objects) come last, and were used after prev.
+//
+// A window with nothing to evict — a run of recently read objects (a long
+// prefix that every request shares), of leased or pinned ones — does not
+// yield its least recently used member: that would take one object of a
+// hot run per window (TestClockKeepsHotRun). The caller samples instead.
+func (s *Service) clockVictimLocked(l *evictList, t segment.Tier, now int64, soft, forPut bool) (uint32, bool) {
+	for range s.cfg.EvictSample {
+		if l.hand >= l.n {
+			l.hand = 0
+			l.prev, l.cur = l.cur, now
+		}
+		slot := l.member(l.hand)
+		l.hand++
+		if s.mu.objs.at(slot).stamp <= l.prev && s.evictableLocked(slot, t, now, soft, forPut) {
+			return slot, true
+		}
+	}
+	return 0, false
+}
+
+// sampledVictimLocked returns the least recently used evictable one of
+// EvictSample members drawn at random (the Redis approach), if any.
+func (s *Service) sampledVictimLocked(l *evictList, t segment.Tier, now int64, soft, forPut bool) (uint32, bool) {
+	sample := s.mu.sample[:0]
+	for range s.cfg.EvictSample {
+		sample = append(sample, l.member(s.mu.rng.IntN(l.n)))
+	}
+	s.mu.sample = sample
+	// The sampled records are far apart in a large table: load each
+	// once first (both ends of the fields the loop below reads, which
+	// may straddle two cache lines), so that their cache misses
+	// overlap instead of following one another.
+	var sink int64
+	for _, slot := range sample {
+		o := s.mu.objs.at(slot)
+		sink += o.stamp + int64(o.flags)
+	}
+	s.rd.sink.Add(uint64(sink))
+	return s.oldestOfLocked(sample, t, now, soft, forPut)
+}
+
+// oldestOfLocked returns the least recently used evictable one of slots.
+func (s *Service) oldestOfLocked(slots []uint32, t segment.Tier, now int64, soft, forPut bool) (uint32, bool) {
+	victim, found := uint32(0), false
+	var oldest int64
+	for _, slot := range slots {
+		o := s.mu.objs.at(slot)
+		if found && o.stamp >= oldest {
+			continue
+		}
+		if !s.evictableLocked(slot, t, now, soft, forPut) {
+			continue
+		}
+		victim, found, oldest = slot, true, o.stamp
+	}
+	return victim, found
+}
+
 // evictList is the dense list of the visible objects with a replica in one
-// tier: what eviction samples. Sampling slots of the object table instead
+// tier: what eviction's clock sweeps and its fallback samples. Sampling slots of the object table instead
 // misses whenever the table is sparse — after a mass removal, or once large
 // objects have replaced many small ones — and a few empty samples in a row
 // end an eviction, so puts into a full store failed with ErrNoSpace
@@ -110,9 +180,21 @@ type evictList struct {
 	members [][]uint32 // object slots, in no order: member i is members[i>>objChunkLog][i&objChunkMsk]
 	n       int
 	pos     [][]uint32 // by object slot, chunked as the table: 1 + its index in members, 0 when not one
+	// The clock (clockVictimLocked): hand is the next member it examines;
+	// cur is when its current sweep began, prev when the one before did.
+	hand      int
+	prev, cur int64
 }
 
 func (l *evictList) member(i int) uint32 { return l.members[i>>objChunkLog][i&objChunkMsk] }
+
+// all appends every member to out.
+func (l *evictList) all(out []uint32) []uint32 {
+	for i := range l.n {
+		out = append(out, l.member(i))
+	}
+	return out
+}
 
 // entry returns &chunks[i>>objChunkLog][i&objChunkMsk], growing chunks to
 // hold it when grow is set; nil when it is not there and grow is not set.

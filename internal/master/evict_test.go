@@ -47,9 +47,9 @@ func TestEvictionFindsVictimsInSparseTable(t *testing.T) {
 		if st.Evictions != 64 || st.Objects != 16 {
 			t.Fatalf("evictions %d, objects %d: want 64 and 16", st.Evictions, st.Objects)
 		}
-		// Approximately LRU: each of the 64 evictions takes the oldest of
-		// 16 sampled objects, so every one of the first 16 is gone (each
-		// escapes a sample with p = (15/16)^16) and the newest stays.
+		// LRU: with no more members than EvictSample (16), each eviction
+		// takes the least recently used of them all, so every one of the
+		// first 16 is gone and the newest stays.
 		for i := range 16 {
 			if k := "big/" + strconv.Itoa(i); e.exists(k) {
 				t.Errorf("%s, older than every other object, survived 64 evictions", k)

@@ -184,6 +184,10 @@ type Service struct {
 	// rd is what the read path changes while it holds mu shared.
 	rd readPath
 
+	// evictSampleOnly (tests) picks every eviction victim by sampling
+	// alone, as before the clock, to compare hit rates.
+	evictSampleOnly bool
+
 	// mu guards all mutable state below it: held exclusively, or shared
 	// by the read path under the rules of readPath.
 	mu struct {
@@ -229,7 +233,7 @@ type Service struct {
 		evictions  uint64
 		rng        *rand.Rand
 		evict      [3]evictList // visible objects by tier (segment.Tier), for eviction to sample
-		sample     []uint32     // evictPassLocked's sampled slots, reused
+		sample     []uint32     // sampled or examined slots of eviction, reused
 		flow       flowCounters // for Status and its metrics (status.go)
 	}
 }
