@@ -55,8 +55,10 @@ type Config struct {
 	MaxKeyLen int
 	// MaxBatch bounds the items of one call. Default 65536.
 	MaxBatch int
-	// EvictSample is how many candidates each approximate-LRU eviction
-	// step samples. Default 16.
+	// EvictSample is how many members of a tier's eviction list the
+	// clock's hand passes looking for a victim before it falls back to
+	// sampling, and how many that sample draws (evict.go). A tier with no
+	// more visible objects than this evicts in exact LRU order. Default 16.
 	EvictSample int
 	// PlacementSlack is how far, as a fraction of a segment's size, its
 	// free bytes may fall through allocations below the free bytes the
