@@ -4,7 +4,7 @@
 # Part C (run.sh C): a full store (--prefill: every put evicts), 3
 # interleaved rounds of head (eviction by a clock) and s20 (16 random
 # members sampled per victim), go-embedded and go-remote, 4 KiB-16 MiB; and
-# the master's BenchmarkPutFull on the host CPU.
+# the master's BenchmarkPutFull and BenchmarkGetDuringFullPuts on the host CPU.
 set -u
 PART=${1:-A}
 if [ "$PART" != C ]; then
@@ -23,5 +23,5 @@ for rep in 1 2 3; do
   st prefill-head-$rep $V/head/kvfabric bench --store --driver cuda $S --json "$L/prefill-head-$rep.json"
   st prefill-s20-$rep $V/s20/kvfabric bench --store --driver cuda $S --json "$L/prefill-s20-$rep.json"
 done
-(cd internal/master && st putfull ../../.device/master.test -test.run xxx -test.bench 'BenchmarkPutFull' -test.benchtime 100x -test.count 3)
+(cd internal/master && st putfull ../../.device/master.test -test.run xxx -test.bench 'BenchmarkPutFull|BenchmarkGetDuringFullPuts' -test.benchtime 100x -test.count 3)
 python3 docs/perf/logs-2026-12-04-s20/run1/summary.py "$L" > "$L/ranges.txt" 2>&1
