@@ -23,5 +23,6 @@ for rep in 1 2 3; do
   st prefill-head-$rep $V/head/kvfabric bench --store --driver cuda $S --json "$L/prefill-head-$rep.json"
   st prefill-s20-$rep $V/s20/kvfabric bench --store --driver cuda $S --json "$L/prefill-s20-$rep.json"
 done
-(cd internal/master && st putfull ../../.device/master.test -test.run xxx -test.bench 'BenchmarkPutFull|BenchmarkGetDuringFullPuts' -test.benchtime 100x -test.count 3)
+(cd internal/master && st putfull ../../.device/master.test -test.run xxx -test.bench 'BenchmarkPutFull' -test.benchtime 100x -test.count 3)
+(cd internal/master && st getduring ../../.device/master.test -test.run xxx -test.bench 'BenchmarkGetDuringFullPuts' -test.benchtime 20000x -test.count 3)
 python3 docs/perf/logs-2026-12-04-s20/run1/summary.py "$L" > "$L/ranges.txt" 2>&1
