@@ -203,6 +203,25 @@ func (a *Allocator) Span(r Ref) (off, length uint64, err error) {
 	return b.off, b.size, nil
 }
 
+// Touch loads block r's record and its physical neighbours' — what Span
+// and Free read — and returns a word of them (for a sink): a caller about
+// to free many blocks loads them all first, so that their cache misses
+// overlap. An invalid r loads nothing.
+func (a *Allocator) Touch(r Ref) uint64 {
+	if int(r) >= len(a.blocks) {
+		return 0
+	}
+	b := &a.blocks[r]
+	sink := b.off
+	if b.prevPhys != nilIdx {
+		sink += a.blocks[b.prevPhys].size
+	}
+	if b.nextPhys != nilIdx {
+		sink += a.blocks[b.nextPhys].size
+	}
+	return sink
+}
+
 // Tag returns the tag an allocated block was given.
 func (a *Allocator) Tag(r Ref) (uint32, error) {
 	if !a.valid(r) {

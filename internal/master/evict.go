@@ -1,6 +1,8 @@
 package master
 
 import (
+	"slices"
+
 	"github.com/kvfabric/kvfabric/internal/segment"
 )
 
@@ -44,21 +46,36 @@ func (s *Service) evictLocked(t segment.Tier, want uint64, now int64, forPut boo
 	return freed
 }
 
+// evictGroup is how many victims evictPassLocked picks before it frees
+// them: what freeing them will read is loaded for the whole group first
+// (touchVictimsLocked), so that the cache misses of a group overlap
+// instead of following one another.
+const evictGroup = 16
+
 // evictPassLocked is one pass of evictLocked: soft-pinned objects are
-// candidates only when soft is set.
+// candidates only when soft is set. It picks victims in groups, loads a
+// group's memory, then frees the group's victims in order until want
+// bytes are free; victims of the last group that it does not need stay.
 func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft, forPut bool) uint64 {
 	freed := freedIn{tier: t, usable: forPut}
 	misses, evicted := 0, 0
 	l := &s.mu.evict[t]
+	var group [evictGroup]uint32
 	for freed.n < want && evicted < maxEvictPerCall && misses < 8 && l.n > 0 {
-		victim, found := s.victimLocked(l, t, now, soft, forPut)
-		if !found {
+		victims := s.pickVictimsLocked(l, t, want-freed.n, now, soft, forPut, group[:0])
+		if len(victims) == 0 {
 			misses++
 			continue
 		}
 		misses = 0
-		s.freeCountingLocked(victim, now, &freed)
-		evicted++
+		s.touchVictimsLocked(l, victims)
+		for _, v := range victims {
+			if freed.n >= want || evicted >= maxEvictPerCall {
+				break
+			}
+			s.freeCountingLocked(v, now, &freed)
+			evicted++
+		}
 	}
 	if evicted > 0 {
 		s.mu.evictions += uint64(evicted)
@@ -66,6 +83,23 @@ func (s *Service) evictPassLocked(t segment.Tier, want uint64, now int64, soft, 
 		s.mu.flow.evicted[t][evictReason(forPut, soft)] += uint64(evicted)
 	}
 	return freed.n
+}
+
+// pickVictimsLocked appends to out, up to its capacity, distinct victims
+// (victimLocked) whose sizes add up to want. It stops early when
+// victimLocked finds none, or one it already picked (it does when a small
+// list, or the fallback's sample, offers the same object again).
+func (s *Service) pickVictimsLocked(l *evictList, t segment.Tier, want uint64, now int64, soft, forPut bool, out []uint32) []uint32 {
+	var est uint64
+	for len(out) < cap(out) && est < want {
+		v, ok := s.victimLocked(l, t, now, soft, forPut)
+		if !ok || slices.Contains(out, v) {
+			break
+		}
+		out = append(out, v)
+		est += s.mu.objs.at(v).size
+	}
+	return out
 }
 
 // victimLocked returns a member of l to evict: the clock's next victim,
@@ -270,4 +304,35 @@ func (s *Service) inTierLocked(slot uint32, t segment.Tier, usable bool) bool {
 		}
 	}
 	return false
+}
+
+// touchVictimsLocked loads what freeing victims will read — each one's key
+// and its index entry, its allocator blocks, its place in l and the places
+// of the members that the removals will move — one kind at a time across
+// the group, so that the group's misses overlap. A full store whose
+// reads have spread its least recently used objects over the table took
+// 10–20 % less time a put with it (docs/perf/logs-2026-12-05-s21).
+func (s *Service) touchVictimsLocked(l *evictList, victims []uint32) {
+	if len(victims) < 2 {
+		return
+	}
+	var sink uint64
+	for _, v := range victims {
+		sink += s.mu.objs.touchKey(v)
+		if p := entry(&l.pos, v, false); p != nil {
+			sink += uint64(*p)
+		}
+		for _, r := range s.repsLocked(v) {
+			sink += s.mu.segs[r.seg].al.Touch(r.ref)
+		}
+	}
+	for i := range min(len(victims), l.n) {
+		if p := entry(&l.pos, l.member(l.n-1-i), false); p != nil {
+			sink += uint64(*p)
+		}
+	}
+	for _, v := range victims {
+		sink += s.mu.objs.touchIndex(v)
+	}
+	s.rd.sink.Add(sink)
 }

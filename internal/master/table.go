@@ -337,6 +337,28 @@ func (t *objTable) growTable(fp uint32) {
 	}
 }
 
+// touchKey loads slot's key from the arena and returns a word of it (for
+// a sink): the first of two loads touchVictimsLocked makes ahead of
+// freeing a group of objects.
+func (t *objTable) touchKey(slot uint32) uint64 {
+	ref := t.at(slot).key
+	if ref == noKey {
+		return 0
+	}
+	return uint64(binary.LittleEndian.Uint32(t.keys[ref>>32][uint32(ref)+4:]))
+}
+
+// touchIndex loads the index entry at the home of slot's key, where
+// unindex starts its probe, and returns it (for a sink).
+func (t *objTable) touchIndex(slot uint32) uint64 {
+	if t.at(slot).key == noKey {
+		return 0
+	}
+	fp := fingerprint(maphash.Bytes(t.seed, t.keyBytes(slot)))
+	tb := t.tableOf(fp)
+	return tb.slots[fp&uint32(len(tb.slots)-1)]
+}
+
 // unindex removes slot's key from the index; the key stays in the arena.
 func (t *objTable) unindex(slot uint32) {
 	fp := fingerprint(maphash.Bytes(t.seed, t.keyBytes(slot)))
