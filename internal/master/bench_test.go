@@ -703,23 +703,9 @@ func BenchmarkPutCallsFull(b *testing.B) {
 	for b.Loop() {
 		batch := next(chunk)
 		t0 := time.Now()
-		res, err := c.PutStart(ctx, batch)
+		refs = startRefs(b, ctx, c, batch, refs)
 		lat.add(t0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		refs = refs[:0]
-		for i, r := range res {
-			if r.Err != nil {
-				b.Fatal(r.Err)
-			}
-			refs = append(refs, PutRef{Key: batch[i].Key, Token: r.Token})
-		}
-		for _, err := range c.PutEnd(ctx, refs) {
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
+		endRefs(b, ctx, c, refs)
 	}
 	lat.report(b)
 	b.ReportMetric(float64(slices.Max(lat).Nanoseconds())/1e3, "max-us")

@@ -47,6 +47,19 @@ func hitRateService(tb testing.TB, policy evictPolicy, capacity int, size uint64
 	return svc, clk
 }
 
+// fullStore returns a clock-evicting store of capacity objects of size
+// bytes, filled by puts of k0 … k(capacity-1) in that order, and the keys.
+func fullStore(t *testing.T, capacity int, size uint64) (*Service, *manualClock, []string) {
+	t.Helper()
+	svc, clk := hitRateService(t, policyClock, capacity, size)
+	keys := make([]string, capacity)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	replay(t, svc, clk, keys, size)
+	return svc, clk, keys
+}
+
 // replay runs a cache's loop over trace through svc: get each key (and
 // release its lease at once); on a miss, put it. It returns the hits.
 func replay(tb testing.TB, svc *Service, clk *manualClock, trace []string, size uint64) int {
@@ -145,13 +158,9 @@ func TestEvictionHitRate(t *testing.T) {
 // one hot object per window: 128 of 2,048 gone here.
 func TestClockKeepsHotRun(t *testing.T) {
 	const capacity, size, hot = 4096, 4096, 2048
-	svc, clk := hitRateService(t, policyClock, capacity, size)
+	svc, clk, keys := fullStore(t, capacity, size)
 	ctx := context.Background()
-	var keys []string
-	for i := range capacity {
-		keys = append(keys, "k"+strconv.Itoa(i))
-	}
-	replay(t, svc, clk, keys, size) // full: cold, then the hot run, then cold
+	// The store is full: cold objects, then the hot run, then cold ones.
 	hotKeys := keys[1024 : 1024+hot]
 	readHot := func() {
 		t.Helper()
@@ -203,13 +212,8 @@ func TestClockKeepsHotRun(t *testing.T) {
 // with no space (ran it).
 func TestClockPassesLeasedRun(t *testing.T) {
 	const capacity, size, leased = 4096, 4096, 3072
-	svc, clk := hitRateService(t, policyClock, capacity, size)
+	svc, clk, keys := fullStore(t, capacity, size)
 	ctx := context.Background()
-	var keys []string
-	for i := range capacity {
-		keys = append(keys, "k"+strconv.Itoa(i))
-	}
-	replay(t, svc, clk, keys, size)
 	clk.Advance(time.Millisecond)
 	res, err := svc.GetReplicas(ctx, keys[:leased]) // held: not released
 	if err != nil {
