@@ -79,7 +79,10 @@ func mergeEnv(t *testing.T, o client.Options, conf map[string]any) (*env, *spanC
 	if e.prov, err = client.Open(ctx, cfgFor(t, egmProvider("32MiB")), client.Options{Driver: drv, Master: e.mc, ClientID: "prov"}); err != nil {
 		t.Fatal(err)
 	}
-	o.Driver, o.Master, o.ClientID, o.PipelineChunk, o.BatchParts = sc, e.mc, "cons", 32, 1
+	o.Driver, o.Master, o.ClientID, o.PipelineChunk = sc, e.mc, "cons", 32
+	if o.BatchParts == 0 {
+		o.BatchParts = 1
+	}
 	conf["copy_engine_min_bytes"], conf["get_copy_engine_min_bytes"] = 1, 1
 	cfg := cfgFor(t, conf)
 	if e.cons, err = client.Open(ctx, cfg, o); err != nil {
@@ -94,9 +97,10 @@ func mergeEnv(t *testing.T, o client.Options, conf map[string]any) (*env, *spanC
 // when the caller's buffer is two registrations that adjoin — and every
 // object reads back its own bytes, by the batch and alone. With
 // SeparateCopies or merge_copies=false, or with the buffers permuted, the
-// copies are the objects'.
+// copies are the objects'. A batch split over parts (as a remote master's
+// are) is split into runs of consecutive keys, which merge as one
+// pipeline's do.
 func TestMergedCopies(t *testing.T) {
-	const n, size = 96, 16 << 10
 	for _, tc := range []struct {
 		name     string
 		host     bool // the buffers: two adjoining registered host ranges (else one device buffer)
@@ -104,6 +108,7 @@ func TestMergedCopies(t *testing.T) {
 		separate bool // client.Options.SeparateCopies
 		noMerge  bool // the configuration's merge_copies=false
 		replicas int
+		parts    int // client.Options.BatchParts, with enough keys to split the batch
 	}{
 		{name: "device"},
 		{name: "host, two registrations", host: true},
@@ -111,26 +116,34 @@ func TestMergedCopies(t *testing.T) {
 		{name: "scatter", scatter: true},
 		{name: "separate", separate: true},
 		{name: "merge_copies=false", noMerge: true},
+		{name: "four parts", parts: 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			n, size := 96, 16<<10
+			if tc.parts > 1 {
+				// Parts of at least two pipeline chunks (64 keys)
+				// with an embedded master: 4 parts of 128.
+				n, size = 512, 8<<10
+			}
+			nb := uint64(n * size)
 			conf := map[string]any{}
 			if tc.noMerge {
 				conf["merge_copies"] = false
 			}
-			e, sc := mergeEnv(t, client.Options{SeparateCopies: tc.separate}, conf)
+			e, sc := mergeEnv(t, client.Options{SeparateCopies: tc.separate, BatchParts: tc.parts}, conf)
 			defer e.close()
 			ctx := context.Background()
 			rng := rand.New(rand.NewPCG(11, uint64(len(tc.name))))
 			// buffer returns a source or destination of n slots.
 			buffer := func() cuda.DevicePtr {
 				if !tc.host {
-					return devBuf(t, e, n*size)
+					return devBuf(t, e, nb)
 				}
 				b := mmapHost(t, n*size)
 				// The boundary inside the first chunk's run (4 keys
 				// in one segment).
 				half := uint64(2 * size)
-				for _, r := range [][2]uint64{{0, half}, {half, n*size - half}} {
+				for _, r := range [][2]uint64{{0, half}, {half, nb - half}} {
 					if err := e.cons.RegisterBuffer(ptrOf(b)+uintptr(r[0]), r[1]); err != nil {
 						t.Fatal(err)
 					}
@@ -161,8 +174,8 @@ func TestMergedCopies(t *testing.T) {
 			for i := range keys {
 				keys[i] = fmt.Sprintf("k%03d", i)
 				off := uintptr(slot[i] * size)
-				srcs[i] = client.Bytes(uintptr(src)+off, size)
-				dsts[i] = client.Bytes(uintptr(dst)+off, size)
+				srcs[i] = client.Bytes(uintptr(src)+off, uint64(size))
+				dsts[i] = client.Bytes(uintptr(dst)+off, uint64(size))
 			}
 			m0 := e.cons.MergedCopies()
 			for i, err := range e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{Replicas: tc.replicas}) {
@@ -183,17 +196,17 @@ func TestMergedCopies(t *testing.T) {
 				}
 			}
 			getCopies, getMerged := sc.copies-putCopies, e.cons.MergedCopies()-m0-putMerged
-			if got := readBack(t, e, dst, n*size); !bytes.Equal(got, want) {
+			if got := readBack(t, e, dst, nb); !bytes.Equal(got, want) {
 				t.Fatalf("batch get: bytes differ")
 			}
 			// Each object alone: its own bytes.
-			one := devBuf(t, e, size)
+			one := devBuf(t, e, uint64(size))
 			for _, i := range []int{0, 1, 2, n / 2, n - 1} {
-				if _, err := e.cons.Get(ctx, keys[i], client.Bytes(uintptr(one), size), 0); err != nil {
+				if _, err := e.cons.Get(ctx, keys[i], client.Bytes(uintptr(one), uint64(size)), 0); err != nil {
 					t.Fatal(err)
 				}
 				off := slot[i] * size
-				if got := readBack(t, e, one, size); !bytes.Equal(got, want[off:off+size]) {
+				if got := readBack(t, e, one, uint64(size)); !bytes.Equal(got, want[off:off+size]) {
 					t.Fatalf("get %s alone: not its bytes", keys[i])
 				}
 			}
@@ -205,7 +218,7 @@ func TestMergedCopies(t *testing.T) {
 			}
 			reps := max(tc.replicas, 1)
 			t.Logf("put: %d copies (%d merged), get: %d copies (%d merged)", putCopies, putMerged, getCopies, getMerged)
-			if uint64(putCopies)+putMerged != uint64(reps*n) || uint64(getCopies)+getMerged != n {
+			if uint64(putCopies)+putMerged != uint64(reps*n) || uint64(getCopies)+getMerged != uint64(n) {
 				t.Errorf("copies + merged: put %d + %d, get %d + %d; want %d and %d", putCopies, putMerged, getCopies, getMerged, reps*n, n)
 			}
 			switch {
@@ -218,7 +231,7 @@ func TestMergedCopies(t *testing.T) {
 				}
 			case tc.scatter:
 				// Only keys whose slots happen to follow one another merge.
-				if putMerged > n/4 || getMerged > n/4 {
+				if putMerged > uint64(n/4) || getMerged > uint64(n/4) {
 					t.Errorf("scatter: %d put and %d get copies merged", putMerged, getMerged)
 				}
 			default:

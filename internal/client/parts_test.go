@@ -147,10 +147,12 @@ func TestBatchGetPartsStoppedReleasesLeases(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(5, 6))
 	const n, size = 120, 4096
-	src := devBuf(t, e, n*size)
-	dst := devBuf(t, e, n*size)
-	want := fillRandom(t, e, src, n*size, rng)
-	keys, srcs, dsts := slabs("parts-fail", src, dst, n, size)
+	// Slots apart: each key's copy is a kernel launch of its own (merged
+	// copies of a run would go to the copy engines, and no launch fail).
+	src := devBuf(t, e, 2*n*size)
+	dst := devBuf(t, e, 2*n*size)
+	want := fillRandom(t, e, src, 2*n*size, rng)
+	keys, srcs, dsts := apartSlabs("parts-fail", src, dst, n, size)
 	for i, err := range e.cons.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
 		if err != nil {
 			t.Fatalf("put %s: %v", keys[i], err)
@@ -158,12 +160,12 @@ func TestBatchGetPartsStoppedReleasesLeases(t *testing.T) {
 	}
 	e.drv.Fail("LaunchKernel", 2, cuda.ErrorLaunchFailed)
 	_, errs := e.cons.BatchGet(ctx, keys, dsts, 0)
-	back := readBack(t, e, dst, n*size)
+	back := readBack(t, e, dst, 2*n*size)
 	failed := 0
 	for i, err := range errs {
 		switch {
 		case err == nil:
-			if lo := i * size; string(back[lo:lo+size]) != string(want[lo:lo+size]) {
+			if lo := 2 * i * size; string(back[lo:lo+size]) != string(want[lo:lo+size]) {
 				t.Errorf("get %s succeeded with wrong bytes", keys[i])
 			}
 		case errors.Is(err, client.ErrTransfer):
@@ -264,12 +266,14 @@ func TestBatchPutPartsStoppedRevokes(t *testing.T) {
 	e := newEnvParts(t, sim.Config{}, egmProvider("16MiB"), master.Config{}, nil, 4)
 	ctx := context.Background()
 	const n, size = 120, 4096
-	src := devBuf(t, e, n*size)
+	// Slots apart: each key's copy is a kernel launch of its own (merged
+	// copies of a run would go to the copy engines, and no launch fail).
+	src := devBuf(t, e, 2*n*size)
 	keys := make([]string, n)
 	srcs := make([][]client.Region, n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("put-parts-fail/%d", i)
-		srcs[i] = client.Bytes(uintptr(src)+uintptr(i*size), size)
+		srcs[i] = client.Bytes(uintptr(src)+uintptr(2*i*size), size)
 	}
 	e.drv.Fail("LaunchKernel", 2, cuda.ErrorLaunchFailed)
 	var okKeys, failKeys []string
