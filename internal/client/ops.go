@@ -651,7 +651,10 @@ func (p *putBatchPart) rest(errs []error, err error) {
 // names a key twice does is what it did in one pipeline. When a key
 // repeats, the batch is dealt by key hash instead (splitByKey).
 func splitPuts(reqs []master.PutStartReq, idx []int, n int) []putBatchPart {
-	if n <= 1 || repeatsKey(reqs) {
+	if n <= 1 {
+		return []putBatchPart{{reqs: reqs, idx: idx}}
+	}
+	if repeatsKey(reqs) {
 		return splitByKey(reqs, idx, n)
 	}
 	parts := make([]putBatchPart, n)
@@ -662,32 +665,14 @@ func splitPuts(reqs []master.PutStartReq, idx []int, n int) []putBatchPart {
 	return parts
 }
 
-// repeatsKey reports whether two of reqs name the same key: an open
-// addressing table of the keys' hashes, the keys compared where hashes
-// meet.
+// repeatsKey reports whether two of reqs name the same key.
 func repeatsKey(reqs []master.PutStartReq) bool {
-	type entry struct {
-		h uint64
-		i int32 // request index + 1; 0: empty
-	}
-	size := 1
-	for size < 2*len(reqs) {
-		size *= 2
-	}
-	table := make([]entry, size)
-	mask := uint64(size - 1)
+	seen := make(map[string]struct{}, len(reqs))
 	for i := range reqs {
-		h := maphash.String(partSeed, reqs[i].Key)
-		for j := h & mask; ; j = (j + 1) & mask {
-			e := &table[j]
-			if e.i == 0 {
-				*e = entry{h: h, i: int32(i + 1)}
-				break
-			}
-			if e.h == h && reqs[e.i-1].Key == reqs[i].Key {
-				return true
-			}
+		if _, ok := seen[reqs[i].Key]; ok {
+			return true
 		}
+		seen[reqs[i].Key] = struct{}{}
 	}
 	return false
 }
