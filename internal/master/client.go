@@ -257,7 +257,8 @@ type PutStartResult struct {
 	Replicas []Replica
 	// Hint, when not 0, is where this master keeps the put: PutEnd and
 	// PutRevoke go to it directly rather than look the key up (Ref
-	// carries it). It is an embedded master's; the wire does not carry it.
+	// carries it). The wire carries it both ways (PutStartResult.hint,
+	// PutRef.hint): a remote master's PutEnds skip the lookup too.
 	Hint uint32
 }
 

@@ -149,7 +149,8 @@ func TestPendingSetModel(t *testing.T) {
 	check(-1, "final put ends")
 }
 
-// TestPutEndHints: PutEnd and PutRevoke use a PutRef's Hint only when the
+// TestPutEndHints: every transport carries a put's hint (PutStartResult
+// and PutRef), and PutEnd and PutRevoke use a PutRef's Hint only when the
 // record it names is a put of that key with that token. A hint naming
 // another key's put, a timed-out put, a reused slot or no slot at all
 // must end exactly what the same call without a hint ends. Fails if the
@@ -157,76 +158,78 @@ func TestPendingSetModel(t *testing.T) {
 func TestPutEndHints(t *testing.T) {
 	cfg := testConfig()
 	cfg.PutTimeout = 2 * time.Second
-	e := newEnvWith(t, cfg, transports["embedded"])
-	p := e.register("p1", "host-a", 0, 0)
-	e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 8*64*KiB))
-	start := func(k string) PutStartResult {
-		t.Helper()
-		r := e.putStart(k, 64*KiB)
-		wantErr(t, "PutStart "+k, r.Err, nil)
-		if r.Hint == 0 {
-			t.Fatalf("PutStart %q: embedded master gave no hint", k)
+	forEachTransport(t, cfg, func(t *testing.T, e *env) {
+		p := e.register("p1", "host-a", 0, 0)
+		e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 8*64*KiB))
+		start := func(k string) PutStartResult {
+			t.Helper()
+			r := e.putStart(k, 64*KiB)
+			wantErr(t, "PutStart "+k, r.Err, nil)
+			if r.Hint == 0 {
+				t.Fatalf("PutStart %q: no hint (a remote master sends it over the wire too)", k)
+			}
+			return r
 		}
-		return r
-	}
-	end := func(what string, ref PutRef, want error) {
-		t.Helper()
-		wantErr(t, what, e.c.PutEnd(e.ctx, []PutRef{ref})[0], want)
-	}
-	a, b := start("a"), start("b")
-	// b's key with a's token, hinted at a's record: neither put ends.
-	end("b with a's token and hint", PutRef{Key: "b", Token: a.Token, Hint: a.Hint}, ErrNotFound)
-	wantErr(t, "Get a", e.get("a").Err, ErrNotFound)
-	// b's own put, hinted at a's record: b ends, a does not.
-	end("b hinted at a", PutRef{Key: "b", Token: b.Token, Hint: a.Hint}, nil)
-	wantErr(t, "Get b", e.get("b").Err, nil)
-	wantErr(t, "Get a after b's end", e.get("a").Err, ErrNotFound)
-	// A hint past the table, then a retried PutEnd with the right hint.
-	end("a hinted past the table", a.Ref("a"), nil)
-	end("a retried", PutRef{Key: "a", Token: a.Token, Hint: 1 << 31}, nil)
-	wantErr(t, "Get a", e.get("a").Err, nil)
+		end := func(what string, ref PutRef, want error) {
+			t.Helper()
+			wantErr(t, what, e.c.PutEnd(e.ctx, []PutRef{ref})[0], want)
+		}
+		a, b := start("a"), start("b")
+		// b's key with a's token, hinted at a's record: neither put ends.
+		end("b with a's token and hint", PutRef{Key: "b", Token: a.Token, Hint: a.Hint}, ErrNotFound)
+		wantErr(t, "Get a", e.get("a").Err, ErrNotFound)
+		// b's own put, hinted at a's record: b ends, a does not.
+		end("b hinted at a", PutRef{Key: "b", Token: b.Token, Hint: a.Hint}, nil)
+		wantErr(t, "Get b", e.get("b").Err, nil)
+		wantErr(t, "Get a after b's end", e.get("a").Err, ErrNotFound)
+		// A hint past the table, then a retried PutEnd with the right hint.
+		end("a hinted past the table", a.Ref("a"), nil)
+		end("a retried", PutRef{Key: "a", Token: a.Token, Hint: 1 << 31}, nil)
+		wantErr(t, "Get a", e.get("a").Err, nil)
 
-	// A timed-out put, hinted at its own record: revoked, never visible,
-	// and its range freed by the late PutEnd.
-	c := start("c")
-	e.clk.Advance(3 * time.Second)
-	e.svc.Reap()
-	used := e.tierUsed(segment.TierDRAM)
-	end("timed-out c", c.Ref("c"), ErrNotFound)
-	wantErr(t, "Get c", e.get("c").Err, ErrNotFound)
-	if got := e.tierUsed(segment.TierDRAM); got != used-64*KiB {
-		t.Fatalf("DRAM used after the late PutEnd = %d, want %d (the timed-out range freed)", got, used-64*KiB)
-	}
+		// A timed-out put, hinted at its own record: revoked, never visible,
+		// and its range freed by the late PutEnd.
+		c := start("c")
+		e.clk.Advance(3 * time.Second)
+		e.svc.Reap()
+		used := e.tierUsed(segment.TierDRAM)
+		end("timed-out c", c.Ref("c"), ErrNotFound)
+		wantErr(t, "Get c", e.get("c").Err, ErrNotFound)
+		if got := e.tierUsed(segment.TierDRAM); got != used-64*KiB {
+			t.Fatalf("DRAM used after the late PutEnd = %d, want %d (the timed-out range freed)", got, used-64*KiB)
+		}
 
-	// A revoked put's hint, its slot reused by the next put: the stale
-	// ref ends nothing, the new put ends with its own.
-	d := start("d")
-	wantErr(t, "PutRevoke d", e.c.PutRevoke(e.ctx, []PutRef{d.Ref("d")})[0], nil)
-	n := start("n")
-	if n.Hint != d.Hint {
-		t.Logf("slot not reused (d %d, n %d): the stale-hint case is weaker", d.Hint, n.Hint)
-	}
-	end("stale d", d.Ref("d"), ErrNotFound)
-	wantErr(t, "PutRevoke stale d", e.c.PutRevoke(e.ctx, []PutRef{{Key: "n", Token: d.Token, Hint: n.Hint}})[0], ErrNotFound)
-	if st := e.stats(); st.PendingPuts != 1 {
-		t.Fatalf("pending puts = %d, want 1 (n)", st.PendingPuts)
-	}
-	end("n", n.Ref("n"), nil)
+		// A revoked put's hint, its slot reused by the next put: the stale
+		// ref ends nothing, the new put ends with its own.
+		d := start("d")
+		wantErr(t, "PutRevoke d", e.c.PutRevoke(e.ctx, []PutRef{d.Ref("d")})[0], nil)
+		n := start("n")
+		if n.Hint != d.Hint {
+			t.Logf("slot not reused (d %d, n %d): the stale-hint case is weaker", d.Hint, n.Hint)
+		}
+		end("stale d", d.Ref("d"), ErrNotFound)
+		wantErr(t, "PutRevoke stale d", e.c.PutRevoke(e.ctx, []PutRef{{Key: "n", Token: d.Token, Hint: n.Hint}})[0], ErrNotFound)
+		if st := e.stats(); st.PendingPuts != 1 {
+			t.Fatalf("pending puts = %d, want 1 (n)", st.PendingPuts)
+		}
+		end("n", n.Ref("n"), nil)
 
-	e.svc.mu.Lock()
-	err := checkPendingLocked(e.svc)
-	e.svc.mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.svc.RemoveAll(e.ctx, Filter{}, true); err != nil {
-		t.Fatal(err)
-	}
-	e.clk.Advance(cfg.LeaseTTL + time.Second) // the gets' leases end: the zombies go
-	e.svc.Reap()
-	if st := e.stats(); st.Objects != 0 || st.PendingPuts != 0 || e.tierUsed(segment.TierDRAM) != 0 {
-		t.Fatalf("after RemoveAll: %d objects, %d pending, %d bytes used", st.Objects, st.PendingPuts, e.tierUsed(segment.TierDRAM))
-	}
+		e.svc.mu.Lock()
+		err := checkPendingLocked(e.svc)
+		e.svc.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.svc.RemoveAll(e.ctx, Filter{}, true); err != nil {
+			t.Fatal(err)
+		}
+		e.clk.Advance(cfg.LeaseTTL + time.Second) // the gets' leases end: the zombies go
+		e.svc.Reap()
+		if st := e.stats(); st.Objects != 0 || st.PendingPuts != 0 || e.tierUsed(segment.TierDRAM) != 0 {
+			t.Fatalf("after RemoveAll: %d objects, %d pending, %d bytes used", st.Objects, st.PendingPuts, e.tierUsed(segment.TierDRAM))
+		}
+
+	})
 }
 
 // TestPreparedPuts: a prepared PutStart batch starts once, only on the

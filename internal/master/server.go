@@ -238,7 +238,7 @@ func putToPB(res []PutStartResult) *pb.PutStartResponse {
 	backing := make([]pb.PutStartResult, len(res))
 	out := &pb.PutStartResponse{Results: make([]*pb.PutStartResult, len(res))}
 	for i, x := range res {
-		backing[i] = pb.PutStartResult{Error: toItemError(x.Err), Token: x.Token, Replicas: tab.replicas(x.Replicas)}
+		backing[i] = pb.PutStartResult{Error: toItemError(x.Err), Token: x.Token, Replicas: tab.replicas(x.Replicas), Hint: x.Hint}
 		out.Results[i] = &backing[i]
 	}
 	out.Segments = tab.list
@@ -248,7 +248,7 @@ func putToPB(res []PutStartResult) *pb.PutStartResponse {
 func refsFromPB(ps []*pb.PutRef) []PutRef {
 	refs := make([]PutRef, len(ps))
 	for i, p := range ps {
-		refs[i] = PutRef{Key: p.Key, Token: p.Token}
+		refs[i] = PutRef{Key: p.Key, Token: p.Token, Hint: p.Hint}
 	}
 	return refs
 }

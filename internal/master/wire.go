@@ -681,7 +681,7 @@ func (m *putStartResponse) wireSize() int {
 	m.fill()
 	n := m.tab.wireSize()
 	for i := range m.res {
-		n += 3 + 9 + 40*len(m.res[i].Replicas)
+		n += 3 + 9 + 6 + 40*len(m.res[i].Replicas)
 		if m.res[i].Err != nil {
 			n += 128
 		}
@@ -705,6 +705,7 @@ func (m *putStartResponse) appendWire(b []byte) ([]byte, error) {
 		}
 		b = appendFixed64NZ(b, 2, x.Token)
 		b = appendReplicas(b, 3, &m.tab, x.Replicas)
+		b = appendVarintNZ(b, 4, uint64(x.Hint))
 		b = endMsg(b, r)
 	}
 	return b, nil
@@ -785,7 +786,7 @@ type putRefsRequest struct {
 func (m *putRefsRequest) wireSize() int {
 	n := 0
 	for _, p := range m.puts {
-		n += 2 + 3 + len(p.Key) + 9
+		n += 2 + 3 + len(p.Key) + 9 + 6
 	}
 	return n
 }
@@ -800,6 +801,7 @@ func (m *putRefsRequest) appendWire(b []byte) ([]byte, error) {
 			}
 		}
 		b = appendFixed64NZ(b, 2, p.Token)
+		b = appendVarintNZ(b, 3, uint64(p.Hint))
 		b = endMsg(b, r)
 	}
 	return b, nil
@@ -842,6 +844,8 @@ func (m *putRefsRequest) decode(b []byte, all string) error {
 				}
 			case g.is(2, protowire.Fixed64Type):
 				p.Token = g.v
+			case g.is(3, protowire.VarintType):
+				p.Hint = uint32(g.v)
 			}
 		}
 		m.puts = append(m.puts, p)
@@ -1084,6 +1088,7 @@ func (m *resultsReply) result(b []byte) error {
 		errMsg                []byte
 		token, size, leaseID  uint64
 		leaseExpiry, leaseTTL int64
+		hint                  uint32
 	)
 	res, start, late := m.results(), len(m.backing), len(m.late)
 	for len(b) > 0 {
@@ -1126,6 +1131,8 @@ func (m *resultsReply) result(b []byte) error {
 				m.late = append(m.late, lateReplica{res: res, rep: len(m.backing) - start, seg: seg})
 			}
 			m.backing = append(m.backing, r)
+		case !m.get && f.is(4, protowire.VarintType):
+			hint = uint32(f.v)
 		case m.get && f.is(4, protowire.VarintType):
 			leaseExpiry = int64(f.v)
 		case m.get && f.is(5, protowire.VarintType):
@@ -1146,7 +1153,7 @@ func (m *resultsReply) result(b []byte) error {
 		reps = m.backing[start:len(m.backing):len(m.backing)]
 	}
 	if !m.get {
-		m.puts = append(m.puts, PutStartResult{Err: itemErr, Token: token, Replicas: reps})
+		m.puts = append(m.puts, PutStartResult{Err: itemErr, Token: token, Replicas: reps, Hint: hint})
 		return nil
 	}
 	if itemErr != nil {

@@ -123,7 +123,7 @@ func TestWireKeysAndRefs(t *testing.T) {
 		t.Errorf("reader: hand decoding %q %q (%v)", k.reader, k.keys, err)
 	}
 
-	refs := []PutRef{{Key: "a", Token: 1}, {Key: "", Token: 0}, {Key: "b", Token: 1<<64 - 1}}
+	refs := []PutRef{{Key: "a", Token: 1, Hint: 7}, {Key: "", Token: 0}, {Key: "b", Token: 1<<64 - 1, Hint: 1<<32 - 1}}
 	var e pb.PutEndRequest
 	if err := proto.Unmarshal(encodeWire(t, &putRefsRequest{puts: refs}), &e); err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func TestWireKeysAndRefs(t *testing.T) {
 	}
 	e.Puts = nil
 	for _, r := range refs {
-		e.Puts = append(e.Puts, &pb.PutRef{Key: r.Key, Token: r.Token})
+		e.Puts = append(e.Puts, &pb.PutRef{Key: r.Key, Token: r.Token, Hint: r.Hint})
 	}
 	var r putRefsRequest
 	if err := r.unmarshalWire(mustMarshal(t, &e)); err != nil || !reflect.DeepEqual(r.puts, refs) {
@@ -144,7 +144,7 @@ func TestWireKeysAndRefs(t *testing.T) {
 func putRefsFromPB(p *pb.PutEndRequest) []PutRef {
 	var out []PutRef
 	for _, r := range p.Puts {
-		out = append(out, PutRef{Key: r.Key, Token: r.Token})
+		out = append(out, PutRef{Key: r.Key, Token: r.Token, Hint: r.Hint})
 	}
 	return out
 }
@@ -215,9 +215,9 @@ func TestWireResults(t *testing.T) {
 	ds := wireDescs()
 	reps := []Replica{{&ds[0], 0, 4096}, {&ds[1], 1 << 40, 64}, {&ds[0], 8192, 4096}, {&ds[2], 0, 0}}
 	puts := []PutStartResult{
-		{Token: 7, Replicas: reps[:1]},
+		{Token: 7, Replicas: reps[:1], Hint: 1},
 		{Err: fmt.Errorf("x: %w", ErrAlreadyExists)},
-		{Token: 1<<64 - 1, Replicas: reps[1:]},
+		{Token: 1<<64 - 1, Replicas: reps[1:], Hint: 1<<32 - 1},
 		{Token: 0, Replicas: nil},
 	}
 	expiry := time.Unix(0, 1_700_000_000_123_456_789)
@@ -234,8 +234,8 @@ func TestWireResults(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, x := range p.Results {
-			if !sameSentinel(fromItemError(x.Error), puts[i].Err) || x.Token != puts[i].Token {
-				t.Errorf("result %d: %v, token %d; sent %+v", i, fromItemError(x.Error), x.Token, puts[i])
+			if !sameSentinel(fromItemError(x.Error), puts[i].Err) || x.Token != puts[i].Token || x.Hint != puts[i].Hint {
+				t.Errorf("result %d: %v, token %d, hint %d; sent %+v", i, fromItemError(x.Error), x.Token, x.Hint, puts[i])
 			}
 			checkReplicas(t, i, pbReplicas(p.Segments, x.Replicas), puts[i].Replicas)
 		}
@@ -243,7 +243,7 @@ func TestWireResults(t *testing.T) {
 		var tab segTable
 		p.Results = nil
 		for _, x := range puts {
-			p.Results = append(p.Results, &pb.PutStartResult{Error: toItemError(x.Err), Token: x.Token, Replicas: tab.replicas(x.Replicas)})
+			p.Results = append(p.Results, &pb.PutStartResult{Error: toItemError(x.Err), Token: x.Token, Replicas: tab.replicas(x.Replicas), Hint: x.Hint})
 		}
 		p.Segments = tab.list
 		m := resultsReply{descs: &descCache{}}
@@ -255,8 +255,8 @@ func TestWireResults(t *testing.T) {
 		}
 		for i := range puts {
 			x := &m.puts[i]
-			if !sameSentinel(x.Err, puts[i].Err) || x.Token != puts[i].Token {
-				t.Errorf("result %d: %v, token %d; sent %+v", i, x.Err, x.Token, puts[i])
+			if !sameSentinel(x.Err, puts[i].Err) || x.Token != puts[i].Token || x.Hint != puts[i].Hint {
+				t.Errorf("result %d: %v, token %d, hint %d; sent %+v", i, x.Err, x.Token, x.Hint, puts[i])
 			}
 			checkReplicas(t, i, x.Replicas, puts[i].Replicas)
 		}

@@ -1129,10 +1129,15 @@ func (x *Replica) GetLength() uint64 {
 }
 
 type PutStartResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *ItemError             `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
-	Token         uint64                 `protobuf:"fixed64,2,opt,name=token,proto3" json:"token,omitempty"`
-	Replicas      []*Replica             `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Error    *ItemError             `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	Token    uint64                 `protobuf:"fixed64,2,opt,name=token,proto3" json:"token,omitempty"`
+	Replicas []*Replica             `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// hint, when not 0, is where the master keeps this put: the client
+	// sends it back in the put's PutRef, and the master then ends the put
+	// without looking its key up. Opaque to clients; a master checks it
+	// (key and token) and ignores a stale or wrong one.
+	Hint          uint32 `protobuf:"varint,4,opt,name=hint,proto3" json:"hint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1188,6 +1193,13 @@ func (x *PutStartResult) GetReplicas() []*Replica {
 	return nil
 }
 
+func (x *PutStartResult) GetHint() uint32 {
+	if x != nil {
+		return x.Hint
+	}
+	return 0
+}
+
 type PutStartResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Segments      []*SegmentDescriptor   `protobuf:"bytes,1,rep,name=segments,proto3" json:"segments,omitempty"`
@@ -1241,9 +1253,11 @@ func (x *PutStartResponse) GetResults() []*PutStartResult {
 }
 
 type PutRef struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Token         uint64                 `protobuf:"fixed64,2,opt,name=token,proto3" json:"token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Token uint64                 `protobuf:"fixed64,2,opt,name=token,proto3" json:"token,omitempty"`
+	// The PutStartResult's hint (0: none).
+	Hint          uint32 `protobuf:"varint,3,opt,name=hint,proto3" json:"hint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1288,6 +1302,13 @@ func (x *PutRef) GetKey() string {
 func (x *PutRef) GetToken() uint64 {
 	if x != nil {
 		return x.Token
+	}
+	return 0
+}
+
+func (x *PutRef) GetHint() uint32 {
+	if x != nil {
+		return x.Hint
 	}
 	return 0
 }
@@ -2865,17 +2886,19 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\aReplica\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\rR\asegment\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
-	"\x06length\x18\x03 \x01(\x04R\x06length\"\x86\x01\n" +
+	"\x06length\x18\x03 \x01(\x04R\x06length\"\x9a\x01\n" +
 	"\x0ePutStartResult\x12,\n" +
 	"\x05error\x18\x01 \x01(\v2\x16.kvfabric.v1.ItemErrorR\x05error\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x06R\x05token\x120\n" +
-	"\breplicas\x18\x03 \x03(\v2\x14.kvfabric.v1.ReplicaR\breplicas\"\x85\x01\n" +
+	"\breplicas\x18\x03 \x03(\v2\x14.kvfabric.v1.ReplicaR\breplicas\x12\x12\n" +
+	"\x04hint\x18\x04 \x01(\rR\x04hint\"\x85\x01\n" +
 	"\x10PutStartResponse\x12:\n" +
 	"\bsegments\x18\x01 \x03(\v2\x1e.kvfabric.v1.SegmentDescriptorR\bsegments\x125\n" +
-	"\aresults\x18\x02 \x03(\v2\x1b.kvfabric.v1.PutStartResultR\aresults\"0\n" +
+	"\aresults\x18\x02 \x03(\v2\x1b.kvfabric.v1.PutStartResultR\aresults\"D\n" +
 	"\x06PutRef\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x06R\x05token\"8\n" +
+	"\x05token\x18\x02 \x01(\x06R\x05token\x12\x12\n" +
+	"\x04hint\x18\x03 \x01(\rR\x04hint\"8\n" +
 	"\rPutEndRequest\x12'\n" +
 	"\x04puts\x18\x01 \x03(\v2\x13.kvfabric.v1.PutRefR\x04puts\"@\n" +
 	"\x0ePutEndResponse\x12.\n" +
