@@ -4,10 +4,12 @@
 # $OUT/logs.tar.xz (the device returns at most a few files):
 #   A. the put pipeline's builder: go-embedded head vs prev, 4 KiB-1 MiB,
 #      with room (x4) and in a full store (--prefill, x2)
-#   B. split puts by runs: go-remote head vs old, with room (x3) and full
-#      (x2), one --scatter round each
+#   B. remote puts: go-remote head (runs, hints over the wire) vs prev
+#      (runs) vs old (key hash), with room (x3); head vs old full (x2) and
+#      one --scatter round each
 #   C. the python path, head vs prev (x2; go-embedded beside it)
-#   D. head's BenchmarkLoopbackOneCaller (remote PutStart per key)
+#   D. head's BenchmarkLoopbackOneCaller (remote PutStart per key) and
+#      BenchmarkLoopbackPutEnd (hints on/off) on the host CPU
 set -u
 L=$OUT/logs; mkdir -p "$L"
 python3 -c 'import lzma, shutil, sys
@@ -32,7 +34,7 @@ for rep in 1 2; do
 done
 R="--sizes 4KiB,16KiB,64KiB,256KiB,1MiB,4MiB --paths go-remote"
 for rep in 1 2 3; do
-  for v in head old; do
+  for v in head prev old; do
     st remote-$v-$rep $V/$v/kvfabric bench --store --driver cuda $R --json "$L/remote-$v-$rep.json"
   done
 done
@@ -49,7 +51,7 @@ for rep in 1 2; do
     KVFABRIC_LIB=$PWD/$V/$v/libkvfabric.so st python-$v-$rep $V/$v/kvfabric bench --store --driver cuda --sizes 16KiB,64KiB,256KiB,1MiB --paths go-embedded,python --json "$L/python-$v-$rep.json"
   done
 done
-(cd internal/master && st loopback ../../.device/master.test -test.run xxx -test.bench 'BenchmarkLoopbackOneCaller' -test.benchtime 100x)
+(cd internal/master && st loopback ../../.device/master.test -test.run xxx -test.bench 'BenchmarkLoopbackOneCaller|BenchmarkLoopbackPutEnd' -test.benchtime 100x -test.count 2)
 python3 docs/perf/logs-2026-12-04-s20/run1/summary.py "$L" > "$L/ranges.txt" 2>&1
 pack
 cat "$L/summary.txt"; cat "$L/ranges.txt"
