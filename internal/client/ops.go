@@ -669,7 +669,9 @@ func (a *aheadSource) startBuilder(spin *spinBudget, timed *atomic.Int64) {
 
 // join stops the builder, if one runs, and waits for it to exit; the
 // chunks it built and the pipeline did not take are returned (the source
-// yielded their keys: the caller fails them).
+// yielded their keys: the caller fails them). A builder waiting for a put
+// stream's next piece (lazyPuts.fed) exits when that wait ends: the piece
+// fed, the stream aborted, or its feeder silent for PutStreamFeedWait.
 func (a *aheadSource) join() []builtChunk {
 	if a.built == nil {
 		return nil

@@ -43,6 +43,8 @@ for rep in 1 2; do
     st remotefull-$v-$rep $V/$v/kvfabric bench --store --driver cuda $R --prefill --json "$L/remotefull-$v-$rep.json"
   done
 done
+st tl-remote-256K-head $V/head/kvfabric bench --store --driver cuda --sizes 256KiB,1MiB --paths go-remote --gpu-times
+st tl-emb-16K-head $V/head/kvfabric bench --store --driver cuda --sizes 4KiB,16KiB --paths go-embedded --gpu-times
 for v in head old; do
   st remotescatter-$v $V/$v/kvfabric bench --store --driver cuda $R --scatter --json "$L/remotescatter-$v.json"
 done
