@@ -459,6 +459,7 @@ func (f *fastClient) dial(ctx context.Context, addr unix.Sockaddr, gen uint64) (
 // do makes one call. sent reports whether the request was written whole:
 // before that the master cannot have run it.
 func (c *fastConn) do(ctx context.Context, m fastMethod, req, resp any) (sent bool, err error) {
+	defer c.trim() // after the answer is decoded: it is read into c.buf
 	c.ctx = ctx
 	var dl int64
 	if d, ok := ctx.Deadline(); ok {
@@ -467,18 +468,23 @@ func (c *fastConn) do(ctx context.Context, m fastMethod, req, resp any) (sent bo
 			dl = 1 // long past, but not "none"
 		}
 	}
-	b, err := appendMessage(append(c.buf[:0], make([]byte, fastHeaderLen)...), req)
+	// The call owns the buffer until it sets c.buf again: one grown
+	// (growBuf) may have gone back to its pool, and a failed call's is
+	// dropped, never pooled twice.
+	buf := c.buf[:0]
+	c.buf = nil
+	b, err := appendMessage(append(buf, make([]byte, fastHeaderLen)...), req)
 	if err != nil {
 		// As gRPC's codec error: the call fails, nothing was sent.
 		return true, status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
 	}
 	if len(b)-fastHeaderLen > fastMaxFrame {
-		c.keep(b)
+		c.buf = b[:0]
 		return false, fmt.Errorf("%w: %v request of %d bytes exceeds %d", errFastTooLarge, m, len(b)-fastHeaderLen, fastMaxFrame)
 	}
 	putFastRequest(b, m, len(b)-fastHeaderLen, dl)
 	_, err = c.rw.Write(b)
-	c.keep(b)
+	c.buf = b[:0]
 	if err != nil {
 		c.broken = true
 		if errors.Is(err, ErrClosed) {
@@ -507,10 +513,11 @@ func (c *fastConn) do(ctx context.Context, m fastMethod, req, resp any) (sent bo
 	return true, nil
 }
 
-// keep keeps b as the connection's buffer unless it grew large.
-func (c *fastConn) keep(b []byte) {
-	c.buf = b[:0]
-	if cap(b) > fastBufKeep {
+// trim ends a call's use of the connection's buffer: a large one goes
+// back to its pool (fastbuf.go), a small one is kept for the next call.
+func (c *fastConn) trim() {
+	if cap(c.buf) > fastBufKeep {
+		putBigBuf(c.buf)
 		c.buf = nil
 	}
 }
@@ -549,6 +556,7 @@ func answerStatus(code codes.Code, body []byte) error {
 // readAnswer reads one answer frame. body is valid until the next call.
 func (c *fastConn) readAnswer() (code codes.Code, epoch uint64, body []byte, err error) {
 	b := c.buf[:0]
+	c.buf = nil // owned here until the answer is read whole (do's buffer)
 	if cap(b) < 4096 {
 		b = make([]byte, 0, 4096)
 	}
@@ -562,9 +570,7 @@ func (c *fastConn) readAnswer() (code codes.Code, epoch uint64, body []byte, err
 				return 0, 0, nil, fmt.Errorf("malformed answer header (length %d, bytes 5-7 %#x %#x %#x)", length, b[5], b[6], b[7])
 			}
 			want = fastHeaderLen + length
-			if cap(b) < want {
-				b = append(make([]byte, 0, want), b...)
-			}
+			b = growBuf(b, want-len(b))
 		}
 		if len(b) >= want {
 			break
@@ -576,10 +582,7 @@ func (c *fastConn) readAnswer() (code codes.Code, epoch uint64, body []byte, err
 			return 0, 0, nil, err
 		}
 	}
-	c.buf = b[:0]
-	if cap(b) > fastBufKeep {
-		c.buf = nil
-	}
+	c.buf = b[:0] // (the caller trims it once the body is decoded)
 	if len(b) > want {
 		return 0, 0, nil, fmt.Errorf("%d bytes past the answer", len(b)-want)
 	}

@@ -361,9 +361,7 @@ func (cs *fastConnState) read(first bool) (fastRequest, []byte, error) {
 		cs.refuse(fmt.Errorf("%w: %w", ErrInvalid, err))
 		return req, nil, err
 	}
-	if cap(cs.in) < req.length {
-		cs.in = make([]byte, req.length)
-	}
+	cs.in = growBuf(cs.in[:0], req.length)
 	body := cs.in[:req.length]
 	if n, err := io.ReadFull(cs.br, body); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
@@ -407,6 +405,7 @@ func (cs *fastConnState) call() bool {
 	}
 	werr := cs.answer(epoch, out, err)
 	if cap(cs.in) > fastBufKeep {
+		putBigBuf(cs.in) // the request decoded from a copy (fastDo)
 		cs.in = nil
 	}
 	return werr == nil
@@ -432,6 +431,7 @@ func (cs *fastConnState) answer(epoch uint64, out []byte, err error) error {
 	_, werr := cs.rw.Write(out)
 	cs.out = out[:0]
 	if cap(out) > fastBufKeep {
+		putBigBuf(out)
 		cs.out = nil
 	}
 	return werr
@@ -520,10 +520,7 @@ func (g *grpcService) fastDo(ctx context.Context, m fastMethod, body, out []byte
 func appendMessage(b []byte, v any) ([]byte, error) {
 	switch m := v.(type) {
 	case wireMessage:
-		if n := m.wireSize(); cap(b)-len(b) < n {
-			b = append(make([]byte, 0, len(b)+n), b...)
-		}
-		return m.appendWire(b)
+		return m.appendWire(growBuf(b, m.wireSize()))
 	case proto.Message:
 		return proto.MarshalOptions{}.MarshalAppend(b, m)
 	}

@@ -735,3 +735,122 @@ func TestFastStoppedMasterProcess(t *testing.T) {
 	}
 	p.kill()
 }
+
+// TestFastPathLargeCallsConcurrent: calls larger than a connection keeps
+// its buffers for (fastBufKeep) take them from the process's pools
+// (fastbuf.go) on both sides; concurrent large calls over several
+// connections each get exactly their own answers — a buffer given back
+// while still in use, or to two pools, shows up as another caller's sizes
+// or as a malformed answer.
+func TestFastPathLargeCallsConcurrent(t *testing.T) {
+	e := newEnvWith(t, testConfig(), transports["fast"])
+	p := e.register("p1", "host-a", 0, 0)
+	e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 8<<30))
+	const callers, n, rounds = 6, 4000, 8
+	pad := strings.Repeat("x", 80) // requests of ~360 KB, answers of ~150 KB: pooled
+	keys := make([][]string, callers)
+	for g := range callers {
+		for i := range n {
+			keys[g] = append(keys[g], fmt.Sprintf("%d/%s/%d", g, pad, i))
+		}
+		reqs := make([]PutStartReq, n)
+		for i, k := range keys[g] {
+			reqs[i] = PutStartReq{Key: k, Size: uint64(g+1) * 4096, Placement: Placement{Client: e.defaultWriter()}}
+		}
+		res, err := e.c.PutStart(e.ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs := make([]PutRef, n)
+		for i := range res {
+			if res[i].Err != nil {
+				t.Fatalf("PutStart %s: %v", keys[g][i], res[i].Err)
+			}
+			refs[i] = res[i].Ref(keys[g][i])
+		}
+		for i, err := range e.c.PutEnd(e.ctx, refs) {
+			if err != nil {
+				t.Fatalf("PutEnd %s: %v", keys[g][i], err)
+			}
+		}
+	}
+	// A corrupted frame may also leave a side waiting for bytes that never
+	// come: the deadline turns that into a failure.
+	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for g := range callers {
+		wg.Go(func() {
+			for r := range rounds {
+				res, err := e.c.GetReplicas(ctx, keys[g])
+				if err != nil {
+					errs <- err
+					return
+				}
+				leases := make([]uint64, 0, n)
+				for i := range res {
+					if res[i].Err != nil || res[i].Size != uint64(g+1)*4096 || len(res[i].Replicas) != 1 {
+						errs <- fmt.Errorf("caller %d round %d: key %s: %v, size %d, %d replicas", g, r, keys[g][i], res[i].Err, res[i].Size, len(res[i].Replicas))
+						return
+					}
+					leases = append(leases, res[i].LeaseID)
+				}
+				if err := e.c.ReleaseLeases(ctx, leases); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for g := range callers {
+		for i, err := range e.c.Remove(e.ctx, keys[g], false) {
+			if err != nil {
+				t.Fatalf("remove %s: %v", keys[g][i], err)
+			}
+		}
+	}
+	if st := e.stats(); st.Objects != 0 || st.PendingPuts != 0 {
+		t.Fatalf("after removing everything: %+v", st)
+	}
+}
+
+func TestBigBufClasses(t *testing.T) {
+	for _, tc := range []struct{ n, class, size int }{
+		{1, 0, 144 << 10}, {128 << 10, 0, 144 << 10}, {128<<10 + 1, 0, 144 << 10}, {144 << 10, 0, 144 << 10},
+		{144<<10 + 1, 1, 160 << 10}, {256 << 10, 7, 256 << 10}, {256<<10 + 1, 8, 288 << 10},
+		{8 << 20, 47, 8 << 20}, {8<<20 + 1, -1, 0},
+	} {
+		if c, size := bigBufClass(tc.n); c != tc.class || size != tc.size {
+			t.Errorf("bigBufClass(%d) = %d, %d; want %d, %d", tc.n, c, size, tc.class, tc.size)
+		}
+	}
+	// Every size past the first class gets a class that holds it, at most
+	// an eighth larger.
+	for n := 144<<10 + 1; n <= 8<<20; n += 997 {
+		if c, size := bigBufClass(n); size < n || size-n >= n/8 {
+			t.Fatalf("bigBufClass(%d): class %d of %d bytes", n, c, size)
+		}
+	}
+	b := getBigBuf(200 << 10)
+	if len(b) != 0 || cap(b) != 208<<10 {
+		t.Fatalf("getBigBuf(200 KiB): len %d cap %d, want 0 and 208 KiB", len(b), cap(b))
+	}
+	// growBuf keeps the bytes; small growth is not pooled.
+	s := growBuf([]byte("head"), 10)
+	if string(s) != "head" || cap(s) < 14 || cap(s) > fastBufKeep {
+		t.Fatalf("growBuf small: %q cap %d", s, cap(s))
+	}
+	g := growBuf(append(b, "body"...), 300<<10)
+	if string(g) != "body" || cap(g) != 320<<10 {
+		t.Fatalf("growBuf large: %q cap %d, want the bytes and a 320 KiB class", g[:min(len(g), 8)], cap(g))
+	}
+	// Only a class's exact capacity is pooled: an odd one is dropped.
+	putBigBuf(make([]byte, 0, 300<<10))
+	putBigBuf(g)
+}
