@@ -244,9 +244,6 @@ type storePhases struct {
 	// GPU is the chunks' copies' time on the GPU (--gpu-times), summed
 	// over a batch's parts like the rest.
 	GPU float64 `json:"gpu,omitempty"`
-	// Build is a put pipeline's builder's time (overlapping: its wait for
-	// the builder is in check).
-	Build float64 `json:"build,omitempty"`
 }
 
 func phasesPerKey(p client.PhaseStats) *storePhases {
@@ -255,7 +252,7 @@ func phasesPerKey(p client.PhaseStats) *storePhases {
 	}
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(p.Keys) }
 	return &storePhases{Check: us(p.Check), Meta: us(p.Meta), Resolve: us(p.Resolve), Copy: us(p.Copy),
-		Master: us(p.Master), Wait: us(p.Wait), End: us(p.End), GPU: us(p.GPU), Build: us(p.Build)}
+		Master: us(p.Master), Wait: us(p.Wait), End: us(p.End), GPU: us(p.GPU)}
 }
 
 type storeSkip struct {
@@ -614,9 +611,6 @@ func writeStoreTable(w io.Writer, rows []storeResult) {
 			ph = fmt.Sprintf("%.3f %.3f %.3f %.3f | %.3f %.3f %.3f", p.Check, p.Meta, p.Resolve, p.Copy, p.Master, p.Wait, p.End)
 			if p.GPU > 0 {
 				ph += fmt.Sprintf(" | gpu %.3f", p.GPU)
-			}
-			if p.Build > 0 {
-				ph += fmt.Sprintf(" | build %.3f", p.Build)
 			}
 		}
 		if e := r.EvictionsPerKey; e != nil {

@@ -7,7 +7,6 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -514,17 +513,6 @@ func (l *lazyPuts) rest(errs []error, err error) {
 // before, so that building them is not in series with the master calls
 // (0.12–0.17 µs per key of 4–16 KiB puts on the H200, which the master's
 // PutStart otherwise waited for).
-//
-// A pipeline of more than two chunks starts a builder (startBuilder): a
-// goroutine that builds the chunks after the first as far ahead as
-// builderQueue, so that building them leaves the pipeline's goroutine
-// altogether. On the H100 host building was 0.16–0.21 µs of the 0.36–0.44
-// µs per key that the pipeline's goroutine took for 4–16 KiB puts
-// (docs/perf/logs-2026-12-05-s22/run1, merge-*.log): the rest, waiting for
-// the master's answer, resolving and submitting, was under the link's
-// time per key at 16 KiB. Once started, the builder owns src (and the
-// chunker) until it has exited: next takes its chunks, rest and join stop
-// it and wait for it.
 type aheadSource struct {
 	src putSource
 	ch  *chunker
@@ -537,156 +525,50 @@ type aheadSource struct {
 	idx   []int
 	done  bool
 	ready bool // c, idx and done are the next chunk's
-
-	// The builder, while built is not nil: it sends each chunk on built
-	// and closes it when it exits — after the last chunk (done), or on
-	// stop, leaving in unsent a chunk built but not sent.
-	built   chan builtChunk
-	stop    chan struct{}
-	unsent  *builtChunk
-	started atomic.Bool // the builder's goroutine has run (metaWorker.started)
-	spin    *spinBudget
 }
 
-// builtChunk is one chunk built by aheadSource.build.
-type builtChunk struct {
-	c    putReqs
-	idx  []int
-	done bool
-}
-
-// builderQueue is how many chunks a builder keeps built ahead of its
-// pipeline: four full chunks are 2048 keys, far more than a wake-up of
-// the builder (tens of µs) lets the pipeline take.
-const builderQueue = 4
-
-// build builds the next chunk of src.
-func (a *aheadSource) build() builtChunk {
-	var b builtChunk
+// fill builds the next chunk, if it is not built yet.
+func (a *aheadSource) fill() {
+	if a.ready {
+		return
+	}
+	a.ready = true
+	a.c = putReqs{}
 	if l, ok := a.src.(*lazyPuts); ok && a.prep != nil {
 		// No request built: the master prepares the chunk from its keys
 		// and sizes and the batch's one request template.
 		var sizes []uint64
-		b.c.keys, sizes, b.idx, b.done = l.nextUniform(a.ch.take())
-		if len(b.c.keys) == 0 {
-			return b
+		a.c.keys, sizes, a.idx, a.done = l.nextUniform(a.ch.take())
+		if len(a.c.keys) == 0 {
+			return
 		}
 		tmpl := l.o.req("", 0, l.place)
 		var err error
-		if b.c.pre, err = a.prep.PrepareUniformPutStart(master.UniformPuts{Keys: b.c.keys, Sizes: sizes, Req: tmpl}); err != nil {
+		if a.c.pre, err = a.prep.PrepareUniformPutStart(master.UniformPuts{Keys: a.c.keys, Sizes: sizes, Req: tmpl}); err != nil {
 			// (A closed Store's master.) The chunk's call goes out
 			// unprepared, as requests, and fails with the same error.
 			reqs := make([]master.PutStartReq, len(sizes))
-			for j, k := range b.c.keys {
+			for j, k := range a.c.keys {
 				reqs[j] = l.o.req(k, sizes[j], l.place)
 			}
-			b.c = putReqs{reqs: reqs}
+			a.c = putReqs{reqs: reqs}
 		}
-		return b
-	}
-	b.c.reqs, b.idx, b.done = a.src.next(a.ch.take())
-	if a.prep != nil && len(b.c.reqs) > 0 {
-		// On error (a closed Store's master) the chunk's call goes
-		// out unprepared and fails with the same error.
-		b.c.pre, _ = a.prep.PreparePutStart(b.c.reqs)
-	}
-	return b
-}
-
-// fill builds the next chunk, if it is not built yet (with a builder:
-// nothing to do).
-func (a *aheadSource) fill() {
-	if a.ready || a.built != nil {
 		return
 	}
-	a.ready = true
-	b := a.build()
-	a.c, a.idx, a.done = b.c, b.idx, b.done
+	a.c.reqs, a.idx, a.done = a.src.next(a.ch.take())
+	if a.prep != nil && len(a.c.reqs) > 0 {
+		// On error (a closed Store's master) the chunk's call goes
+		// out unprepared and fails with the same error.
+		a.c.pre, _ = a.prep.PreparePutStart(a.c.reqs)
+	}
 }
 
 // next yields the next chunk (putSource.next) and its prepared PutStart,
 // or nil.
 func (a *aheadSource) next() (putReqs, []int, bool) {
-	if a.built != nil {
-		var b builtChunk
-		var ok bool
-		if a.started.Load() {
-			b, ok = spinRecv(a.spin, a.built)
-		} else {
-			// Not run yet: it sits in this goroutine's P (handoff.go),
-			// which parking runs it on at once.
-			b, ok = <-a.built
-		}
-		if !ok { // stopped: never, while the pipeline takes its chunks
-			return putReqs{}, nil, true
-		}
-		return b.c, b.idx, b.done
-	}
 	a.fill()
 	a.ready = false
 	return a.c, a.idx, a.done
-}
-
-// startBuilder builds the chunks not yet taken on a goroutine of its own,
-// which adds its time to timed. A chunk built ahead already is sent
-// first. The pipeline must join it (or rest) before it returns.
-func (a *aheadSource) startBuilder(spin *spinBudget, timed *atomic.Int64) {
-	if a.built != nil || (a.ready && a.done) || (!a.ready && !a.src.more()) {
-		return
-	}
-	a.spin = spin
-	a.built, a.stop = make(chan builtChunk, builderQueue), make(chan struct{})
-	first, pending := builtChunk{c: a.c, idx: a.idx, done: a.done}, a.ready
-	a.ready = false
-	go func() {
-		a.started.Store(true)
-		defer close(a.built)
-		b := first
-		for {
-			if !pending {
-				select {
-				case <-a.stop:
-					return
-				default:
-				}
-				t0 := time.Now()
-				b = a.build()
-				since(timed, t0)
-			}
-			pending = false
-			select {
-			case a.built <- b:
-			case <-a.stop:
-				a.unsent = &b
-				return
-			}
-			if b.done {
-				return
-			}
-		}
-	}()
-}
-
-// join stops the builder, if one runs, and waits for it to exit; the
-// chunks it built and the pipeline did not take are returned (the source
-// yielded their keys: the caller fails them). A builder waiting for a put
-// stream's next piece (lazyPuts.fed) exits when that wait ends: the piece
-// fed, the stream aborted, or its feeder silent for PutStreamFeedWait.
-func (a *aheadSource) join() []builtChunk {
-	if a.built == nil {
-		return nil
-	}
-	close(a.stop)
-	var left []builtChunk
-	for b := range a.built {
-		left = append(left, b)
-	}
-	if a.unsent != nil {
-		left = append(left, *a.unsent)
-		a.unsent = nil
-	}
-	a.built = nil
-	return left
 }
 
 // putReqs are one chunk's PutStart requests and, if the master prepared
@@ -714,25 +596,18 @@ func (r *putReqs) key(j int) string {
 	return r.keys[j]
 }
 
-// more reports whether a chunk is built ahead or the source has more keys
-// (before a builder starts).
+// more reports whether a chunk is built ahead or the source has more keys.
 func (a *aheadSource) more() bool { return a.ready && !a.done || a.src.more() }
 
-// rest fails with err every key not yielded by next, those of chunks
-// built ahead included (putSource.rest); a builder is stopped first.
+// rest fails with err every key not yielded by next, those of a chunk
+// built ahead included (putSource.rest).
 func (a *aheadSource) rest(errs []error, err error) {
-	fail := func(idx []int) {
-		for _, i := range idx {
+	if a.ready {
+		for _, i := range a.idx {
 			if errs[i] == nil {
 				errs[i] = err
 			}
 		}
-	}
-	for _, b := range a.join() {
-		fail(b.idx)
-	}
-	if a.ready {
-		fail(a.idx)
 		a.ready = false
 	}
 	a.src.rest(errs, err)
@@ -877,7 +752,6 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 	}()
 	ch := s.chunker()
 	ahead := &aheadSource{src: src, ch: &ch, prep: s.prep}
-	defer ahead.join()
 	reqs, idx, done := ahead.next()
 	ph.lap(&s.phases.put.check)
 	// The first chunk's call runs here: a batch of one chunk (a single
@@ -891,11 +765,6 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 		w = startMetaWorker(&s.spin, &s.workers)
 		if s.embedded {
 			p.w = w
-		}
-		if _, ok := src.(*lazyPuts); ok {
-			// (A split batch's part yields slices of requests built
-			// before: nothing to build.)
-			ahead.startBuilder(&s.spin, &s.phases.put.build)
 		}
 	}
 	m := s.putStart(ctx, reqs)

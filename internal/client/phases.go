@@ -42,11 +42,6 @@ type PhaseStats struct {
 	// the GPU reaching a chunk's copies to their completion. Against the
 	// wall time it says whether the GPU was kept busy.
 	GPU time.Duration
-	// Build is the time a put pipeline's builder goroutine spent checking
-	// the buffers of chunks and preparing their PutStarts ahead of the
-	// pipeline (aheadSource.startBuilder); the pipeline's wait for it is
-	// in Check.
-	Build time.Duration
 }
 
 // Sub returns p minus an earlier snapshot q of the same counters: the
@@ -54,14 +49,14 @@ type PhaseStats struct {
 func (p PhaseStats) Sub(q PhaseStats) PhaseStats {
 	return PhaseStats{Calls: p.Calls - q.Calls, Keys: p.Keys - q.Keys, Check: p.Check - q.Check,
 		Meta: p.Meta - q.Meta, Resolve: p.Resolve - q.Resolve, Copy: p.Copy - q.Copy,
-		Master: p.Master - q.Master, Wait: p.Wait - q.Wait, End: p.End - q.End, GPU: p.GPU - q.GPU, Build: p.Build - q.Build}
+		Master: p.Master - q.Master, Wait: p.Wait - q.Wait, End: p.End - q.End, GPU: p.GPU - q.GPU}
 }
 
 // Add returns the sum of p and q.
 func (p PhaseStats) Add(q PhaseStats) PhaseStats {
 	return PhaseStats{Calls: p.Calls + q.Calls, Keys: p.Keys + q.Keys, Check: p.Check + q.Check,
 		Meta: p.Meta + q.Meta, Resolve: p.Resolve + q.Resolve, Copy: p.Copy + q.Copy,
-		Master: p.Master + q.Master, Wait: p.Wait + q.Wait, End: p.End + q.End, GPU: p.GPU + q.GPU, Build: p.Build + q.Build}
+		Master: p.Master + q.Master, Wait: p.Wait + q.Wait, End: p.End + q.End, GPU: p.GPU + q.GPU}
 }
 
 // Total is the sum of the phases.
@@ -71,7 +66,6 @@ type phaseCounters struct {
 	calls, keys                atomic.Uint64
 	check, meta, resolve, copy atomic.Int64
 	master, wait, end, gpu     atomic.Int64
-	build                      atomic.Int64
 }
 
 func (c *phaseCounters) snapshot() PhaseStats {
@@ -80,7 +74,7 @@ func (c *phaseCounters) snapshot() PhaseStats {
 		Check: time.Duration(c.check.Load()), Meta: time.Duration(c.meta.Load()),
 		Resolve: time.Duration(c.resolve.Load()), Copy: time.Duration(c.copy.Load()),
 		Master: time.Duration(c.master.Load()), Wait: time.Duration(c.wait.Load()), End: time.Duration(c.end.Load()),
-		GPU: time.Duration(c.gpu.Load()), Build: time.Duration(c.build.Load()),
+		GPU: time.Duration(c.gpu.Load()),
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -528,7 +527,6 @@ type prepSpy struct {
 	prepared                []uint64 // goroutine of each preparation
 	uniform                 int      // of them, PrepareUniformPutStart's
 	viaPrepared, unprepared int
-	started                 []uint64 // goroutine of each PutStartPrepared
 }
 
 func (m *prepSpy) PreparePutStart(reqs []master.PutStartReq) (*master.PreparedPuts, error) {
@@ -549,7 +547,6 @@ func (m *prepSpy) PrepareUniformPutStart(u master.UniformPuts) (*master.Prepared
 func (m *prepSpy) PutStartPrepared(ctx context.Context, p *master.PreparedPuts) ([]master.PutStartResult, error) {
 	m.mu.Lock()
 	m.viaPrepared++
-	m.started = append(m.started, goroutineID())
 	m.mu.Unlock()
 	return m.p.PutStartPrepared(ctx, p)
 }
@@ -564,15 +561,12 @@ func (m *prepSpy) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]ma
 func (m *prepSpy) Close() error { return nil } // the env closes the master client
 
 // TestPutChunksPrepared: with a master that prepares PutStart batches
-// apart (an embedded one), a batch of many chunks prepares every chunk
-// from its keys and sizes (master.UniformPuts: no request built per key)
-// as it builds it, and the worker only starts them: the first chunk on
-// the pipeline's goroutine (the caller's), every later one on the
-// pipeline's builder (aheadSource.startBuilder), a goroutine that is
-// neither the caller's nor the one that starts the chunks. Fails if any
-// chunk's PutStart goes out unprepared, is prepared from requests, on the
-// worker (the master's serial path), or after the first on the caller's
-// goroutine (building in series with the pipeline).
+// apart (an embedded one), a batch of many chunks prepares every chunk on
+// the pipeline's goroutine as it builds it, from its keys and sizes
+// (master.UniformPuts: no request built per key), and the worker only
+// starts them: fails if any chunk's PutStart goes out unprepared, is
+// prepared from requests, or is prepared on the worker (the master's
+// serial path).
 func TestPutChunksPrepared(t *testing.T) {
 	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
 	ctx := context.Background()
@@ -598,18 +592,10 @@ func TestPutChunksPrepared(t *testing.T) {
 		t.Fatalf("%d chunks prepared (%d uniform), %d started prepared, %d unprepared: want several, all uniform and started prepared",
 			len(m.prepared), m.uniform, m.viaPrepared, m.unprepared)
 	}
-	builder := m.prepared[1]
-	if m.prepared[0] != me || builder == me || slices.Contains(m.started, builder) {
-		t.Fatalf("chunks prepared on goroutines %v, started on %v; want the first on the caller's (%d), the rest on one other, the builder",
-			m.prepared, m.started, me)
-	}
-	for _, id := range m.prepared[1:] {
-		if id != builder {
-			t.Fatalf("chunks prepared on goroutines %v; want the first on the caller's (%d), the rest on one builder", m.prepared, me)
+	for _, id := range m.prepared {
+		if id != me {
+			t.Fatalf("chunks prepared on goroutines %v; want all on the pipeline's (the caller's, %d)", m.prepared, me)
 		}
-	}
-	if put, _ := st.Phases(); put.Build <= 0 {
-		t.Fatalf("put phases %+v: no time on a builder", put)
 	}
 	_, gerrs := st.BatchGet(ctx, keys, dsts, 0)
 	back := readBack(t, e, dst, n*size)
@@ -696,101 +682,4 @@ func TestTwoChunkBatches(t *testing.T) {
 		}
 	}
 	e.close()
-}
-
-// prepFail is a prepSpy whose PutStartPrepared call number fail (from 1)
-// fails as a lost master would, starting nothing, once the pipeline's
-// builder has prepared at least two chunks past it (so that chunks built
-// ahead and never taken are there to fail).
-type prepFail struct {
-	*prepSpy
-	fail  int
-	calls int // under prepSpy.mu
-}
-
-func (m *prepFail) PutStartPrepared(ctx context.Context, p *master.PreparedPuts) ([]master.PutStartResult, error) {
-	m.mu.Lock()
-	m.calls++
-	n := m.calls
-	m.mu.Unlock()
-	if n != m.fail {
-		return m.prepSpy.PutStartPrepared(ctx, p)
-	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Microsecond) {
-		m.mu.Lock()
-		built := len(m.prepared)
-		m.mu.Unlock()
-		if built >= n+2 || time.Now().After(deadline) {
-			break
-		}
-	}
-	return nil, fmt.Errorf("%w: injected: no master answered", master.ErrNotLeader)
-}
-
-// TestBuilderStopsWithPipeline: when a chunk's PutStart fails while the
-// pipeline's builder has chunks built ahead, those chunks' keys fail with
-// the rest, the builder has exited when BatchPut returns, the buffers it
-// checked are released (the registered source unregisters at once), and
-// nothing is left pending or leaked.
-func TestBuilderStopsWithPipeline(t *testing.T) {
-	for _, fail := range []int{2, 4} {
-		t.Run(fmt.Sprintf("call=%d", fail), func(t *testing.T) {
-			e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
-			ctx := context.Background()
-			const n, size = 64, 4096
-			src := devBuf(t, e, n*size)
-			dst := devBuf(t, e, n*size)
-			keys, srcs, _ := slabs(fmt.Sprintf("builder-stops/%d", fail), src, dst, n, size)
-			p, ok := e.mc.(master.Preparer)
-			if !ok {
-				t.Fatal("the test env's embedded master client is not a master.Preparer")
-			}
-			m := &prepFail{prepSpy: &prepSpy{Client: e.mc, p: p}, fail: fail}
-			st := openThrough(t, e, m, "builder-stops")
-			client.ForceEmbedded(st)
-			if err := st.RegisterBuffer(uintptr(src), n*size); err != nil {
-				t.Fatal(err)
-			}
-			errs := st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{})
-			m.mu.Lock()
-			prepared := slices.Clone(m.prepared)
-			m.mu.Unlock()
-			if len(prepared) < fail+2 {
-				t.Fatalf("%d chunks prepared; want at least %d (built past the failing call %d)", len(prepared), fail+2, fail)
-			}
-			if builder := prepared[1]; goroutineLives(builder) {
-				t.Fatalf("builder goroutine %d still runs after BatchPut returned", builder)
-			}
-			vis, err := e.mc.Exists(ctx, keys, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			put := 0
-			for i, err := range errs {
-				if (err == nil) != vis[i] {
-					t.Fatalf("put %s: %v, but visible: %v", keys[i], err, vis[i])
-				}
-				if err == nil {
-					if put != i {
-						t.Fatalf("put %s succeeded after a failed key", keys[i])
-					}
-					put++
-				} else if !errors.Is(err, client.ErrRPC) {
-					t.Fatalf("put %s: %v, want ErrRPC", keys[i], err)
-				}
-			}
-			// Chunks of 1, 2, 4, 5, 5, … keys: call k fails keys from the
-			// k-th chunk on.
-			if want := []int{0, 1, 3, 7, 12}[fail-1]; put != want {
-				t.Fatalf("%d keys put before call %d failed, want %d", put, fail, want)
-			}
-			uctx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			if err := st.UnregisterBuffer(uctx, uintptr(src)); err != nil {
-				t.Fatalf("unregister the source after the batch: %v", err)
-			}
-			wantNoPending(t, e)
-			closeThrough(t, e, st)
-		})
-	}
 }
