@@ -13,8 +13,9 @@ import (
 // (four per call: the request and the answer on each side). Pooled, they
 // are shared by every connection of the process and dropped by the GC when
 // no calls need them, so an idle connection holds nothing large. On the
-// dev VM a one-caller 4096-key PutStart over the fast path took 452–506
-// ns/key with its buffers kept against 534–577 allocated per call.
+// dev VM a one-caller 4096-key PutStart over the fast path took 538–664
+// ns/key pooled against 659–698 allocated per call
+// (docs/perf/logs-2026-12-05-s23/devvm-fastbuf.txt).
 //
 // A pooled buffer is given back only when nothing refers to it: decoded
 // messages never alias the bytes they were decoded from (the server
