@@ -744,16 +744,99 @@ func TestFastStoppedMasterProcess(t *testing.T) {
 // or as a malformed answer.
 func TestFastPathLargeCallsConcurrent(t *testing.T) {
 	e := newEnvWith(t, testConfig(), transports["fast"])
+	keys := putLargeKeySets(t, e)
+	checkLargeGets(t, e, keys)
+	removeLargeKeySets(t, e, keys)
+}
+
+// TestFastPathLargeCallLost: a large call whose master dies after taking
+// the request (the connection closed before any answer, as kill -9 leaves
+// it) fails, and the pooled buffer it held is dropped with its connection,
+// not pooled: the large calls after it, over new connections to a live
+// master, each get exactly their own answers.
+func TestFastPathLargeCallLost(t *testing.T) {
+	var r *remote
+	var fs fastServed
+	e := newEnvWith(t, testConfig(), func(tb testing.TB, s *Service) Client {
+		fs = serveFast(tb, NewServer(s, nil), nil)
+		r = dialFast(tb, fs, FastPath{})
+		tb.Cleanup(func() { _ = r.Close() })
+		return r
+	})
+	keys := putLargeKeySets(t, e)
+	if err := r.fast.advertise(e.ctx, dyingFast(t)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+		_, err := r.GetReplicas(ctx, keys[i])
+		cancel()
+		if err == nil {
+			t.Fatalf("call %d to a master that died with the request: no error", i)
+		}
+	}
+	if err := r.fast.advertise(e.ctx, portOf(t, fs.fastAddr)); err != nil {
+		t.Fatal(err)
+	}
+	checkLargeGets(t, e, keys)
+	removeLargeKeySets(t, e, keys)
+}
+
+// dyingFast is a fast path that says hello, reads the next request whole
+// and closes the connection without answering it.
+func dyingFast(t *testing.T) uint32 {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			var h [fastHeaderLen]byte
+			for frame := range 2 {
+				if _, err := io.ReadFull(c, h[:]); err != nil {
+					break
+				}
+				if _, err := io.CopyN(io.Discard, c, int64(binary.LittleEndian.Uint32(h[:4]))); err != nil {
+					break
+				}
+				if frame == 0 { // the hello
+					putFastAnswer(h[:], codes.OK, 0, 0)
+					_, _ = c.Write(h[:])
+				}
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() {
+		lis.Close()
+		<-done
+	})
+	return portOf(t, lis.Addr().String())
+}
+
+const largeCallers, largeKeys = 6, 4000
+
+// putLargeKeySets stores largeCallers sets of largeKeys objects through
+// e's client, set g's of size (g+1)*4096, with long keys: requests of
+// ~360 KB and answers of ~150 KB, past what a connection keeps.
+func putLargeKeySets(t *testing.T, e *env) [][]string {
+	t.Helper()
 	p := e.register("p1", "host-a", 0, 0)
 	e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 8<<30))
-	const callers, n, rounds = 6, 4000, 8
-	pad := strings.Repeat("x", 80) // requests of ~360 KB, answers of ~150 KB: pooled
-	keys := make([][]string, callers)
-	for g := range callers {
-		for i := range n {
+	pad := strings.Repeat("x", 80)
+	keys := make([][]string, largeCallers)
+	for g := range largeCallers {
+		for i := range largeKeys {
 			keys[g] = append(keys[g], fmt.Sprintf("%d/%s/%d", g, pad, i))
 		}
-		reqs := make([]PutStartReq, n)
+		reqs := make([]PutStartReq, largeKeys)
 		for i, k := range keys[g] {
 			reqs[i] = PutStartReq{Key: k, Size: uint64(g+1) * 4096, Placement: Placement{Client: e.defaultWriter()}}
 		}
@@ -761,7 +844,7 @@ func TestFastPathLargeCallsConcurrent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		refs := make([]PutRef, n)
+		refs := make([]PutRef, largeKeys)
 		for i := range res {
 			if res[i].Err != nil {
 				t.Fatalf("PutStart %s: %v", keys[g][i], res[i].Err)
@@ -774,21 +857,28 @@ func TestFastPathLargeCallsConcurrent(t *testing.T) {
 			}
 		}
 	}
+	return keys
+}
+
+// checkLargeGets gets every set of putLargeKeySets at once, one caller
+// per set, eight times each, and checks each answer is its own set's.
+func checkLargeGets(t *testing.T, e *env, keys [][]string) {
+	t.Helper()
 	// A corrupted frame may also leave a side waiting for bytes that never
 	// come: the deadline turns that into a failure.
 	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, callers)
-	for g := range callers {
+	errs := make(chan error, len(keys))
+	for g := range keys {
 		wg.Go(func() {
-			for r := range rounds {
+			for r := range 8 {
 				res, err := e.c.GetReplicas(ctx, keys[g])
 				if err != nil {
 					errs <- err
 					return
 				}
-				leases := make([]uint64, 0, n)
+				leases := make([]uint64, 0, len(res))
 				for i := range res {
 					if res[i].Err != nil || res[i].Size != uint64(g+1)*4096 || len(res[i].Replicas) != 1 {
 						errs <- fmt.Errorf("caller %d round %d: key %s: %v, size %d, %d replicas", g, r, keys[g][i], res[i].Err, res[i].Size, len(res[i].Replicas))
@@ -808,7 +898,12 @@ func TestFastPathLargeCallsConcurrent(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	for g := range callers {
+}
+
+// removeLargeKeySets removes the sets and checks nothing is left.
+func removeLargeKeySets(t *testing.T, e *env, keys [][]string) {
+	t.Helper()
+	for g := range keys {
 		for i, err := range e.c.Remove(e.ctx, keys[g], false) {
 			if err != nil {
 				t.Fatalf("remove %s: %v", keys[g][i], err)
