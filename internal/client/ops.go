@@ -1340,26 +1340,26 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	// others: docs/perf/logs-2026-12-02-s12/runG.)
 	n := s.batchParts(s.parts, len(keys))
 	if n == 1 {
-		leases = s.getRange(ctx, keys, dsts, 0, len(keys), stream, sizes, plan, errs)
+		leases = s.getRange(ctx, keys, dsts, 0, len(keys), 1, stream, sizes, plan, errs)
 		return errs
 	}
 	parts := make([][]uint64, n)
 	var wg sync.WaitGroup
 	for p := 1; p < n; p++ {
 		lo, hi := p*len(keys)/n, (p+1)*len(keys)/n
-		wg.Go(func() { parts[p] = s.getRange(ctx, keys, dsts, lo, hi, stream, sizes, plan, errs) })
+		wg.Go(func() { parts[p] = s.getRange(ctx, keys, dsts, lo, hi, n, stream, sizes, plan, errs) })
 	}
-	parts[0] = s.getRange(ctx, keys, dsts, 0, len(keys)/n, stream, sizes, plan, errs)
+	parts[0] = s.getRange(ctx, keys, dsts, 0, len(keys)/n, n, stream, sizes, plan, errs)
 	wg.Wait()
 	leases = slices.Concat(parts...)
 	return errs
 }
 
-// getRange runs the part of a batch get of keys[lo:hi]: it checks and
+// getRange runs the part of a batch get of keys[lo:hi], one of parts: it checks and
 // holds their destinations (released once its copies are complete or
 // failed), maps their names and gets them (getPart). It writes errs and
 // sizes in [lo, hi) only, and returns the lease ids it was granted.
-func (s *Store) getRange(ctx context.Context, keys []string, dsts [][]Region, lo, hi int, stream cuda.Stream, sizes []uint64, plan copyPlan, errs []error) []uint64 {
+func (s *Store) getRange(ctx context.Context, keys []string, dsts [][]Region, lo, hi, parts int, stream cuda.Stream, sizes []uint64, plan copyPlan, errs []error) []uint64 {
 	ph := phaseTimer{last: time.Now()}
 	held := s.checkBuffers(keys[lo:hi], dsts[lo:hi], errs[lo:hi])
 	defer func() { s.release(held) }()
@@ -1381,7 +1381,7 @@ func (s *Store) getRange(ctx context.Context, keys []string, dsts [][]Region, lo
 	if len(q) == 0 {
 		return nil
 	}
-	return s.getPart(ctx, keys, q, idx, stream, sizes, plan, errs)
+	return s.getPart(ctx, keys, q, idx, parts, stream, sizes, plan, errs)
 }
 
 // batchParts returns how many parts a batch put or get of n keys is split
@@ -1407,8 +1407,9 @@ func (s *Store) minPartKeys() int {
 // getPart runs the pipelined get of the stored keys q (the batch's keys
 // idx, whose destinations are checked and held) and returns the lease ids
 // it was granted, for the caller to release. It writes errs and sizes at
-// idx only: parts of one batch run concurrently.
-func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream cuda.Stream, sizes []uint64, plan copyPlan, errs []error) (leases []uint64) {
+// idx only: the batch's parts run concurrently, and its first chunk is
+// sized for their number (chunker).
+func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, parts int, stream cuda.Stream, sizes []uint64, plan copyPlan, errs []error) (leases []uint64) {
 	ph := phaseTimer{last: time.Now()}
 	leases = make([]uint64, 0, len(q))
 	cache := newSegCache()
@@ -1429,7 +1430,7 @@ func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream
 			leases = appendLeases(leases, (<-next).res)
 		}
 	}()
-	ch := s.chunker(1)
+	ch := s.chunker(parts)
 	hi := ch.next(0, len(q))
 	// The first chunk's call runs here: a batch of one chunk (a single
 	// get) makes no goroutine hand-off. A longer one starts its worker

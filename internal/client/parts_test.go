@@ -438,8 +438,8 @@ func firstCalls(t *testing.T, op, prefix string, calls [][]string, n, parts int)
 	return first
 }
 
-// TestSplitBatchFirstChunks: the pipelines of a batch split into parts
-// share the first chunk's eighth of the pipeline chunk — their first
+// TestSplitBatchFirstChunks: the pipelines of a batch (put or get) split
+// into parts share the first chunk's eighth of the pipeline chunk — their first
 // master calls reach the master together and are served one after
 // another, so the first copy of the batch waits for all of them — while a
 // batch of one pipeline keeps the whole eighth. Every key's bytes come
@@ -476,7 +476,7 @@ func TestSplitBatchFirstChunks(t *testing.T) {
 		if got := readBack(t, e, dst, n*size); string(got) != string(want) {
 			t.Fatalf("%d parts: the gets did not return the bytes put", tc.parts)
 		}
-		for op, calls := range map[string][][]string{"put": m.puts} {
+		for op, calls := range map[string][][]string{"put": m.puts, "get": m.gets} {
 			first := firstCalls(t, op, prefix, calls, n, tc.parts)
 			for p, k := range first {
 				if k != tc.wantFirst {
