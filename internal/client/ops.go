@@ -365,7 +365,7 @@ func (s *Store) batchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		// of 64 KiB objects, and checking a batch's buffers ahead of its
 		// split took 0.18–0.27 ms (gets, docs/perf/logs-2026-12-02-s12/runG).
 		lazy = &lazyPuts{s: s, keys: keys, srcs: srcs, errs: errs, o: &o, place: place, feed: feed}
-		s.putPart(ctx, keys, srcs, lazy, stream, inc, errs, 1, feed)
+		s.putPart(ctx, keys, srcs, lazy, stream, inc, errs, true, feed)
 	} else {
 		held = s.checkBuffers(keys, srcs, errs)
 		ph.lap(&s.phases.put.check)
@@ -374,9 +374,8 @@ func (s *Store) batchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		// equal keys in one part).
 		reqs, idx := s.putReqs(keys, srcs, errs, 0, &o, place, nil, nil)
 		var wg sync.WaitGroup
-		parts := splitPuts(reqs, idx, s.batchParts(s.putParts, len(reqs)))
-		for _, part := range parts {
-			wg.Go(func() { s.putPart(ctx, keys, srcs, &part, stream, inc, errs, len(parts), nil) })
+		for _, part := range splitPuts(reqs, idx, s.batchParts(s.putParts, len(reqs))) {
+			wg.Go(func() { s.putPart(ctx, keys, srcs, &part, stream, inc, errs, false, nil) })
 		}
 		wg.Wait()
 	}
@@ -700,20 +699,19 @@ var partSeed = maphash.MakeSeed()
 
 // putPart runs the pipelined put of src's keys (their sources checked and
 // held) as registration incarnation inc. It writes errs at the keys'
-// positions only: the batch's parts (pipelines) run concurrently, and its
-// first chunk is sized for their number (chunker). As the batch's only pipeline
-// (parts == 1) its PutEnds may go to an ender goroutine
+// positions only: parts of one batch run concurrently. With only (the
+// batch's only pipeline) its PutEnds may go to an ender goroutine
 // (putPipe.endOldest); the parts of a split batch already overlap one
 // another's PutEnds, and an ender each only adds calls contending for the
 // master (H200: 4-part remote puts of 256 KiB–1 MiB lost 1–2 % with them,
 // of 16 KiB in a full store 15–25 %).
-func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src putSource, stream cuda.Stream, inc uint64, errs []error, parts int, feed *PutStream) {
+func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src putSource, stream cuda.Stream, inc uint64, errs []error, only bool, feed *PutStream) {
 	ph := phaseTimer{last: time.Now()}
 	cache := newSegCache()
 	defer cache.release()
 	runs := s.copyRuns(true)
 	defer func() { s.mergedCopies.Add(runs.merged) }()
-	p := putPipe{s: s, ctx: ctx, stream: stream, keys: keys, errs: errs, handOff: parts == 1, feed: feed}
+	p := putPipe{s: s, ctx: ctx, stream: stream, keys: keys, errs: errs, handOff: only, feed: feed}
 	p.startTimeline()
 	// The fence (see Store.reg): taken before the first chunk's copies are
 	// enqueued and held until the last chunk's are complete; each chunk
@@ -752,7 +750,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 			s.revoke(ctx, refs)
 		}
 	}()
-	ch := s.chunker(parts)
+	ch := s.chunker()
 	ahead := &aheadSource{src: src, ch: &ch, prep: s.prep}
 	reqs, idx, done := ahead.next()
 	ph.lap(&s.phases.put.check)
@@ -867,24 +865,12 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 // the first copy starts after a small chunk's master call instead of a
 // full one's (which nothing overlaps), and the later chunks are large
 // enough to keep the calls per batch few.
-//
-// A batch split into parts (pipelines running at once) shares that
-// eighth among them: their first calls reach the master together, which
-// serves them one after another, so with an eighth each the last part's
-// first copy waited for four eighths' PutStarts (H100, remote 256 KiB
-// put in 4 parts: 320–430 µs, 6–8 % of the batch, before any copy;
-// docs/perf/logs-2026-12-05-s23/run3/logs/tl-remote-256K-head.log).
 type chunker struct{ size, max int }
 
-// chunker returns the chunker of one of parts pipelines of a batch.
-func (s *Store) chunker(parts int) chunker {
+func (s *Store) chunker() chunker {
 	c := s.pipeChunk()
-	return chunker{size: firstChunk(c, parts), max: c}
+	return chunker{size: max(c/8, 1), max: c}
 }
-
-// firstChunk is the size of the first chunk of each of parts pipelines of
-// a batch, pipeChunk c: together at most an eighth of c, at least one key.
-func firstChunk(c, parts int) int { return max(c/8/max(parts, 1), 1) }
 
 // take returns the size of the next chunk.
 func (c *chunker) take() int {
@@ -958,7 +944,7 @@ type putPipe struct {
 	// to end while more may follow (ended closes when the ender is done).
 	ends    chan putChunk
 	ended   chan struct{}
-	handOff bool // its PutEnds may run off the loop (putPart's parts == 1)
+	handOff bool // its PutEnds may run off the loop (putPart's only)
 	// w, when set (an embedded master), ends the chunks instead of an
 	// ender: the worker that runs the pipeline's PutStarts runs its
 	// PutEnds between them (endsQueued: some are queued). The master's
@@ -1340,26 +1326,26 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	// others: docs/perf/logs-2026-12-02-s12/runG.)
 	n := s.batchParts(s.parts, len(keys))
 	if n == 1 {
-		leases = s.getRange(ctx, keys, dsts, 0, len(keys), 1, stream, sizes, plan, errs)
+		leases = s.getRange(ctx, keys, dsts, 0, len(keys), stream, sizes, plan, errs)
 		return errs
 	}
 	parts := make([][]uint64, n)
 	var wg sync.WaitGroup
 	for p := 1; p < n; p++ {
 		lo, hi := p*len(keys)/n, (p+1)*len(keys)/n
-		wg.Go(func() { parts[p] = s.getRange(ctx, keys, dsts, lo, hi, n, stream, sizes, plan, errs) })
+		wg.Go(func() { parts[p] = s.getRange(ctx, keys, dsts, lo, hi, stream, sizes, plan, errs) })
 	}
-	parts[0] = s.getRange(ctx, keys, dsts, 0, len(keys)/n, n, stream, sizes, plan, errs)
+	parts[0] = s.getRange(ctx, keys, dsts, 0, len(keys)/n, stream, sizes, plan, errs)
 	wg.Wait()
 	leases = slices.Concat(parts...)
 	return errs
 }
 
-// getRange runs the part of a batch get of keys[lo:hi], one of parts: it checks and
+// getRange runs the part of a batch get of keys[lo:hi]: it checks and
 // holds their destinations (released once its copies are complete or
 // failed), maps their names and gets them (getPart). It writes errs and
 // sizes in [lo, hi) only, and returns the lease ids it was granted.
-func (s *Store) getRange(ctx context.Context, keys []string, dsts [][]Region, lo, hi, parts int, stream cuda.Stream, sizes []uint64, plan copyPlan, errs []error) []uint64 {
+func (s *Store) getRange(ctx context.Context, keys []string, dsts [][]Region, lo, hi int, stream cuda.Stream, sizes []uint64, plan copyPlan, errs []error) []uint64 {
 	ph := phaseTimer{last: time.Now()}
 	held := s.checkBuffers(keys[lo:hi], dsts[lo:hi], errs[lo:hi])
 	defer func() { s.release(held) }()
@@ -1381,7 +1367,7 @@ func (s *Store) getRange(ctx context.Context, keys []string, dsts [][]Region, lo
 	if len(q) == 0 {
 		return nil
 	}
-	return s.getPart(ctx, keys, q, idx, parts, stream, sizes, plan, errs)
+	return s.getPart(ctx, keys, q, idx, stream, sizes, plan, errs)
 }
 
 // batchParts returns how many parts a batch put or get of n keys is split
@@ -1407,9 +1393,8 @@ func (s *Store) minPartKeys() int {
 // getPart runs the pipelined get of the stored keys q (the batch's keys
 // idx, whose destinations are checked and held) and returns the lease ids
 // it was granted, for the caller to release. It writes errs and sizes at
-// idx only: the batch's parts run concurrently, and its first chunk is
-// sized for their number (chunker).
-func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, parts int, stream cuda.Stream, sizes []uint64, plan copyPlan, errs []error) (leases []uint64) {
+// idx only: parts of one batch run concurrently.
+func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream cuda.Stream, sizes []uint64, plan copyPlan, errs []error) (leases []uint64) {
 	ph := phaseTimer{last: time.Now()}
 	leases = make([]uint64, 0, len(q))
 	cache := newSegCache()
@@ -1430,7 +1415,7 @@ func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, parts 
 			leases = appendLeases(leases, (<-next).res)
 		}
 	}()
-	ch := s.chunker(parts)
+	ch := s.chunker()
 	hi := ch.next(0, len(q))
 	// The first chunk's call runs here: a batch of one chunk (a single
 	// get) makes no goroutine hand-off. A longer one starts its worker

@@ -1,13 +1,11 @@
 package client_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -382,114 +380,4 @@ func TestBatchPartsRemoteMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	simtest.AssertNoLeaks(t, drv)
-}
-
-// startSpy is a master client that records the keys of each PutStart and
-// GetReplicas call, in the order the calls were made.
-type startSpy struct {
-	master.Client
-	mu         sync.Mutex
-	puts, gets [][]string
-}
-
-func (m *startSpy) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]master.PutStartResult, error) {
-	keys := make([]string, len(reqs))
-	for i := range reqs {
-		keys[i] = reqs[i].Key
-	}
-	m.mu.Lock()
-	m.puts = append(m.puts, keys)
-	m.mu.Unlock()
-	return m.Client.PutStart(ctx, reqs)
-}
-
-func (m *startSpy) GetReplicas(ctx context.Context, keys []string) ([]master.GetResult, error) {
-	m.mu.Lock()
-	m.gets = append(m.gets, slices.Clone(keys))
-	m.mu.Unlock()
-	return m.Client.GetReplicas(ctx, keys)
-}
-
-func (m *startSpy) Close() error { return nil } // the env closes the master client
-
-// firstCalls returns, for each of parts runs of n/parts consecutive keys
-// named prefix/i, the number of keys in the first call (of calls, in call
-// order) that held a key of that run; it fails unless the calls together
-// hold every key exactly once.
-func firstCalls(t *testing.T, op, prefix string, calls [][]string, n, parts int) []int {
-	t.Helper()
-	seen := make([]bool, n)
-	first := make([]int, parts)
-	for _, c := range calls {
-		for _, k := range c {
-			var i int
-			if _, err := fmt.Sscanf(k, prefix+"/%d", &i); err != nil || i < 0 || i >= n || seen[i] {
-				t.Fatalf("%s: key %q in a call (%v), or twice", op, k, err)
-			}
-			seen[i] = true
-			if p := i / (n / parts); first[p] == 0 {
-				first[p] = len(c)
-			}
-		}
-	}
-	if i := slices.Index(seen, false); i >= 0 {
-		t.Fatalf("%s: key %s/%d in no call", op, prefix, i)
-	}
-	return first
-}
-
-// TestSplitBatchFirstChunks: the pipelines of a batch (put or get) split
-// into parts share the first chunk's eighth of the pipeline chunk — their first
-// master calls reach the master together and are served one after
-// another, so the first copy of the batch waits for all of them — while a
-// batch of one pipeline keeps the whole eighth. Every key's bytes come
-// back.
-func TestSplitBatchFirstChunks(t *testing.T) {
-	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
-	ctx := context.Background()
-	const chunk, parts, n, size = 64, 4, 256, 4096 // parts of 64 keys: several chunks each
-	src := devBuf(t, e, n*size)
-	dst := devBuf(t, e, n*size)
-	want := fillRandom(t, e, src, n*size, rand.New(rand.NewPCG(13, 14)))
-	for _, tc := range []struct {
-		parts, wantFirst int // wantFirst: each part's first call
-	}{{parts, chunk / 8 / parts}, {1, chunk / 8}} {
-		m := &startSpy{Client: e.mc}
-		st, err := client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: e.drv, Master: m,
-			ClientID: fmt.Sprintf("first-%d", tc.parts), PipelineChunk: chunk, BatchParts: tc.parts})
-		if err != nil {
-			t.Fatal(err)
-		}
-		prefix := fmt.Sprintf("first%d", tc.parts)
-		keys, srcs, dsts := slabs(prefix, src, dst, n, size)
-		for i, err := range st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
-			if err != nil {
-				t.Fatalf("%d parts: put %s: %v", tc.parts, keys[i], err)
-			}
-		}
-		if err := e.drv.MemcpyHtoD(e.cons.Context(), dst, bytes.Repeat([]byte{0xA5}, n*size)); err != nil {
-			t.Fatal(err) // poison: a get that copies nothing fails the compare
-		}
-		if _, errs := st.BatchGet(ctx, keys, dsts, 0); slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
-			t.Fatalf("%d parts: get: %v", tc.parts, errs)
-		}
-		if got := readBack(t, e, dst, n*size); string(got) != string(want) {
-			t.Fatalf("%d parts: the gets did not return the bytes put", tc.parts)
-		}
-		for op, calls := range map[string][][]string{"put": m.puts, "get": m.gets} {
-			first := firstCalls(t, op, prefix, calls, n, tc.parts)
-			for p, k := range first {
-				if k != tc.wantFirst {
-					t.Errorf("%d parts: %s part %d's first call held %d keys, want %d (calls %d)", tc.parts, op, p, k, tc.wantFirst, len(calls))
-				}
-			}
-		}
-		if _, err := st.RemoveAll(ctx, true); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.close()
 }
