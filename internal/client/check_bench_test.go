@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/kvfabric/kvfabric/internal/config"
 	"github.com/kvfabric/kvfabric/internal/cuda/sim"
@@ -160,4 +161,62 @@ func BenchmarkCheckBuffersLayers(b *testing.B) {
 		s.release(held)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*keys*tensors), "ns/region")
+}
+
+// TestAllPutReqsAllocs: a split batch's requests are built into slices
+// made once for the batch (two allocations: requests and positions), not
+// grown by append, which copied every ~136-byte request several times
+// before any part started (allPutReqs).
+func TestAllPutReqsAllocs(t *testing.T) {
+	const n = 4096
+	s, keys, srcs := chunkBuildStore(t, 4<<10, n)
+	errs := make([]error, n)
+	o := PutOptions{}
+	place := s.placement()
+	held := s.checkBuffers(keys, srcs, errs)
+	defer s.release(held)
+	var got int
+	allocs := testing.AllocsPerRun(5, func() {
+		reqs, idx := s.allPutReqs(keys, srcs, errs, &o, place)
+		got = len(reqs)
+		if len(idx) != len(reqs) {
+			t.Fatalf("%d requests, %d positions", len(reqs), len(idx))
+		}
+	})
+	if got != n {
+		t.Fatalf("%d requests for %d keys", got, n)
+	}
+	if allocs > 2 {
+		t.Fatalf("%v allocations per %d-key batch, want 2", allocs, n)
+	}
+}
+
+// BenchmarkSplitPutPrelude measures what a split BatchPut does before its
+// parts start, per key (sim driver, one registered buffer, 4096 keys of
+// 64 KiB, 4 parts): checking the buffers, building the requests
+// (allPutReqs) and dealing them into parts (splitPuts), ns/key each.
+func BenchmarkSplitPutPrelude(b *testing.B) {
+	const size, n = 64 << 10, 4096
+	s, keys, srcs := chunkBuildStore(b, size, n)
+	errs := make([]error, n)
+	o := PutOptions{}
+	place := s.placement()
+	var check, reqs, split time.Duration
+	for b.Loop() {
+		clear(errs)
+		t0 := time.Now()
+		held := s.checkBuffers(keys, srcs, errs)
+		t1 := time.Now()
+		r, idx := s.allPutReqs(keys, srcs, errs, &o, place)
+		t2 := time.Now()
+		if parts := splitPuts(r, idx, 4); len(parts) != 4 {
+			b.Fatalf("%d parts", len(parts))
+		}
+		check, reqs, split = check+t1.Sub(t0), reqs+t2.Sub(t1), split+time.Since(t2)
+		s.release(held)
+	}
+	k := float64(b.N * n)
+	b.ReportMetric(float64(check.Nanoseconds())/k, "check-ns/key")
+	b.ReportMetric(float64(reqs.Nanoseconds())/k, "reqs-ns/key")
+	b.ReportMetric(float64(split.Nanoseconds())/k, "split-ns/key")
 }
