@@ -186,8 +186,11 @@ func TestAllPutReqsAllocs(t *testing.T) {
 	if got != n {
 		t.Fatalf("%d requests for %d keys", got, n)
 	}
-	if allocs > 2 {
-		t.Fatalf("%v allocations per %d-key batch, want 2", allocs, n)
+	// Two of its own; AllocsPerRun counts the whole process, and the
+	// Store's background goroutines (heartbeat, releaser) may allocate
+	// meanwhile. Grown by append, the two slices took 29.
+	if allocs > 6 {
+		t.Fatalf("%v allocations per %d-key batch, want 2 (up to 6 with the Store's background work)", allocs, n)
 	}
 }
 
