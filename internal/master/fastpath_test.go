@@ -438,9 +438,10 @@ func TestFastFallback(t *testing.T) {
 	_ = fs.srv.Shutdown(ctx)
 }
 
-// stalledFast is a fast path that says hello and then never answers (a
-// master stopped with SIGSTOP, as seen from the client).
-func stalledFast(t *testing.T) uint32 {
+// fakeFast is a fast path on a loopback port that hands each connection
+// it accepts, in turn, to serve on its accept goroutine; every connection
+// is closed when the test ends. It returns the port.
+func fakeFast(t *testing.T, serve func(c net.Conn)) uint32 {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -456,15 +457,7 @@ func stalledFast(t *testing.T) uint32 {
 				return
 			}
 			conns = append(conns, c)
-			var h [fastHeaderLen]byte
-			if _, err := io.ReadFull(c, h[:]); err != nil {
-				continue
-			}
-			if _, err := io.CopyN(io.Discard, c, int64(binary.LittleEndian.Uint32(h[:4]))); err != nil {
-				continue
-			}
-			putFastAnswer(h[:], codes.OK, 0, 0)
-			_, _ = c.Write(h[:])
+			serve(c)
 		}
 	}()
 	t.Cleanup(func() {
@@ -475,6 +468,34 @@ func stalledFast(t *testing.T) uint32 {
 		}
 	})
 	return portOf(t, lis.Addr().String())
+}
+
+// readFastFrame reads one frame from c: its header into h, its body
+// discarded.
+func readFastFrame(c net.Conn, h []byte) error {
+	if _, err := io.ReadFull(c, h[:fastHeaderLen]); err != nil {
+		return err
+	}
+	_, err := io.CopyN(io.Discard, c, int64(binary.LittleEndian.Uint32(h[:4])))
+	return err
+}
+
+// answerHello reads the hello frame from c and answers it; false when c
+// failed first.
+func answerHello(c net.Conn) bool {
+	var h [fastHeaderLen]byte
+	if readFastFrame(c, h[:]) != nil {
+		return false
+	}
+	putFastAnswer(h[:], codes.OK, 0, 0)
+	_, err := c.Write(h[:])
+	return err == nil
+}
+
+// stalledFast is a fast path that says hello and then never answers (a
+// master stopped with SIGSTOP, as seen from the client).
+func stalledFast(t *testing.T) uint32 {
+	return fakeFast(t, func(c net.Conn) { answerHello(c) })
 }
 
 // TestFastStalledMaster: a call to a master that stops answering fails
@@ -785,40 +806,13 @@ func TestFastPathLargeCallLost(t *testing.T) {
 // dyingFast is a fast path that says hello, reads the next request whole
 // and closes the connection without answering it.
 func dyingFast(t *testing.T) uint32 {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
+	return fakeFast(t, func(c net.Conn) {
+		if answerHello(c) {
 			var h [fastHeaderLen]byte
-			for frame := range 2 {
-				if _, err := io.ReadFull(c, h[:]); err != nil {
-					break
-				}
-				if _, err := io.CopyN(io.Discard, c, int64(binary.LittleEndian.Uint32(h[:4]))); err != nil {
-					break
-				}
-				if frame == 0 { // the hello
-					putFastAnswer(h[:], codes.OK, 0, 0)
-					_, _ = c.Write(h[:])
-				}
-			}
-			c.Close()
+			_ = readFastFrame(c, h[:])
 		}
-	}()
-	t.Cleanup(func() {
-		lis.Close()
-		<-done
+		c.Close()
 	})
-	return portOf(t, lis.Addr().String())
 }
 
 const largeCallers, largeKeys = 6, 4000
