@@ -147,6 +147,53 @@ def test_errors_map_to_exceptions(store, host):
         store.put(12, b"x")
 
 
+def test_get_into_ptr_tuple(store, host):
+    # Store.get(key, (ptr, nbytes)) and the facade's get_into take a
+    # one-region path of their own (Store._get1): the same bytes, errors
+    # and stream handling as the general path.
+    src = host(300)
+    src[:] = np.arange(300, dtype=np.uint8)
+    store.put("t", src)
+    dst = host(512)
+    ptr = dst.ctypes.data
+    assert store.get("t", (ptr, 512)) == 300
+    assert bytes(dst[:300]) == bytes(src) and not dst[300:].any()
+    dst[:] = 0
+    assert store.get("t", (ptr, 300), stream=0) == 300 and bytes(dst[:300]) == bytes(src)
+    dst[:] = 0
+    assert store.get(b"t", [(ptr, 100), (ptr + 100, 412)]) == 300  # a list: the general path
+    assert bytes(dst[:300]) == bytes(src)
+    with pytest.raises(kvfabric.NotFoundError) as ei:
+        store.get("missing", (ptr, 512))
+    assert ei.value.code == -704 and "missing" in str(ei.value)
+    with pytest.raises(kvfabric.BufferTooSmallError):
+        store.get("t", (ptr, 299))
+    with pytest.raises(kvfabric.InvalidArgumentError, match="ptr=-0x1"):
+        store.get("t", (-1, 512))  # not taken by the one-region path: resolve names it
+    with pytest.raises(kvfabric.InvalidArgumentError):
+        store.get("t", (ptr, 512), stream="default")
+
+    from kvfabric.compat.mooncake import MooncakeDistributedStore
+
+    ms = MooncakeDistributedStore()
+    ms._store = store  # the facade over this Store (as scripts/device-latency.sh does)
+    try:
+        dst[:] = 0
+        assert ms.get_into("t", ptr, 512) == 300 and bytes(dst[:300]) == bytes(src)
+        assert ms.get_into("missing", ptr, 512) == -704
+        assert ms.get_into("t", ptr, 299) < 0
+        assert ms.get_into("t", -1, 512) < 0
+    finally:
+        ms._store = None
+
+
+def test_get_one_region_closed(cfg):
+    s = kvfabric.Store(cfg)
+    s.close()
+    with pytest.raises(kvfabric.ClosedError):
+        s.get("k", (4096, 16))
+
+
 def test_store_full(tmp_path):
     with kvfabric.Store(sim_config(tmp_path, global_segment_size="4MiB")) as s:
         pool = np.zeros(8 * MIB, np.uint8)

@@ -1038,7 +1038,8 @@ class MooncakeDistributedStore:
         """Reads into [buffer_ptr, +size): bytes read, or a negative code
         (−704 miss, −600 buffer too small or not registered)."""
         try:
-            rc, n, _ = self._s()._get(_key(key), [_raw(buffer_ptr, size)], None)
+            b = _raw(buffer_ptr, size)
+            rc, n, _ = self._s()._get1(_key(key), b.ptr, b.nbytes, 0)
             return n if rc == 0 else to_mooncake(rc)
         except Exception as err:  # noqa: BLE001
             return _code(err)
