@@ -24,3 +24,10 @@ const ReleaseBatch = releaseBatch
 // master.NewEmbedded client: for tests whose master client wraps one. Call
 // it before st's first call.
 func ForceEmbedded(st *Store) { st.embedded = true }
+
+// RPCDeadline reports whether st's master calls go through deadlineMaster
+// (rpc_timeout's context and timer on every call).
+func RPCDeadline(st *Store) bool {
+	_, ok := st.m.(deadlineMaster)
+	return ok
+}

@@ -196,3 +196,27 @@ func TestMasterDownIsErrRPC(t *testing.T) {
 		t.Fatalf("Exists with the master down: %v; want ErrRPC", err)
 	}
 }
+
+// TestRPCTimeoutOnlyRemote: a remote master's calls get rpc_timeout (the
+// tests above say what it does); an embedded master's do not — it answers
+// from this process and waits on no peer, so the deadline could not fire
+// and its timer would cost every call (0.5 µs of a 4 µs single get,
+// BenchmarkGetLatency/embedded on the dev VM).
+func TestRPCTimeoutOnlyRemote(t *testing.T) {
+	sm := startStallingMaster(t)
+	for _, c := range []struct {
+		addr string
+		want bool
+	}{{"embedded", false}, {sm.addr, true}} {
+		s, err := client.Open(context.Background(), cfgFor(t, map[string]any{"master_server_addr": c.addr}), client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := client.RPCDeadline(s); got != c.want {
+			t.Errorf("master %s: calls with rpc_timeout %v, want %v", c.addr, got, c.want)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -394,7 +394,12 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	if rpcTimeout <= 0 {
 		rpcTimeout = config.DefaultRPCTimeout
 	}
-	s.m = deadlineMaster{m: s.m, timeout: rpcTimeout}
+	if !s.embedded {
+		// An embedded master answers from this process and waits on no
+		// peer, so rpc_timeout cannot fire there: its timer on every
+		// call would be pure cost (a single embedded get makes two calls).
+		s.m = deadlineMaster{m: s.m, timeout: rpcTimeout}
+	}
 	s.clientID = opts.ClientID
 	if s.clientID == "" {
 		host := sanitize(cfg.LocalHostname) // a valid client id whatever local_hostname holds
