@@ -5,6 +5,8 @@
 # x3 interleaved: scripts/device-latency.sh of each tree (one get from
 # Python, embedded and remote master, 4 and 64 KiB), then x2 interleaved
 # `bench --store` go-embedded 4-64 KiB (the batch paths, for no change).
+# ONLY=lat runs the latency part alone; ONLY=emb the bench part alone,
+# EMB_REPS times (default 2).
 set -u
 L=$OUT/logs; mkdir -p "$L"
 python3 -c 'import lzma, shutil, sys
@@ -16,13 +18,15 @@ pack() { tar -C "$OUT" -cJf "$OUT/logs.tar.xz.tmp" logs && mv "$OUT/logs.tar.xz.
 st() { local n=$1; shift; local t0=$SECONDS; timeout 170 "$@" > "$L/$n.log" 2>&1; echo "$n rc=$? $((SECONDS-t0))s" >> "$L/summary.txt"; pack; }
 nvidia-smi -q > "$L/nvidia-smi.log" 2>&1
 cp $T/versions.txt "$L/"
-lat() { (cd $T/$1 && KVFABRIC_LIB=$T/$1/libkvfabric.so KVFABRIC_BIN=$T/$1/kvfabric OUT=$L KVFABRIC_LAT_JSON=lat-$1-$2.json scripts/device-latency.sh); }
+lat() { st lat-$1-$2 bash -c "cd $T/$1 && KVFABRIC_LIB=$T/$1/libkvfabric.so KVFABRIC_BIN=$T/$1/kvfabric OUT=$L KVFABRIC_LAT_JSON=lat-$1-$2.json scripts/device-latency.sh"; }
 for rep in 1 2 3; do
+  [ "${ONLY:-}" = emb ] && break
   for v in head prev; do
-    st lat-$v-$rep lat $v $rep
+    lat $v $rep
   done
 done
-for rep in 1 2; do
+for rep in $(seq 1 ${EMB_REPS:-2}); do
+  [ "${ONLY:-}" = lat ] && break
   for v in head prev; do
     st emb-$v-$rep $T/$v/kvfabric bench --store --driver cuda --sizes 4KiB,16KiB,64KiB --paths go-embedded --json "$L/emb-$v-$rep.json"
   done
