@@ -62,10 +62,13 @@ type storeBenchFlags struct {
 	scatter  bool   // the Go paths' keys at random slots of the GPU buffers, not key i at slot i
 	separate bool   // client.Options.SeparateCopies of the Go paths
 	gpuTime  bool   // client.Options.TimeCopies of the Go paths
-	json     string
-	plot     string
-	python   string // the python3 executable
-	script   string // the Python side; "" finds scripts/bench-store.py
+	// defaultStream: the Go paths' batches go on the default (NULL)
+	// stream, as the python path's and an engine's that passes none.
+	defaultStream bool
+	json          string
+	plot          string
+	python        string // the python3 executable
+	script        string // the Python side; "" finds scripts/bench-store.py
 	// exe runs `kvfabric master` for the remote path; "" means this
 	// executable (tests re-execute the test binary as kvfabric).
 	exe string
@@ -84,6 +87,7 @@ type storeParams struct {
 	scatter    bool   // key i's buffers are slot perm[i] of the GPU buffers (storeSlots)
 	separate   bool   // client.Options.SeparateCopies: no copies merged
 	gpuTime    bool   // the Go paths time their chunks' copies on the GPU
+	defStream  bool   // the Go paths' batches on the default stream (--default-stream)
 	capacity   uint64 // global_segment_size of each GPU's store
 	maxMR      uint64
 	socketDir  string
@@ -154,6 +158,7 @@ type storeReport struct {
 	Scatter       bool           `json:"scatter,omitempty"`         // --scatter: each key's buffers at a random slot, not key i at slot i
 	Separate      bool           `json:"separate_copies,omitempty"` // --separate-copies: the Go paths merged no copies
 	GPUTimes      bool           `json:"gpu_times,omitempty"`       // --gpu-times: the Go paths' rows have the gpu phase
+	DefaultStream bool           `json:"default_stream,omitempty"`  // --default-stream: the Go paths' batches went on the default stream
 	Ceilings      []storeCeiling `json:"ceilings"`
 	Results       []storeResult  `json:"results"`
 	Skipped       []storeSkip    `json:"skipped"`
@@ -278,7 +283,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 		ctx = context.Background()
 	}
 	isSim := drv.Name() == "sim"
-	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill, scatter: f.scatter, separate: f.separate, gpuTime: f.gpuTime}
+	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill, scatter: f.scatter, separate: f.separate, gpuTime: f.gpuTime, defStream: f.defaultStream}
 	if p.chunk < 0 {
 		return fmt.Errorf("--pipeline-chunk %d: want 0 (the default) or more", p.chunk)
 	}
@@ -374,7 +379,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 
 	ver, _ := drv.DriverVersion()
 	rep := storeReport{Kind: "kvfabric-bench-store", Driver: why, DriverVersion: ver, Sizes: p.sizes,
-		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, CopyEngineMin: p.ceMin, Prefill: p.prefill, Scatter: p.scatter, Separate: p.separate, GPUTimes: p.gpuTime, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
+		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, CopyEngineMin: p.ceMin, Prefill: p.prefill, Scatter: p.scatter, Separate: p.separate, GPUTimes: p.gpuTime, DefaultStream: p.defStream, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
 	for _, d := range devs {
 		rep.Devices = append(rep.Devices, int(d))
 	}
@@ -972,19 +977,23 @@ func storeGoGPU(ctx context.Context, drv cuda.Driver, st *client.Store, dev cuda
 				}
 				put0, get0 := st.Phases()
 				merged0 := st.MergedCopies()
+				bs := s // the batches' stream
+				if p.defStream {
+					bs = 0
+				}
 				t0 := time.Now()
 				for b := 0; b < nkeys; b += p.maxKeys {
 					hi := min(b+p.maxKeys, nkeys)
 					ks, rs := keys[b:hi], args[dir][b:hi]
 					if dir == "put" {
-						for j, e := range st.BatchPut(ctx, ks, rs, s, client.PutOptions{}) {
+						for j, e := range st.BatchPut(ctx, ks, rs, bs, client.PutOptions{}) {
 							if e != nil {
 								return res, fmt.Errorf("%s round %d: put %s: %w", sizeLabel(size), round+1, ks[j], e)
 							}
 						}
 						continue
 					}
-					sizes, errs := st.BatchGet(ctx, ks, rs, s)
+					sizes, errs := st.BatchGet(ctx, ks, rs, bs)
 					for j, e := range errs {
 						if e == nil && sizes[j] != size {
 							e = fmt.Errorf("%d bytes, want %d", sizes[j], size)

@@ -431,3 +431,24 @@ func TestBenchStoreScatter(t *testing.T) {
 		t.Fatalf("--separate-copies: %.3f of the put and %.3f of the get copies merged; want none", p, g)
 	}
 }
+
+// TestBenchStoreDefaultStream: with --default-stream the Go paths' batches
+// go on the default stream, as an engine's that passes none (the copy
+// engine's batches then run on the transfer engine's side stream); every
+// round is still verified byte for byte, and the JSON says so.
+func TestBenchStoreDefaultStream(t *testing.T) {
+	t.Setenv(envAsKvfabric, "1") // the remote path's master is this binary
+	js := filepath.Join(t.TempDir(), "d.json")
+	var b bytes.Buffer
+	if err := runStoreBench(context.Background(), &b, storeBenchFlags{driver: "sim", sizes: "16KiB,256KiB", bytes: "8MiB", iters: 2,
+		paths: pathEmbedded + "," + pathRemote, defaultStream: true, json: js}); err != nil {
+		t.Fatalf("--default-stream: %v\n%s", err, b.String())
+	}
+	rep, err := readStoreReport(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || !rep.DefaultStream || len(rep.Results) != 8 {
+		t.Fatalf("ok %v, default_stream %v, %d rows (want true, true, 8)\n%s", rep.OK, rep.DefaultStream, len(rep.Results), b.String())
+	}
+}
