@@ -65,10 +65,14 @@ type storeBenchFlags struct {
 	// defaultStream: the Go paths' batches go on the default (NULL)
 	// stream, as the python path's and an engine's that passes none.
 	defaultStream bool
-	json          string
-	plot          string
-	python        string // the python3 executable
-	script        string // the Python side; "" finds scripts/bench-store.py
+	// masterTrace: the go-remote path's master writes an execution trace
+	// here (its --trace), for where a remote call's time goes on the
+	// master's side; the mode's name is appended (one master per mode).
+	masterTrace string
+	json        string
+	plot        string
+	python      string // the python3 executable
+	script      string // the Python side; "" finds scripts/bench-store.py
 	// exe runs `kvfabric master` for the remote path; "" means this
 	// executable (tests re-execute the test binary as kvfabric).
 	exe string
@@ -76,21 +80,22 @@ type storeBenchFlags struct {
 
 // storeParams are the validated parameters of a run.
 type storeParams struct {
-	sizes      []uint64
-	roundBytes uint64 // bytes each GPU puts (and gets) per round, at most
-	iters      int    // timed rounds per size, after one warm-up round
-	maxKeys    int    // keys per BatchPut/BatchGet
-	chunk      int    // client.Options.PipelineChunk of the Go paths (0: default)
-	parts      int    // client.Options.BatchParts of the Go paths (0: default)
-	ceMin      string // copy_engine_min_bytes of the Go paths ("": the default)
-	prefill    bool   // the stores are full before the rounds, which keep their objects
-	scatter    bool   // key i's buffers are slot perm[i] of the GPU buffers (storeSlots)
-	separate   bool   // client.Options.SeparateCopies: no copies merged
-	gpuTime    bool   // the Go paths time their chunks' copies on the GPU
-	defStream  bool   // the Go paths' batches on the default stream (--default-stream)
-	capacity   uint64 // global_segment_size of each GPU's store
-	maxMR      uint64
-	socketDir  string
+	sizes       []uint64
+	roundBytes  uint64 // bytes each GPU puts (and gets) per round, at most
+	iters       int    // timed rounds per size, after one warm-up round
+	maxKeys     int    // keys per BatchPut/BatchGet
+	chunk       int    // client.Options.PipelineChunk of the Go paths (0: default)
+	parts       int    // client.Options.BatchParts of the Go paths (0: default)
+	ceMin       string // copy_engine_min_bytes of the Go paths ("": the default)
+	prefill     bool   // the stores are full before the rounds, which keep their objects
+	scatter     bool   // key i's buffers are slot perm[i] of the GPU buffers (storeSlots)
+	separate    bool   // client.Options.SeparateCopies: no copies merged
+	gpuTime     bool   // the Go paths time their chunks' copies on the GPU
+	defStream   bool   // the Go paths' batches on the default stream (--default-stream)
+	masterTrace string // the go-remote master's --trace file (--master-trace; the mode's name appended)
+	capacity    uint64 // global_segment_size of each GPU's store
+	maxMR       uint64
+	socketDir   string
 }
 
 // storeRound is one timed round of one size on one GPU: wall time and the
@@ -283,7 +288,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 		ctx = context.Background()
 	}
 	isSim := drv.Name() == "sim"
-	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill, scatter: f.scatter, separate: f.separate, gpuTime: f.gpuTime, defStream: f.defaultStream}
+	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill, scatter: f.scatter, separate: f.separate, gpuTime: f.gpuTime, defStream: f.defaultStream, masterTrace: f.masterTrace}
 	if p.chunk < 0 {
 		return fmt.Errorf("--pipeline-chunk %d: want 0 (the default) or more", p.chunk)
 	}
@@ -709,7 +714,11 @@ func runStoreGo(ctx context.Context, drv cuda.Driver, path string, m storeMode, 
 		mc = master.NewEmbedded(svc)
 	case pathRemote:
 		var stop func() error
-		if addr, stop, err = spawnMaster(ctx, exe, p.socketDir); err != nil {
+		var extra []string
+		if p.masterTrace != "" {
+			extra = []string{"--trace", p.masterTrace + "." + m.name}
+		}
+		if addr, stop, err = spawnMaster(ctx, exe, p.socketDir, extra...); err != nil {
 			return nil, fmt.Errorf("start kvfabric master: %w", err)
 		}
 		defer func() { err = errors.Join(err, stop()) }()
@@ -1114,8 +1123,8 @@ func evictions(ctx context.Context, st *client.Store) (uint64, error) {
 
 // spawnMaster starts `<exe> master` on a loopback port of its choosing and
 // returns its address and a stop function (SIGTERM, then SIGKILL after
-// 15 s). exe "" is this executable.
-func spawnMaster(ctx context.Context, exe, dir string) (string, func() error, error) {
+// 15 s). exe "" is this executable; extra are more flags of `master`.
+func spawnMaster(ctx context.Context, exe, dir string, extra ...string) (string, func() error, error) {
 	if exe == "" {
 		var err error
 		if exe, err = os.Executable(); err != nil {
@@ -1123,7 +1132,7 @@ func spawnMaster(ctx context.Context, exe, dir string) (string, func() error, er
 		}
 	}
 	addrFile := filepath.Join(dir, fmt.Sprintf("master-%d.addr", time.Now().UnixNano()))
-	cmd := exec.Command(exe, "master", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--lease-ttl", "2s", "--addr-file", addrFile)
+	cmd := exec.Command(exe, append([]string{"master", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--lease-ttl", "2s", "--addr-file", addrFile}, extra...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM} // not outliving the bench

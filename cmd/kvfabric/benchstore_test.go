@@ -452,3 +452,22 @@ func TestBenchStoreDefaultStream(t *testing.T) {
 		t.Fatalf("ok %v, default_stream %v, %d rows (want true, true, 8)\n%s", rep.OK, rep.DefaultStream, len(rep.Results), b.String())
 	}
 }
+
+// TestBenchStoreMasterTrace: --master-trace makes the go-remote path's
+// master write an execution trace, named for the mode.
+func TestBenchStoreMasterTrace(t *testing.T) {
+	t.Setenv(envAsKvfabric, "1") // the remote path's master is this binary
+	tr := filepath.Join(t.TempDir(), "master.trace")
+	var b bytes.Buffer
+	if err := runStoreBench(context.Background(), &b, storeBenchFlags{driver: "sim", sizes: "64KiB", bytes: "1MiB", iters: 1,
+		paths: pathRemote, masterTrace: tr}); err != nil {
+		t.Fatalf("--master-trace: %v\n%s", err, b.String())
+	}
+	fi, err := os.Stat(tr + ".1gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() == 0 {
+		t.Fatalf("%s is empty", fi.Name())
+	}
+}
