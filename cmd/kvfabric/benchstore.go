@@ -66,8 +66,10 @@ type storeBenchFlags struct {
 	// stream, as the python path's and an engine's that passes none.
 	defaultStream bool
 	// masterTrace: the go-remote path's master writes an execution trace
-	// here (its --trace), for where a remote call's time goes on the
-	// master's side; the mode's name is appended (one master per mode).
+	// here (its --trace) and a CPU profile beside it (.cpu; the trace
+	// then carries the CPU samples too), for where a remote call's time
+	// goes on the master's side; the mode's name is appended (one master
+	// per mode).
 	masterTrace string
 	json        string
 	plot        string
@@ -92,7 +94,7 @@ type storeParams struct {
 	separate    bool   // client.Options.SeparateCopies: no copies merged
 	gpuTime     bool   // the Go paths time their chunks' copies on the GPU
 	defStream   bool   // the Go paths' batches on the default stream (--default-stream)
-	masterTrace string // the go-remote master's --trace file (--master-trace; the mode's name appended)
+	masterTrace string // the go-remote master's --trace file, and its CPU profile with .cpu (--master-trace; the mode's name appended)
 	capacity    uint64 // global_segment_size of each GPU's store
 	maxMR       uint64
 	socketDir   string
@@ -716,7 +718,7 @@ func runStoreGo(ctx context.Context, drv cuda.Driver, path string, m storeMode, 
 		var stop func() error
 		var extra []string
 		if p.masterTrace != "" {
-			extra = []string{"--trace", p.masterTrace + "." + m.name}
+			extra = []string{"--trace", p.masterTrace + "." + m.name, "--cpuprofile", p.masterTrace + "." + m.name + ".cpu"}
 		}
 		if addr, stop, err = spawnMaster(ctx, exe, p.socketDir, extra...); err != nil {
 			return nil, fmt.Errorf("start kvfabric master: %w", err)

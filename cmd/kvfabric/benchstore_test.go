@@ -454,7 +454,7 @@ func TestBenchStoreDefaultStream(t *testing.T) {
 }
 
 // TestBenchStoreMasterTrace: --master-trace makes the go-remote path's
-// master write an execution trace, named for the mode.
+// master write an execution trace and a CPU profile, named for the mode.
 func TestBenchStoreMasterTrace(t *testing.T) {
 	t.Setenv(envAsKvfabric, "1") // the remote path's master is this binary
 	tr := filepath.Join(t.TempDir(), "master.trace")
@@ -463,11 +463,13 @@ func TestBenchStoreMasterTrace(t *testing.T) {
 		paths: pathRemote, masterTrace: tr}); err != nil {
 		t.Fatalf("--master-trace: %v\n%s", err, b.String())
 	}
-	fi, err := os.Stat(tr + ".1gpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Size() == 0 {
-		t.Fatalf("%s is empty", fi.Name())
+	for _, f := range []string{tr + ".1gpu", tr + ".1gpu.cpu"} {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() == 0 {
+			t.Fatalf("%s is empty", fi.Name())
+		}
 	}
 }
