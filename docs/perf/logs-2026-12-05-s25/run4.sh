@@ -2,7 +2,8 @@
 # Session 25 run 4 (`run2-build.sh` first, at the commit that adds
 # --master-trace; carry [".device"]): where a remote put's first PutStart
 # waits. go-remote 256 KiB with --gpu-times (the pipeline timeline), an
-# execution trace of the bench (client) and of its master, x2.
+# execution trace and a CPU profile of the bench (client) and of its
+# master (the traces carry the CPU samples), x2.
 set -u
 L=$OUT/logs; mkdir -p "$L"
 [ -x .device/kvfabric ] || { python3 -c 'import lzma, shutil, sys
@@ -14,7 +15,7 @@ st() { local n=$1; shift; local t0=$SECONDS; timeout 170 "$@" > "$L/$n.log" 2>&1
 nvidia-smi -q > "$L/nvidia-smi.log" 2>&1
 cp .device/version.txt "$L/"
 for rep in 1 2; do
-  st tr-256K-$rep $K --trace "$L/client-$rep.trace" bench --store --driver cuda --sizes 256KiB --paths go-remote --gpu-times \
+  st tr-256K-$rep $K --trace "$L/client-$rep.trace" --cpuprofile "$L/client-$rep.cpu" bench --store --driver cuda --sizes 256KiB --paths go-remote --gpu-times \
     --master-trace "$L/master-$rep.trace" --json "$L/tr-256K-$rep.json"
 done
 pack
