@@ -710,3 +710,81 @@ func BenchmarkPutCallsFull(b *testing.B) {
 	lat.report(b)
 	b.ReportMetric(float64(slices.Max(lat).Nanoseconds())/1e3, "max-us")
 }
+
+// BenchmarkPutShards asks what a master sharded by key would give the
+// put path before one is built (issue 13 item 2: "split a large batch
+// over cores (sharded key index)"): shards independent Services, each
+// with its share of BenchmarkPutRounds' 192 segments of 128 MiB, each
+// put into at once by a caller of its own in the Store's chunks (64, 128,
+// 256, then 512 keys of 4 KiB objects, prepared as UniformPuts one chunk
+// ahead on another goroutine, as an embedded Store's pipeline does), then
+// each chunk's PutEnd. ns/key is the wall time per key of all shards
+// together: the rate a master sharded this way would reach, before any
+// cost of routing keys to shards or of what shards would still share.
+// shards=1 is one Service, as the master is now. Each round's objects are
+// removed, untimed, before the next.
+func BenchmarkPutShards(b *testing.B) {
+	const round, segs, segSize, size = 4096, 192, 128 << 20, 4 * KiB
+	for _, shards := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
+			svcs := make([]*Service, shards)
+			keys := make([][]string, shards)
+			for i := range svcs {
+				svcs[i] = segmentedService(b, segs/shards, segSize, 1)
+				keys[i] = make([]string, round)
+				for j := range keys[i] {
+					keys[i][j] = fmt.Sprintf("bench/shard%d/%d", i, j)
+				}
+			}
+			ctx := context.Background()
+			errs := make([]error, shards)
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for i := range svcs {
+					wg.Go(func() { errs[i] = putShardRound(ctx, svcs[i], keys[i], size) })
+				}
+				wg.Wait()
+				b.StopTimer()
+				for i, svc := range svcs {
+					if errs[i] != nil {
+						b.Fatal(errs[i])
+					}
+					for j, err := range svc.Remove(ctx, keys[i], true) {
+						if err != nil {
+							b.Fatalf("remove %s: %v", keys[i][j], err)
+						}
+					}
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*round*shards), "ns/key")
+		})
+	}
+}
+
+// putShardRound puts keys into svc as BenchmarkPutShards describes.
+func putShardRound(ctx context.Context, svc *Service, keys []string, size uint64) error {
+	refs := make([]PutRef, 0, 512)
+	for c := range putRoundChunks(svc, keys, size, "uniform") {
+		if c.err != nil {
+			return c.err
+		}
+		res, err := svc.PutStartPrepared(ctx, c.pre)
+		if err != nil {
+			return err
+		}
+		refs = refs[:0]
+		for i := range res {
+			if res[i].Err != nil {
+				return fmt.Errorf("put %s: %w", c.keys[i], res[i].Err)
+			}
+			refs = append(refs, res[i].Ref(c.keys[i]))
+		}
+		for i, err := range svc.PutEnd(ctx, refs) {
+			if err != nil {
+				return fmt.Errorf("put end %s: %w", refs[i].Key, err)
+			}
+		}
+	}
+	return nil
+}
