@@ -10,10 +10,13 @@ import (
 	"github.com/kvfabric/kvfabric/internal/segment"
 )
 
-// deadlineMaster is the master.Client a Store calls through. A call whose
-// context has no deadline — every call from the C ABI and Python, which pass
-// context.Background(), and the best-effort revokes and lease releases
-// that detach from their caller's context — gets rpc_timeout: a master that
+// deadlineMaster is the master.Client a Store calls a remote master
+// through. (An embedded master is called directly: it waits on no peer,
+// so the deadline could never fire, and its timer would cost every call.)
+// A call whose context has no deadline — every call from the C ABI and
+// Python, which pass context.Background(), and the best-effort revokes and
+// lease releases that detach from their caller's context — gets
+// rpc_timeout: a master that
 // accepts connections but does not answer (stopped, wedged, a partition
 // that drops packets) fails the call with ErrRPC instead of blocking an
 // inference thread forever. A deadline set by the caller is kept as it is.

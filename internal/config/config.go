@@ -134,10 +134,11 @@ type Config struct {
 	// places this client's puts, and offers its reads, only on fabric
 	// segments of its domain (and POSIX-fd segments of its host).
 	FabricDomain string `json:"fabric_domain"`
-	// RPCTimeout bounds every master call made without a deadline of its
-	// own (the C ABI and Python pass none): a call the master does not
-	// answer in time fails with the client's RPC error instead of blocking
-	// an inference thread forever. 0 means DefaultRPCTimeout.
+	// RPCTimeout bounds every call to a remote master made without a
+	// deadline of its own (the C ABI and Python pass none): a call the
+	// master does not answer in time fails with the client's RPC error
+	// instead of blocking an inference thread forever. An embedded master
+	// answers in the process and is not timed. 0 means DefaultRPCTimeout.
 	RPCTimeout time.Duration `json:"rpc_timeout"`
 	// Tenant names this client's key namespace ("" is the default one):
 	// its keys, existence checks and removals never see another tenant's
