@@ -428,9 +428,9 @@ class Store:
         """A get into one region the GPU copies directly: its pointer and
         length go by reference, with no ctypes arrays, no generators and no
         Buf — the single get of an engine's request (Store.get, the facade's
-        get_into). 9.6 -> 6.9 µs for one 4 KiB get on the dev VM (sim),
-        where the native call alone takes 6.2 µs (docs/perf/latency.md,
-        "Python's share of one get")."""
+        get_into). 9.6 -> 6.9-7.1 µs for one 4 KiB get on the dev VM
+        (sim), where the native call alone takes 6.0-6.6 µs
+        (docs/perf/latency.md, "Session 25: Python's share of one get")."""
         h = self._h
         if h is None:
             raise ClosedError("kvfabric: store is closed")
