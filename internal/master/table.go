@@ -17,7 +17,9 @@ import (
 //     (chunk, offset); each entry is a 4-byte owner slot and a 4-byte length
 //     ahead of the bytes. A freed entry is marked dead; a sealed chunk that
 //     is at least half dead is compacted by copying its live entries to the
-//     open chunk (rewriting their owners' references), and then released.
+//     open chunk (rewriting their owners' references), and then released:
+//     its buffer opens a later chunk (keyBufs), so a store in a steady
+//     state allocates no arena memory.
 //   - The key → slot index is extendible hashing over open-addressing
 //     tables of uint64 entries (32-bit hash fingerprint, slot+1). A table
 //     grows up to idxMaxSlots and then splits in two, so no growth ever
@@ -29,6 +31,7 @@ const (
 	objChunkMsk = objChunkLen - 1
 
 	keyChunkSize = 1 << 20
+	keyBufsMax   = 2          // released chunk buffers kept for reuse (objTable.keyBufs)
 	keyHdr       = 8          // owner slot, key length
 	deadOwner    = ^uint32(0) // owner of a freed arena entry
 	noKey        = ^uint64(0) // object.key of a slot without a key
@@ -52,6 +55,16 @@ type objTable struct {
 	keyDead  []uint32 // dead bytes by chunk
 	keyCur   int      // chunk appended to; -1 before the first key
 	keySpare []int    // released chunk numbers, reused first
+	// keyBufs are the buffers of released chunks (of keyChunkSize bytes),
+	// at most keyBufsMax, which new chunks take before allocating one: a
+	// store in a steady state (every put evicts) compacts a chunk for each
+	// one it fills, and without them opened a new 1 MiB chunk every ~37 k
+	// keys, under the master's lock — where a GC assist for it stalled
+	// every other call for ~1 ms (docs/perf/store.md, twenty-third round).
+	keyBufs [][]byte
+	// keyChunksMade and keyCompactions count the chunk buffers allocated
+	// and the chunks compacted (tests).
+	keyChunksMade, keyCompactions int
 
 	// Index.
 	seed    maphash.Seed
@@ -149,11 +162,12 @@ func (t *objTable) openKeyChunk(size int) {
 	sealed := t.keyCur
 	if sealed >= 0 && len(t.keys[sealed]) == 0 {
 		// Empty but too small for the key: release it.
+		t.recycleKeyBuf(t.keys[sealed])
 		t.keys[sealed] = nil
 		t.keySpare = append(t.keySpare, sealed)
 		sealed = -1
 	}
-	ch := make([]byte, 0, size)
+	ch := t.keyBuf(size)
 	if n := len(t.keySpare); n > 0 {
 		t.keyCur = t.keySpare[n-1]
 		t.keySpare = t.keySpare[:n-1]
@@ -166,6 +180,29 @@ func (t *objTable) openKeyChunk(size int) {
 	}
 	if sealed >= 0 && t.keyDead[sealed] > 0 && 2*int(t.keyDead[sealed]) >= len(t.keys[sealed]) {
 		t.compactKeys(sealed)
+	}
+}
+
+// keyBuf returns an empty chunk buffer of at least size bytes: a released
+// chunk's, when size fits one, else a new one.
+func (t *objTable) keyBuf(size int) []byte {
+	if n := len(t.keyBufs); n > 0 && size <= keyChunkSize {
+		b := t.keyBufs[n-1]
+		t.keyBufs[n-1] = nil
+		t.keyBufs = t.keyBufs[:n-1]
+		return b[:0]
+	}
+	t.keyChunksMade++
+	return make([]byte, 0, size)
+}
+
+// recycleKeyBuf keeps the buffer of a chunk being released for keyBuf,
+// unless it is an oversized one or keyBufsMax are kept. Nothing may refer
+// to its bytes any more: live keys were moved out (compactKeys), and
+// keyBytes' slices do not outlive a change of the table.
+func (t *objTable) recycleKeyBuf(b []byte) {
+	if cap(b) == keyChunkSize && len(t.keyBufs) < keyBufsMax {
+		t.keyBufs = append(t.keyBufs, b[:0])
 	}
 }
 
@@ -224,6 +261,8 @@ func (t *objTable) compactKeys(c int) {
 		}
 		off += keyHdr + n
 	}
+	t.keyCompactions++
+	t.recycleKeyBuf(ch)
 	t.keys[c] = nil
 	t.keyDead[c] = 0
 	t.keySpare = append(t.keySpare, c)

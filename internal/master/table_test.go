@@ -282,3 +282,69 @@ func TestBatchFinder(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyArenaReusesChunks: in a steady state — as many keys inserted as
+// freed, in random order, as in a full store where every put evicts — the
+// arena opens its chunks in the buffers of the chunks it compacted instead
+// of allocating new ones (each allocation happens under the master's
+// lock, where a GC assist for it stalls every other call), and every live
+// key still reads back as it was written.
+func TestKeyArenaReusesChunks(t *testing.T) {
+	tb := newObjTable()
+	rng := rand.New(rand.NewPCG(7, 7))
+	var live []uint32
+	keyOf := map[uint32]string{}
+	insert := func(i int) {
+		k := fmt.Sprintf("steady/%08d/%x", i, rng.Uint64())
+		slot := tb.alloc()
+		*tb.at(slot) = object{key: noKey, state: statePending}
+		tb.insert(tb.hash(k), slot, k)
+		live = append(live, slot)
+		keyOf[slot] = k
+	}
+	free := func() {
+		j := rng.IntN(len(live))
+		slot := live[j]
+		live[j] = live[len(live)-1]
+		live = live[:len(live)-1]
+		tb.unindex(slot)
+		tb.dropKey(slot)
+		tb.release(slot)
+		delete(keyOf, slot)
+	}
+	const fill, warm, steady = 100_000, 200_000, 300_000 // keys of ~33 bytes: 1 MiB chunks hold ~25 k
+	for i := range fill {
+		insert(i)
+	}
+	for i := fill; i < fill+warm; i++ {
+		insert(i)
+		free()
+	}
+	made, compacted := tb.keyChunksMade, tb.keyCompactions
+	for i := fill + warm; i < fill+warm+steady; i++ {
+		insert(i)
+		free()
+	}
+	if compactions := tb.keyCompactions - compacted; compactions < 4 {
+		t.Fatalf("%d chunks compacted while %d keys were replaced: the test missed the steady state", compactions, steady)
+	}
+	if tb.keyChunksMade != made {
+		t.Fatalf("%d key chunks allocated while %d keys were replaced (%d chunks compacted): released buffers were not reused",
+			tb.keyChunksMade-made, steady, tb.keyCompactions-compacted)
+	}
+	for slot, k := range keyOf {
+		if got := tb.key(slot); got != k {
+			t.Fatalf("slot %d: key %q, want %q", slot, got, k)
+		}
+	}
+	checkTable(t, &tb, indexOf(keyOf), keyOf)
+}
+
+// indexOf inverts keyOf: key → slot.
+func indexOf(keyOf map[uint32]string) map[string]uint32 {
+	m := make(map[string]uint32, len(keyOf))
+	for slot, k := range keyOf {
+		m[k] = slot
+	}
+	return m
+}
