@@ -58,9 +58,10 @@ type objTable struct {
 	// keyBufs are the buffers of released chunks (of keyChunkSize bytes),
 	// at most keyBufsMax, which new chunks take before allocating one: a
 	// store in a steady state (every put evicts) compacts a chunk for each
-	// one it fills, and without them opened a new 1 MiB chunk every ~37 k
-	// keys, under the master's lock — where a GC assist for it stalled
-	// every other call for ~1 ms (docs/perf/store.md, twenty-third round).
+	// one it fills, and without them allocated a new 1 MiB chunk for every
+	// MiB of keys put, under the master's lock — where a GC assist for
+	// such an allocation stalled every other call for ~1 ms
+	// (docs/perf/store.md, twenty-third round).
 	keyBufs [][]byte
 	// keyChunksMade and keyCompactions count the chunk buffers allocated
 	// and the chunks compacted (tests).
