@@ -35,7 +35,3 @@ func RPCDeadline(st *Store) bool {
 // SplitsByShard reports whether st splits its large puts by the shards of
 // a master split by key (master.Sharded), and into how many parts.
 func SplitsByShard(st *Store) (bool, int) { return st.sharder != nil, st.putParts }
-
-// SetAsyncPrep turns the building of long puts' chunks on a goroutine of
-// their own on or off for st (on by default with 4 Ps or more).
-func SetAsyncPrep(st *Store, on bool) { st.asyncPrep = on }

@@ -7,7 +7,6 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -544,95 +543,10 @@ type aheadSource struct {
 	idx   []int
 	done  bool
 	ready bool // c, idx and done are the next chunk's
-	// Once async starts (startAsync), the chunks are built on a goroutine
-	// of their own, the builder, up to asyncDepth ahead, and next takes
-	// them from q. The builder alone touches src, c, idx, done, ready and
-	// the chunker until it has exited (halt).
-	q      chan builtChunk
-	stop   chan struct{}
-	exited chan struct{}
-	halted bool
 }
 
-// builtChunk is a chunk the builder built: aheadSource.next's answer.
-type builtChunk struct {
-	c    putReqs
-	idx  []int
-	done bool
-}
-
-// asyncDepth is how many chunks the builder builds ahead of the pipeline.
-const asyncDepth = 2
-
-// startAsync moves the building of the chunks after the one built (or
-// taken) last to the builder goroutine, which adds its time to check.
-// An embedded master's pipeline goroutine otherwise checks and prepares
-// every chunk itself, in series with resolving and submitting the one
-// before: on the H200 check (with the preparation) took 0.21–0.22 µs per
-// 4–16 KiB key of the pipeline's 0.43–0.50 (docs/perf/logs-2026-12-05-s26).
-// The pipeline must call halt before it returns.
-func (a *aheadSource) startAsync(check *atomic.Int64) {
-	a.q = make(chan builtChunk, asyncDepth)
-	a.stop = make(chan struct{})
-	a.exited = make(chan struct{})
-	go func() {
-		defer close(a.exited)
-		ph := phaseTimer{last: time.Now()}
-		for {
-			a.build()
-			b := builtChunk{c: a.c, idx: a.idx, done: a.done}
-			ph.lap(check)
-			select {
-			case a.q <- b:
-				a.ready = false
-			case <-a.stop:
-				return // b stays built (ready): rest fails its keys
-			}
-			if b.done {
-				return
-			}
-		}
-	}()
-}
-
-// halt stops the builder and waits for it to exit; then the chunks it
-// built that next did not take are failed with err (none when the
-// pipeline took every chunk up to the last). It may be called again.
-func (a *aheadSource) halt(errs []error, err error) {
-	if a.q == nil || a.halted {
-		return
-	}
-	a.halted = true
-	close(a.stop)
-	<-a.exited
-	for {
-		select {
-		case b := <-a.q:
-			failIdx(errs, b.idx, err)
-		default:
-			return
-		}
-	}
-}
-
-func failIdx(errs []error, idx []int, err error) {
-	for _, i := range idx {
-		if errs[i] == nil {
-			errs[i] = err
-		}
-	}
-}
-
-// fill builds the next chunk, if it is not built yet: a no-op once the
-// builder builds them (startAsync).
+// fill builds the next chunk, if it is not built yet.
 func (a *aheadSource) fill() {
-	if a.q == nil {
-		a.build()
-	}
-}
-
-// build builds the next chunk, if it is not built yet.
-func (a *aheadSource) build() {
 	if a.ready {
 		return
 	}
@@ -670,10 +584,6 @@ func (a *aheadSource) build() {
 // next yields the next chunk (putSource.next) and its prepared PutStart,
 // or nil.
 func (a *aheadSource) next() (putReqs, []int, bool) {
-	if a.q != nil {
-		b := <-a.q
-		return b.c, b.idx, b.done
-	}
 	a.fill()
 	a.ready = false
 	return a.c, a.idx, a.done
@@ -710,9 +620,12 @@ func (a *aheadSource) more() bool { return a.ready && !a.done || a.src.more() }
 // rest fails with err every key not yielded by next, those of a chunk
 // built ahead included (putSource.rest).
 func (a *aheadSource) rest(errs []error, err error) {
-	a.halt(errs, err)
 	if a.ready {
-		failIdx(errs, a.idx, err)
+		for _, i := range a.idx {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
 		a.ready = false
 	}
 	a.src.rest(errs, err)
@@ -881,14 +794,6 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 		w = startMetaWorker(&s.spin, &s.workers)
 		if s.embedded {
 			p.w = w
-		}
-		// A batch of three chunks or more, prepared for an embedded
-		// master: the chunks after this one are built on a goroutine of
-		// their own (not for a PutStream, whose chunks wait for the
-		// feed).
-		if s.asyncPrep && s.prep != nil && feed == nil {
-			ahead.startAsync(&s.phases.put.check)
-			defer ahead.halt(errs, fmt.Errorf("%w: the put pipeline stopped before this key's chunk", ErrTransfer))
 		}
 	}
 	m := s.putStart(ctx, reqs)

@@ -561,65 +561,51 @@ func (m *prepSpy) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]ma
 func (m *prepSpy) Close() error { return nil } // the env closes the master client
 
 // TestPutChunksPrepared: with a master that prepares PutStart batches
-// apart (an embedded one), a batch of many chunks prepares every chunk as
-// it builds it, from its keys and sizes (master.UniformPuts: no request
-// built per key), and the worker only starts them: fails if any chunk's
-// PutStart goes out unprepared, is prepared from requests, or is prepared
-// on the worker (the master's serial path). Without async preparation
-// every chunk is built on the pipeline's goroutine (the caller's); with it
-// (the default on 4 Ps or more) the first chunk is, and every later one
-// on one builder goroutine, which has exited when BatchPut returns.
+// apart (an embedded one), a batch of many chunks prepares every chunk on
+// the pipeline's goroutine as it builds it, from its keys and sizes
+// (master.UniformPuts: no request built per key), and the worker only
+// starts them: fails if any chunk's PutStart goes out unprepared, is
+// prepared from requests, or is prepared on the worker (the master's
+// serial path).
 func TestPutChunksPrepared(t *testing.T) {
-	for _, async := range []bool{false, true} {
-		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
-			e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
-			ctx := context.Background()
-			const n, size = 64, 4096
-			src := devBuf(t, e, n*size)
-			dst := devBuf(t, e, n*size)
-			want := fillRandom(t, e, src, n*size, rand.New(rand.NewPCG(9, 10)))
-			keys, srcs, dsts := slabs("prepared", src, dst, n, size)
-			p, ok := e.mc.(master.Preparer)
-			if !ok {
-				t.Fatal("the test env's embedded master client is not a master.Preparer")
-			}
-			m := &prepSpy{Client: e.mc, p: p}
-			st := openThrough(t, e, m, "prepared")
-			client.ForceEmbedded(st)
-			client.SetAsyncPrep(st, async)
-			me := goroutineID()
-			for i, err := range st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
-				if err != nil {
-					t.Fatalf("put %s: %v", keys[i], err)
-				}
-			}
-			if len(m.prepared) < 4 || m.viaPrepared != len(m.prepared) || m.unprepared != 0 || m.uniform != len(m.prepared) {
-				t.Fatalf("%d chunks prepared (%d uniform), %d started prepared, %d unprepared: want several, all uniform and started prepared",
-					len(m.prepared), m.uniform, m.viaPrepared, m.unprepared)
-			}
-			if m.prepared[0] != me {
-				t.Fatalf("first chunk prepared on goroutine %d, want the caller's (%d)", m.prepared[0], me)
-			}
-			builder := m.prepared[1]
-			for _, id := range m.prepared[1:] {
-				if async && (id == me || id != builder) || !async && id != me {
-					t.Fatalf("chunks prepared on goroutines %v (caller %d, async %v)", m.prepared, me, async)
-				}
-			}
-			if async && goroutineLives(builder) {
-				t.Fatalf("the builder goroutine %d outlived BatchPut", builder)
-			}
-			_, gerrs := st.BatchGet(ctx, keys, dsts, 0)
-			back := readBack(t, e, dst, n*size)
-			for i, err := range gerrs {
-				if lo := i * size; err != nil || string(back[lo:lo+size]) != string(want[lo:lo+size]) {
-					t.Fatalf("get %s: %v or not its bytes", keys[i], err)
-				}
-			}
-			wantNoPending(t, e)
-			closeThrough(t, e, st)
-		})
+	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
+	ctx := context.Background()
+	const n, size = 64, 4096
+	src := devBuf(t, e, n*size)
+	dst := devBuf(t, e, n*size)
+	want := fillRandom(t, e, src, n*size, rand.New(rand.NewPCG(9, 10)))
+	keys, srcs, dsts := slabs("prepared", src, dst, n, size)
+	p, ok := e.mc.(master.Preparer)
+	if !ok {
+		t.Fatal("the test env's embedded master client is not a master.Preparer")
 	}
+	m := &prepSpy{Client: e.mc, p: p}
+	st := openThrough(t, e, m, "prepared")
+	client.ForceEmbedded(st)
+	me := goroutineID()
+	for i, err := range st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
+		if err != nil {
+			t.Fatalf("put %s: %v", keys[i], err)
+		}
+	}
+	if len(m.prepared) < 4 || m.viaPrepared != len(m.prepared) || m.unprepared != 0 || m.uniform != len(m.prepared) {
+		t.Fatalf("%d chunks prepared (%d uniform), %d started prepared, %d unprepared: want several, all uniform and started prepared",
+			len(m.prepared), m.uniform, m.viaPrepared, m.unprepared)
+	}
+	for _, id := range m.prepared {
+		if id != me {
+			t.Fatalf("chunks prepared on goroutines %v; want all on the pipeline's (the caller's, %d)", m.prepared, me)
+		}
+	}
+	_, gerrs := st.BatchGet(ctx, keys, dsts, 0)
+	back := readBack(t, e, dst, n*size)
+	for i, err := range gerrs {
+		if lo := i * size; err != nil || string(back[lo:lo+size]) != string(want[lo:lo+size]) {
+			t.Fatalf("get %s: %v or not its bytes", keys[i], err)
+		}
+	}
+	wantNoPending(t, e)
+	closeThrough(t, e, st)
 }
 
 // TestTwoChunkBatches: a batch of two pipeline chunks (1 + 2 keys with the

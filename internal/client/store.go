@@ -167,14 +167,10 @@ type Store struct {
 	// sharder is s.m when it is split by key (master.Sharded): a large
 	// put is then split by its keys' shards, one pipeline per shard, so
 	// that no two pipelines wait for one master lock. Nil otherwise.
-	sharder keySharder
-	prep    master.Preparer // s.m, when it prepares PutStart batches apart (embedded); else nil
-	// asyncPrep: a long put's chunks are checked and prepared on a
-	// goroutine of their own (aheadSource.startAsync), where there are
-	// cores for it (asyncPrepMinProcs).
-	asyncPrep   bool
-	spin        spinBudget     // the pipelines' hand-offs (handoff.go)
-	workers     sync.WaitGroup // the pipelines' metaWorkers, stopped by their pipelines
+	sharder     keySharder
+	prep        master.Preparer // s.m, when it prepares PutStart batches apart (embedded); else nil
+	spin        spinBudget      // the pipelines' hand-offs (handoff.go)
+	workers     sync.WaitGroup  // the pipelines' metaWorkers, stopped by their pipelines
 	rel         releaser
 	keeper      viewKeeper // renews held Views' leases (views.go)
 	exitOnClose bool
@@ -249,11 +245,6 @@ type registration struct {
 }
 
 var storeSeq atomic.Int64
-
-// asyncPrepMinProcs is the fewest Ps on which a put pipeline builds its
-// chunks on a goroutine of its own: with fewer, that goroutine, the
-// pipeline, its master worker and its ender would share two or three.
-const asyncPrepMinProcs = 4
 
 // DefaultBatchParts is the default Options.BatchParts: a quarter of the cores
 // this process may use (GOMAXPROCS), between 1 and 4 — each part keeps about
@@ -395,7 +386,6 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	}
 	s.embedded = master.IsEmbedded(s.m)
 	s.prep, _ = s.m.(master.Preparer)
-	s.asyncPrep = runtime.GOMAXPROCS(0) >= asyncPrepMinProcs
 	if ks, ok := s.m.(keySharder); ok && ks.Shards() > 1 {
 		s.sharder = ks
 	}

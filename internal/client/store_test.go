@@ -111,11 +111,6 @@ func (e *env) open(consDrv cuda.Driver, provCfg map[string]any, parts int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The consumer's long puts build their chunks on a goroutine of their
-	// own, as on a machine of 4 Ps or more, whatever this one has: the
-	// tests that go through e.cons cover that path (stores opened
-	// otherwise keep this machine's default).
-	client.SetAsyncPrep(e.cons, true)
 }
 
 // close tears everything down and asserts that nothing leaked.
