@@ -71,7 +71,6 @@ type storeBenchFlags struct {
 	// goes on the master's side; the mode's name is appended (one master
 	// per mode).
 	masterTrace string
-	shards      int // the go-embedded master's shards (master.Sharded when > 1)
 	json        string
 	plot        string
 	python      string // the python3 executable
@@ -96,7 +95,6 @@ type storeParams struct {
 	gpuTime     bool   // the Go paths time their chunks' copies on the GPU
 	defStream   bool   // the Go paths' batches on the default stream (--default-stream)
 	masterTrace string // the go-remote master's --trace file, and its CPU profile with .cpu (--master-trace; the mode's name appended)
-	shards      int    // the go-embedded master's shards (--master-shards)
 	capacity    uint64 // global_segment_size of each GPU's store
 	maxMR       uint64
 	socketDir   string
@@ -168,7 +166,6 @@ type storeReport struct {
 	Separate      bool           `json:"separate_copies,omitempty"` // --separate-copies: the Go paths merged no copies
 	GPUTimes      bool           `json:"gpu_times,omitempty"`       // --gpu-times: the Go paths' rows have the gpu phase
 	DefaultStream bool           `json:"default_stream,omitempty"`  // --default-stream: the Go paths' batches went on the default stream
-	MasterShards  int            `json:"master_shards"`             // --master-shards: the go-embedded master's shards
 	Ceilings      []storeCeiling `json:"ceilings"`
 	Results       []storeResult  `json:"results"`
 	Skipped       []storeSkip    `json:"skipped"`
@@ -293,18 +290,12 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 		ctx = context.Background()
 	}
 	isSim := drv.Name() == "sim"
-	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill, scatter: f.scatter, separate: f.separate, gpuTime: f.gpuTime, defStream: f.defaultStream, masterTrace: f.masterTrace, shards: f.shards}
+	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill, scatter: f.scatter, separate: f.separate, gpuTime: f.gpuTime, defStream: f.defaultStream, masterTrace: f.masterTrace}
 	if p.chunk < 0 {
 		return fmt.Errorf("--pipeline-chunk %d: want 0 (the default) or more", p.chunk)
 	}
 	if p.parts < 0 {
 		return fmt.Errorf("--batch-parts %d: want 0 (the default) or more", p.parts)
-	}
-	if p.shards == 0 {
-		p.shards = 1
-	}
-	if p.shards < 1 || p.shards > master.MaxShards {
-		return fmt.Errorf("--master-shards %d: want 1..%d", p.shards, master.MaxShards)
 	}
 	if f.sizes == "" {
 		f.sizes = defaultStoreSizes
@@ -395,7 +386,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 
 	ver, _ := drv.DriverVersion()
 	rep := storeReport{Kind: "kvfabric-bench-store", Driver: why, DriverVersion: ver, Sizes: p.sizes,
-		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, CopyEngineMin: p.ceMin, Prefill: p.prefill, Scatter: p.scatter, Separate: p.separate, GPUTimes: p.gpuTime, DefaultStream: p.defStream, MasterShards: p.shards, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
+		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, CopyEngineMin: p.ceMin, Prefill: p.prefill, Scatter: p.scatter, Separate: p.separate, GPUTimes: p.gpuTime, DefaultStream: p.defStream, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
 	for _, d := range devs {
 		rep.Devices = append(rep.Devices, int(d))
 	}
@@ -718,17 +709,7 @@ func runStoreGo(ctx context.Context, drv cuda.Driver, path string, m storeMode, 
 	switch path {
 	case pathEmbedded:
 		// A short lease: a store's Close waits for the readers' leases.
-		cfg := master.Config{LeaseTTL: 2 * time.Second}
-		if p.shards > 1 {
-			var sh *master.Sharded
-			if sh, err = master.NewSharded(cfg, p.shards); err != nil {
-				return nil, err
-			}
-			defer func() { err = errors.Join(err, sh.Close()) }()
-			mc = sh
-			break
-		}
-		if svc, err = master.New(cfg); err != nil {
+		if svc, err = master.New(master.Config{LeaseTTL: 2 * time.Second}); err != nil {
 			return nil, err
 		}
 		defer func() { err = errors.Join(err, svc.Close()) }()

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/kvfabric/kvfabric/internal/cuda"
 	"github.com/kvfabric/kvfabric/internal/cuda/sim"
-	"github.com/kvfabric/kvfabric/internal/master"
 )
 
 // TestBenchStoreSim runs `kvfabric bench --store` on a two-GPU simulator
@@ -452,30 +450,6 @@ func TestBenchStoreDefaultStream(t *testing.T) {
 	}
 	if !rep.OK || !rep.DefaultStream || len(rep.Results) != 8 {
 		t.Fatalf("ok %v, default_stream %v, %d rows (want true, true, 8)\n%s", rep.OK, rep.DefaultStream, len(rep.Results), b.String())
-	}
-}
-
-// TestBenchStoreMasterShards: --master-shards runs the go-embedded path
-// on a master split by key, with batches large enough to be put one
-// pipeline per shard, every round byte-verified; a bad count is refused
-// by name.
-func TestBenchStoreMasterShards(t *testing.T) {
-	js := filepath.Join(t.TempDir(), "s.json")
-	var b bytes.Buffer
-	if err := runStoreBench(context.Background(), &b, storeBenchFlags{driver: "sim", sizes: "4KiB,64KiB", bytes: "16MiB", iters: 2,
-		paths: pathEmbedded, shards: 4, json: js}); err != nil {
-		t.Fatalf("--master-shards 4: %v\n%s", err, b.String())
-	}
-	rep, err := readStoreReport(js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK || rep.MasterShards != 4 || len(rep.Results) != 4 {
-		t.Fatalf("ok %v, master_shards %d, %d rows (want true, 4, 4)\n%s", rep.OK, rep.MasterShards, len(rep.Results), b.String())
-	}
-	err = runStoreBench(context.Background(), &b, storeBenchFlags{driver: "sim", sizes: "4KiB", paths: pathEmbedded, shards: master.MaxShards + 1})
-	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--master-shards %d", master.MaxShards+1)) {
-		t.Fatalf("--master-shards %d: %v, want an error naming it", master.MaxShards+1, err)
 	}
 }
 

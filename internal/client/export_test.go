@@ -31,7 +31,3 @@ func RPCDeadline(st *Store) bool {
 	_, ok := st.m.(deadlineMaster)
 	return ok
 }
-
-// SplitsByShard reports whether st splits its large puts by the shards of
-// a master split by key (master.Sharded), and into how many parts.
-func SplitsByShard(st *Store) (bool, int) { return st.sharder != nil, st.putParts }

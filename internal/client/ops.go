@@ -374,16 +374,7 @@ func (s *Store) batchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		// equal keys in one part).
 		reqs, idx := s.allPutReqs(keys, srcs, errs, &o, place)
 		var wg sync.WaitGroup
-		var parts []putBatchPart
-		if s.sharder != nil {
-			// A master split by key: part p is shard p's keys, in batch
-			// order, so each pipeline's master calls take one shard's
-			// lock only.
-			parts = splitBy(reqs, idx, s.sharder.Shards(), s.sharder.ShardOf)
-		} else {
-			parts = splitPuts(reqs, idx, s.batchParts(s.putParts, len(reqs)))
-		}
-		for _, part := range parts {
+		for _, part := range splitPuts(reqs, idx, s.batchParts(s.putParts, len(reqs))) {
 			wg.Go(func() { s.putPart(ctx, keys, srcs, &part, stream, inc, errs, false, nil) })
 		}
 		wg.Wait()
@@ -698,29 +689,18 @@ func repeatsKey(reqs []master.PutStartReq) bool {
 // splitByKey deals reqs (at positions idx) into n parts by a hash of their
 // stored keys, keeping their order within each part.
 func splitByKey(reqs []master.PutStartReq, idx []int, n int) []putBatchPart {
-	return splitBy(reqs, idx, n, func(k string) int { return int(maphash.String(partSeed, k) % uint64(n)) })
-}
-
-// splitBy deals reqs (at positions idx) into n parts by part(stored key),
-// keeping their order within each part. Empty parts are left out.
-func splitBy(reqs []master.PutStartReq, idx []int, n int, part func(string) int) []putBatchPart {
 	parts := make([]putBatchPart, n)
 	for p := range parts {
 		parts[p].reqs = make([]master.PutStartReq, 0, len(reqs)/n+len(reqs)/(4*n)+1)
 		parts[p].idx = make([]int, 0, cap(parts[p].reqs))
 	}
+	seed := partSeed
 	for j := range reqs {
-		p := part(reqs[j].Key)
+		p := maphash.String(seed, reqs[j].Key) % uint64(n)
 		parts[p].reqs = append(parts[p].reqs, reqs[j])
 		parts[p].idx = append(parts[p].idx, idx[j])
 	}
-	return slices.DeleteFunc(parts, func(p putBatchPart) bool { return len(p.reqs) == 0 })
-}
-
-// keySharder is a master split by key (master.Sharded).
-type keySharder interface {
-	Shards() int
-	ShardOf(key string) int
+	return parts
 }
 
 // partSeed hashes keys to the parts of a split BatchPut.

@@ -160,21 +160,17 @@ type Store struct {
 	mounted atomic.Pointer[pool.Pool]
 
 	closeTimeout time.Duration
-	chunk        int  // Options.PipelineChunk
-	parts        int  // Options.BatchParts, resolved
-	putParts     int  // the same for puts
-	embedded     bool // the master is in this process (master.IsEmbedded)
-	// sharder is s.m when it is split by key (master.Sharded): a large
-	// put is then split by its keys' shards, one pipeline per shard, so
-	// that no two pipelines wait for one master lock. Nil otherwise.
-	sharder     keySharder
-	prep        master.Preparer // s.m, when it prepares PutStart batches apart (embedded); else nil
-	spin        spinBudget      // the pipelines' hand-offs (handoff.go)
-	workers     sync.WaitGroup  // the pipelines' metaWorkers, stopped by their pipelines
-	rel         releaser
-	keeper      viewKeeper // renews held Views' leases (views.go)
-	exitOnClose bool
-	mnt         *mounter // the pool's Mounter
+	chunk        int             // Options.PipelineChunk
+	parts        int             // Options.BatchParts, resolved
+	putParts     int             // the same for puts
+	embedded     bool            // the master is in this process (master.IsEmbedded)
+	prep         master.Preparer // s.m, when it prepares PutStart batches apart (embedded); else nil
+	spin         spinBudget      // the pipelines' hand-offs (handoff.go)
+	workers      sync.WaitGroup  // the pipelines' metaWorkers, stopped by their pipelines
+	rel          releaser
+	keeper       viewKeeper // renews held Views' leases (views.go)
+	exitOnClose  bool
+	mnt          *mounter // the pool's Mounter
 
 	fds  *fdx.Server
 	pool *pool.Pool
@@ -386,20 +382,11 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	}
 	s.embedded = master.IsEmbedded(s.m)
 	s.prep, _ = s.m.(master.Preparer)
-	if ks, ok := s.m.(keySharder); ok && ks.Shards() > 1 {
-		s.sharder = ks
-	}
 	s.spin.init()
 	s.timeCopies = opts.TimeCopies
 	s.separateCopies = opts.SeparateCopies || !cfg.MergeCopies
 	s.putParts = s.parts
-	switch {
-	case s.sharder != nil:
-		// One pipeline per shard: parts of one shard's keys take only its
-		// lock (splitPuts), so they do not halve each other's rate as
-		// parts on one lock do.
-		s.putParts = s.sharder.Shards()
-	case opts.BatchParts == 0 && s.embedded:
+	if opts.BatchParts == 0 && s.embedded {
 		s.putParts = 1
 	}
 	_, s.termFenced = s.m.(interface{ TermFenced() bool })

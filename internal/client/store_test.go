@@ -88,18 +88,6 @@ func newEnvParts(t *testing.T, simCfg sim.Config, provCfg map[string]any, mcfg m
 		t.Fatal(err)
 	}
 	e.mc = master.NewEmbedded(e.svc)
-	e.open(consDrv, provCfg, parts)
-	return e
-}
-
-// open opens e's provider (unless provCfg is nil) and consumer Stores on
-// e.mc, the consumer driving consDrv and splitting its large batches into
-// up to parts parts.
-func (e *env) open(consDrv cuda.Driver, provCfg map[string]any, parts int) {
-	t := e.t
-	t.Helper()
-	var err error
-	drv := e.drv
 	ctx := context.Background()
 	if provCfg != nil {
 		e.prov, err = client.Open(ctx, cfgFor(t, provCfg), client.Options{Driver: drv, Master: e.mc, ClientID: "prov"})
@@ -111,6 +99,7 @@ func (e *env) open(consDrv cuda.Driver, provCfg map[string]any, parts int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return e
 }
 
 // close tears everything down and asserts that nothing leaked.
@@ -140,10 +129,8 @@ func (e *env) close() {
 	if err := e.mc.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if e.svc != nil { // nil: e.mc owns its Services (master.Sharded)
-		if err := e.svc.Close(); err != nil {
-			t.Fatal(err)
-		}
+	if err := e.svc.Close(); err != nil {
+		t.Fatal(err)
 	}
 	simtest.AssertNoLeaks(t, e.drv)
 }
