@@ -37,11 +37,8 @@ func NewEmbedded(svc *Service) Client { return &embedded{svc: svc} }
 // IsEmbedded reports whether c calls a Service in this process (a call
 // costs a lock, not a round trip).
 func IsEmbedded(c Client) bool {
-	switch c.(type) {
-	case *embedded, *Sharded:
-		return true
-	}
-	return false
+	_, ok := c.(*embedded)
+	return ok
 }
 
 func (e *embedded) check() error {

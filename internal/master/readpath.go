@@ -40,7 +40,6 @@ type readPath struct {
 	leases    [nLeaseShards]leaseShard
 	wheel     sync.Mutex    // guards Service.mu.leaseQ for shared holders
 	nextBlock atomic.Uint64 // numbers the lease blocks (leaseBlock); starts at random
-	blockStep uint64        // between block numbers: 1, or a Sharded master's shard count
 	calls     atomic.Uint64 // picks each GetReplicas call's lease shard
 	getBytes  atomic.Uint64 // bytes of objects leased to readers (flowCounters)
 	sink      atomic.Uint64 // takes the loads of the batch finders' prefetches (once per call)
@@ -144,7 +143,7 @@ func (r *readPath) openBlock(si uint64, n int, until int64, owner string) (*leas
 	} else {
 		b.entries = make([]leaseEntry, n)
 	}
-	num := r.nextBlock.Add(r.blockStep)
+	num := r.nextBlock.Add(1)
 	sh := &r.leases[si]
 	sh.mu.Lock()
 	sh.m[num] = b

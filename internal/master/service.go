@@ -115,9 +115,6 @@ type segState struct {
 	// tier is desc.Tier, here because puts and frees need it and desc is
 	// one more cache miss away.
 	tier segment.Tier
-	// base is where al's range starts in the segment: 0, or in a shard of
-	// a Sharded master the start of the shard's slice (shardPart.window).
-	base uint64
 }
 
 // usable reports whether new puts and leases may land on the segment.
@@ -177,9 +174,6 @@ type Service struct {
 	clock Clock
 	log   *slog.Logger
 	met   *metrics
-	// part is the Service's place in a Sharded master: its slice of every
-	// segment and its lease ids (one shard of one for a whole master).
-	part shardPart
 	// started and rates serve Status (status.go).
 	started time.Time
 	rates   rateRing
@@ -245,16 +239,12 @@ type Service struct {
 }
 
 // New returns a running Service. The caller must Close it.
-func New(cfg Config) (*Service, error) { return newPart(cfg, shardPart{n: 1}) }
-
-// newPart is New of one shard of a Sharded master (part.n > 1), or of a
-// whole master.
-func newPart(cfg Config, part shardPart) (*Service, error) {
+func New(cfg Config) (*Service, error) {
 	cfg = cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, stop: make(chan struct{}), part: part}
+	s := &Service{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, stop: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -282,10 +272,7 @@ func newPart(cfg Config, part shardPart) (*Service, error) {
 	m.quarantine = map[string]quarantine{}
 	seed := uint64(time.Now().UnixNano())
 	m.rng = rand.New(rand.NewPCG(seed, seed>>17|1))
-	// A shard's lease blocks are the numbers ≡ its index (mod shards): a
-	// lease id names its shard (Sharded.leaseShard).
-	s.rd.blockStep = part.n
-	s.rd.nextBlock.Store((m.rng.Uint64()>>24)/part.n*part.n + part.idx)
+	s.rd.nextBlock.Store(m.rng.Uint64() >> 24)
 	// Another master process starts from another version, so its clients
 	// compare their mappings with its segments at their first heartbeat.
 	m.segVersion = m.rng.Uint64()
@@ -543,11 +530,7 @@ func (s *Service) MountSegment(ctx context.Context, d segment.Descriptor) (err e
 	if err != nil {
 		return err
 	}
-	base, size, err := s.part.window(&d, s.cfg.Alignment)
-	if err != nil {
-		return err
-	}
-	al, err := alloc.New(size, s.cfg.Alignment)
+	al, err := alloc.New(d.Size, s.cfg.Alignment)
 	if err != nil {
 		return fmt.Errorf("%w: segment %q: size %d: smaller than the alignment %d", ErrInvalid, d.ID, d.Size, s.cfg.Alignment)
 	}
@@ -579,7 +562,7 @@ func (s *Service) MountSegment(ctx context.Context, d segment.Descriptor) (err e
 	}
 	delete(s.mu.quarantine, d.ID)
 	desc := d
-	sg := &segState{desc: &desc, al: al, domain: owner.info.FabricDomain, tier: d.Tier, slack: slackOf(s.cfg.PlacementSlack, al.Size()), base: base}
+	sg := &segState{desc: &desc, al: al, domain: owner.info.FabricDomain, tier: d.Tier, slack: slackOf(s.cfg.PlacementSlack, al.Size())}
 	var slot uint32
 	if n := len(s.mu.freeSegs); n > 0 {
 		slot = s.mu.freeSegs[n-1]
@@ -832,7 +815,7 @@ func (s *Service) freeCountingLocked(slot uint32, now int64, in *freedIn) {
 func (s *Service) replicaLocked(r replica) Replica {
 	sg := s.mu.segs[r.seg]
 	off, n, _ := sg.al.Span(r.ref)
-	return Replica{Segment: sg.desc, Offset: sg.base + off, Length: n}
+	return Replica{Segment: sg.desc, Offset: off, Length: n}
 }
 
 // softPin is an object's soft pin: on, and when it ends — ttl (ns after
@@ -917,9 +900,6 @@ func (s *Service) PutStart(ctx context.Context, reqs []PutStartReq) ([]PutStartR
 // Service makes one; PutStartPrepared takes it once.
 type PreparedPuts struct {
 	svc *Service
-	// split: a Sharded master's batch that spans shards, started by
-	// Sharded.PutStart of reqs.
-	split *Sharded
 	// The requests: reqs, or (uni, a UniformPuts) every request is tmpl
 	// with keys[i] and sizes[i].
 	reqs    []PutStartReq
