@@ -167,6 +167,11 @@ type storeReport struct {
 	GPUTimes      bool           `json:"gpu_times,omitempty"`       // --gpu-times: the Go paths' rows have the gpu phase
 	DefaultStream bool           `json:"default_stream,omitempty"`  // --default-stream: the Go paths' batches went on the default stream
 	Ceilings      []storeCeiling `json:"ceilings"`
+	// MasterPutPath is the master's own put path alone on this host's CPU
+	// per object size (master.MeasurePutPath, in the Go paths' chunks):
+	// for small objects the embedded put's bound, which the copy-engine
+	// ceiling does not show and which varies from host to host.
+	MasterPutPath []master.PutPathCost `json:"master_put_path,omitempty"`
 	Results       []storeResult  `json:"results"`
 	Skipped       []storeSkip    `json:"skipped"`
 	OK            bool           `json:"ok"`
@@ -393,6 +398,15 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 	fmt.Fprintf(w, "bench --store: driver %s (version %d); GPUs %v; objects %s; up to %s per GPU per round in batches of <= %d keys; 1 warm-up + %d timed rounds, every round verified\n",
 		why, ver, devs, f.sizes, sizeLabel(p.roundBytes), p.maxKeys, p.iters)
 
+	for _, size := range p.sizes {
+		keys := int(min(uint64(p.maxKeys), max(p.roundBytes/size, 1)))
+		c, err := master.MeasurePutPath(ctx, size, keys, cmp.Or(p.chunk, client.DefaultPipelineChunk), 3, 2, p.maxMR)
+		if err != nil {
+			return fmt.Errorf("master put path at %s: %w", sizeLabel(size), err)
+		}
+		rep.MasterPutPath = append(rep.MasterPutPath, c)
+	}
+
 	modes := []storeMode{{name: "1gpu", devs: devs[:1]}}
 	if len(devs) > 1 {
 		modes = append(modes, storeMode{name: fmt.Sprintf("%dgpus", len(devs)), devs: devs})
@@ -461,6 +475,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 		}
 	}
 	writeStoreTable(w, rep.Results)
+	writeMasterPutPath(w, rep)
 	for _, e := range errs {
 		rep.Errors = append(rep.Errors, e.Error())
 	}
@@ -601,6 +616,30 @@ func maxRound(gpus []storeGPU, si, ri int, dir string) float64 {
 		m = max(m, t)
 	}
 	return m.Seconds()
+}
+
+// writeMasterPutPath prints the master's put path alone per object size,
+// and the bound it sets an embedded put as a share of the put ceiling
+// the 1gpu go-embedded path measured.
+func writeMasterPutPath(w io.Writer, rep storeReport) {
+	if len(rep.MasterPutPath) == 0 {
+		return
+	}
+	var ceil float64
+	for _, c := range rep.Ceilings {
+		if c.Mode == "1gpu" && c.Path == pathEmbedded {
+			ceil = c.PutGBps
+		}
+	}
+	fmt.Fprintln(w, "master put path alone on this host's CPU (no GPU; PutStart + PutEnd under its lock, prepare beside it on the pipeline):")
+	for _, c := range rep.MasterPutPath {
+		line := fmt.Sprintf("  %7s  %.3f + %.3f us/key (prepare %.3f): at most %.2f GB/s", sizeLabel(c.Size),
+			c.PutStartNs/1e3, c.PutEndNs/1e3, c.PrepareNs/1e3, c.GBps())
+		if ceil > 0 {
+			line += fmt.Sprintf(", %.3f of the 1gpu go-embedded put ceiling", c.GBps()/ceil)
+		}
+		fmt.Fprintln(w, line)
+	}
 }
 
 func writeStoreTable(w io.Writer, rows []storeResult) {

@@ -453,6 +453,33 @@ func TestBenchStoreDefaultStream(t *testing.T) {
 	}
 }
 
+// TestBenchStoreMasterPutPath: the report carries the master's put path
+// alone for every object size, each phase timed, and the text names its
+// bound as a share of the go-embedded put ceiling.
+func TestBenchStoreMasterPutPath(t *testing.T) {
+	js := filepath.Join(t.TempDir(), "m.json")
+	var b bytes.Buffer
+	if err := runStoreBench(context.Background(), &b, storeBenchFlags{driver: "sim", sizes: "4KiB,64KiB", bytes: "4MiB", iters: 1,
+		paths: pathEmbedded, json: js}); err != nil {
+		t.Fatalf("bench: %v\n%s", err, b.String())
+	}
+	rep, err := readStoreReport(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.MasterPutPath) != 2 {
+		t.Fatalf("master_put_path %+v: want one per size", rep.MasterPutPath)
+	}
+	for i, c := range rep.MasterPutPath {
+		if c.Size != rep.Sizes[i] || c.Keys <= 0 || c.PutStartNs <= 0 || c.PutEndNs <= 0 || c.PrepareNs <= 0 {
+			t.Fatalf("master_put_path[%d] = %+v", i, c)
+		}
+	}
+	if out := b.String(); !strings.Contains(out, "master put path alone") || !strings.Contains(out, "of the 1gpu go-embedded put ceiling") {
+		t.Fatalf("no master put path lines in\n%s", out)
+	}
+}
+
 // TestBenchStoreMasterTrace: --master-trace makes the go-remote path's
 // master write an execution trace and a CPU profile, named for the mode.
 func TestBenchStoreMasterTrace(t *testing.T) {
