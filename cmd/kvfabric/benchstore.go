@@ -172,10 +172,10 @@ type storeReport struct {
 	// for small objects the embedded put's bound, which the copy-engine
 	// ceiling does not show and which varies from host to host.
 	MasterPutPath []master.PutPathCost `json:"master_put_path,omitempty"`
-	Results       []storeResult  `json:"results"`
-	Skipped       []storeSkip    `json:"skipped"`
-	OK            bool           `json:"ok"`
-	Errors        []string       `json:"errors"`
+	Results       []storeResult        `json:"results"`
+	Skipped       []storeSkip          `json:"skipped"`
+	OK            bool                 `json:"ok"`
+	Errors        []string             `json:"errors"`
 }
 
 type storeCeiling struct {
