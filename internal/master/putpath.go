@@ -60,14 +60,13 @@ func MeasurePutPath(ctx context.Context, size uint64, keys, chunk, rounds, segs 
 	if err != nil {
 		return PutPathCost{}, err
 	}
+	defer svc.Close()
 	// A round must fit without evicting (its objects are removed by name).
 	align := svc.cfg.Alignment
 	if need, have := uint64(keys)*((size+align-1)/align*align), uint64(segs)*(segSize/align*align); need > have {
-		svc.Close()
 		return PutPathCost{}, fmt.Errorf("%w: put path: keys=%d of size=%d need %d bytes, more than segs=%d of segSize=%d hold (%d)",
 			ErrInvalid, keys, size, need, segs, segSize, have)
 	}
-	defer svc.Close()
 	const who = "putpath"
 	if _, err := svc.RegisterClient(ctx, ClientInfo{ID: who, Node: who, TTL: time.Hour, NUMANode: -1, Device: -1}); err != nil {
 		return PutPathCost{}, err
