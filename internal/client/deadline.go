@@ -31,7 +31,10 @@ type deadlineMaster struct {
 	timeout time.Duration
 }
 
-var _ master.Client = deadlineMaster{}
+var (
+	_ master.Client            = deadlineMaster{}
+	_ master.UniformPutStarter = deadlineMaster{}
+)
 
 // withDeadline returns ctx, or ctx with d.timeout when it has no deadline.
 func (d deadlineMaster) withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -96,6 +99,14 @@ func (d deadlineMaster) PutStart(parent context.Context, reqs []master.PutStartR
 	ctx, cancel := d.withDeadline(parent)
 	defer cancel()
 	res, err := d.m.PutStart(ctx, reqs)
+	return res, d.timedOut(parent, ctx, "PutStart", err)
+}
+
+// PutStartUniform implements master.UniformPutStarter.
+func (d deadlineMaster) PutStartUniform(parent context.Context, u master.UniformPuts) ([]master.PutStartResult, error) {
+	ctx, cancel := d.withDeadline(parent)
+	defer cancel()
+	res, err := master.PutStartUniform(ctx, d.m, u)
 	return res, d.timedOut(parent, ctx, "PutStart", err)
 }
 

@@ -375,6 +375,7 @@ func (s *Store) batchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		reqs, idx := s.allPutReqs(keys, srcs, errs, &o, place)
 		var wg sync.WaitGroup
 		for _, part := range splitPuts(reqs, idx, s.batchParts(s.putParts, len(reqs))) {
+			part.tmpl = o.req("", 0, place)
 			wg.Go(func() { s.putPart(ctx, keys, srcs, &part, stream, inc, errs, false, nil) })
 		}
 		wg.Wait()
@@ -427,6 +428,17 @@ type putSource interface {
 	more() bool
 	// left is the number of keys not yielded yet.
 	left() int
+}
+
+// uniformSource is a putSource whose puts share one request but for their
+// key and size, as a Store's batch puts do: it also yields them as keys
+// and sizes, for a master that takes them so (master.UniformPuts).
+type uniformSource interface {
+	putSource
+	// nextUniform is next as the stored keys and sizes of the puts.
+	nextUniform(n int) (keys []string, sizes []uint64, idx []int, done bool)
+	// template is the request the puts share, its Key and Size unset.
+	template() master.PutStartReq
 }
 
 // lazyPuts checks a batch's keys (checkBuffers) and builds their requests
@@ -503,6 +515,8 @@ func (l *lazyPuts) nextUniform(n int) (keys []string, sizes []uint64, idx []int,
 	return keys, sizes, idx, false
 }
 
+func (l *lazyPuts) template() master.PutStartReq { return l.o.req("", 0, l.place) }
+
 func (l *lazyPuts) more() bool { return l.pos < len(l.keys) }
 
 func (l *lazyPuts) left() int { return len(l.keys) - l.pos }
@@ -529,7 +543,11 @@ type aheadSource struct {
 	// (an embedded master: master.Preparer), so that the validation and
 	// the rest of a call that needs no lock run here, beside the master's
 	// work on the chunk before, not on the master's serial path.
-	prep  master.Preparer
+	prep master.Preparer
+	// uni, if not nil (and prep is), starts each chunk of a uniformSource
+	// as master.UniformPuts: no request built per key, and a remote
+	// master's call carries one request and two arrays.
+	uni   master.UniformPutStarter
 	c     putReqs
 	idx   []int
 	done  bool
@@ -543,23 +561,24 @@ func (a *aheadSource) fill() {
 	}
 	a.ready = true
 	a.c = putReqs{}
-	if l, ok := a.src.(*lazyPuts); ok && a.prep != nil {
-		// No request built: the master prepares the chunk from its keys
-		// and sizes and the batch's one request template.
+	if u, ok := a.src.(uniformSource); ok && (a.prep != nil || a.uni != nil) {
+		// No request built: the master gets the chunk as its keys and
+		// sizes and the batch's one request template.
 		var sizes []uint64
-		a.c.keys, sizes, a.idx, a.done = l.nextUniform(a.ch.take())
+		a.c.keys, sizes, a.idx, a.done = u.nextUniform(a.ch.take())
 		if len(a.c.keys) == 0 {
 			return
 		}
-		tmpl := l.o.req("", 0, l.place)
+		tmpl := u.template()
+		if a.prep == nil {
+			a.c.sizes, a.c.tmpl = sizes, tmpl
+			return
+		}
 		var err error
 		if a.c.pre, err = a.prep.PrepareUniformPutStart(master.UniformPuts{Keys: a.c.keys, Sizes: sizes, Req: tmpl}); err != nil {
 			// (A closed Store's master.) The chunk's call goes out
 			// unprepared, as requests, and fails with the same error.
-			reqs := make([]master.PutStartReq, len(sizes))
-			for j, k := range a.c.keys {
-				reqs[j] = l.o.req(k, sizes[j], l.place)
-			}
+			reqs, _ := master.UniformPuts{Keys: a.c.keys, Sizes: sizes, Req: tmpl}.AppendRequests(nil) // as long as each other
 			a.c = putReqs{reqs: reqs}
 		}
 		return
@@ -581,12 +600,16 @@ func (a *aheadSource) next() (putReqs, []int, bool) {
 }
 
 // putReqs are one chunk's PutStart requests and, if the master prepared
-// them (aheadSource.prep), their PreparedPuts. A chunk prepared as
-// master.UniformPuts has keys and no reqs.
+// them (aheadSource.prep), their PreparedPuts. A uniform chunk (prepared
+// as master.UniformPuts, or to be started so: aheadSource.uni) has keys
+// and no reqs.
 type putReqs struct {
 	reqs []master.PutStartReq
 	keys []string // when reqs is nil: the uniform chunk's stored keys
 	pre  *master.PreparedPuts
+	// A uniform chunk not prepared: its sizes and request template.
+	sizes []uint64
+	tmpl  master.PutStartReq
 }
 
 // len is the number of puts of the chunk.
@@ -628,7 +651,22 @@ type putBatchPart struct {
 	reqs []master.PutStartReq
 	idx  []int
 	pos  int // requests before it were yielded
+	// tmpl is the request every one of reqs is but for its key and size.
+	tmpl master.PutStartReq
 }
+
+var _ uniformSource = (*putBatchPart)(nil)
+
+func (p *putBatchPart) nextUniform(n int) ([]string, []uint64, []int, bool) {
+	reqs, idx, done := p.next(n)
+	keys, sizes := make([]string, len(reqs)), make([]uint64, len(reqs))
+	for j := range reqs {
+		keys[j], sizes[j] = reqs[j].Key, reqs[j].Size
+	}
+	return keys, sizes, idx, done
+}
+
+func (p *putBatchPart) template() master.PutStartReq { return p.tmpl }
 
 func (p *putBatchPart) next(n int) ([]master.PutStartReq, []int, bool) {
 	lo, hi := p.pos, min(p.pos+n, len(p.reqs))
@@ -760,7 +798,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 		}
 	}()
 	ch := s.chunker()
-	ahead := &aheadSource{src: src, ch: &ch, prep: s.prep}
+	ahead := &aheadSource{src: src, ch: &ch, prep: s.prep, uni: s.uniform}
 	reqs, idx, done := ahead.next()
 	ph.lap(&s.phases.put.check)
 	// The first chunk's call runs here: a batch of one chunk (a single
@@ -1541,9 +1579,12 @@ func (s *Store) putStart(ctx context.Context, reqs putReqs) putMeta {
 	t0 := time.Now()
 	var res []master.PutStartResult
 	var err error
-	if reqs.pre != nil {
+	switch {
+	case reqs.pre != nil:
 		res, err = s.prep.PutStartPrepared(ctx, reqs.pre)
-	} else {
+	case reqs.reqs == nil:
+		res, err = s.uniform.PutStartUniform(ctx, master.UniformPuts{Keys: reqs.keys, Sizes: reqs.sizes, Req: reqs.tmpl})
+	default:
 		res, err = s.m.PutStart(ctx, reqs.reqs)
 	}
 	t1 := time.Now()

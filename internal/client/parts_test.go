@@ -357,6 +357,11 @@ func TestBatchPartsRemoteMaster(t *testing.T) {
 			t.Fatalf("put %s: %v", keys[i], err)
 		}
 	}
+	// The chunks went as uniform puts (a key and a size each on the wire,
+	// not a whole request): 4 parts of 22-23 keys in chunks of at most 5.
+	if st := s.MasterTransports(); st.UniformPuts < 20 {
+		t.Errorf("%d PutStart calls sent as uniform puts, want one per chunk (at least 20)", st.UniformPuts)
+	}
 	got, errs := s.BatchGet(ctx, keys, dsts, 0)
 	back := make([]byte, n*slot)
 	if err := drv.MemcpyDtoH(s.Context(), back, dst); err != nil {

@@ -160,13 +160,14 @@ type Store struct {
 	mounted atomic.Pointer[pool.Pool]
 
 	closeTimeout time.Duration
-	chunk        int             // Options.PipelineChunk
-	parts        int             // Options.BatchParts, resolved
-	putParts     int             // the same for puts
-	embedded     bool            // the master is in this process (master.IsEmbedded)
-	prep         master.Preparer // s.m, when it prepares PutStart batches apart (embedded); else nil
-	spin         spinBudget      // the pipelines' hand-offs (handoff.go)
-	workers      sync.WaitGroup  // the pipelines' metaWorkers, stopped by their pipelines
+	chunk        int                      // Options.PipelineChunk
+	parts        int                      // Options.BatchParts, resolved
+	putParts     int                      // the same for puts
+	embedded     bool                     // the master is in this process (master.IsEmbedded)
+	prep         master.Preparer          // s.m, when it prepares PutStart batches apart (embedded); else nil
+	uniform      master.UniformPutStarter // s.m when prep is nil: it starts uniform batches (a remote master)
+	spin         spinBudget               // the pipelines' hand-offs (handoff.go)
+	workers      sync.WaitGroup           // the pipelines' metaWorkers, stopped by their pipelines
 	rel          releaser
 	keeper       viewKeeper // renews held Views' leases (views.go)
 	exitOnClose  bool
@@ -399,6 +400,9 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		// peer, so rpc_timeout cannot fire there: its timer on every
 		// call would be pure cost (a single embedded get makes two calls).
 		s.m = deadlineMaster{m: s.m, timeout: rpcTimeout}
+	}
+	if s.prep == nil {
+		s.uniform, _ = s.m.(master.UniformPutStarter)
 	}
 	s.clientID = opts.ClientID
 	if s.clientID == "" {

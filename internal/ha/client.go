@@ -65,7 +65,10 @@ type Client struct {
 	}
 }
 
-var _ master.Client = (*Client)(nil)
+var (
+	_ master.Client            = (*Client)(nil)
+	_ master.UniformPutStarter = (*Client)(nil)
+)
 
 // Dial connects to the masters' etcd cluster at addr
 // (etcd://host:port,…/prefix) and waits until a leader is published or ctx
@@ -192,6 +195,7 @@ func (c *Client) Transports() master.TransportStats {
 			st.Fast += t.Fast
 			st.GRPC += t.GRPC
 			st.Fallback += t.Fallback
+			st.UniformPuts += t.UniformPuts
 			st.Conns += t.Conns
 		}
 	}
@@ -376,6 +380,13 @@ func (c *Client) UnmountSegment(ctx context.Context, k segment.Key) error {
 func (c *Client) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]master.PutStartResult, error) {
 	return do(c, ctx, func(ctx context.Context, m master.Client) ([]master.PutStartResult, error) {
 		return m.PutStart(ctx, reqs)
+	})
+}
+
+// PutStartUniform implements master.UniformPutStarter.
+func (c *Client) PutStartUniform(ctx context.Context, u master.UniformPuts) ([]master.PutStartResult, error) {
+	return do(c, ctx, func(ctx context.Context, m master.Client) ([]master.PutStartResult, error) {
+		return master.PutStartUniform(ctx, m, u)
 	})
 }
 

@@ -16,9 +16,32 @@ type embedded struct {
 }
 
 var (
-	_ Client   = (*embedded)(nil)
-	_ Preparer = (*embedded)(nil)
+	_ Client            = (*embedded)(nil)
+	_ Preparer          = (*embedded)(nil)
+	_ UniformPutStarter = (*embedded)(nil)
 )
+
+// UniformPutStarter is a Client that starts a batch of puts given as
+// UniformPuts (as a Store's batch puts are) without a request built per
+// key: a remote one sends it as one item and two arrays
+// (pb.UniformPutStart), a fraction of the bytes and of the work of
+// encoding and decoding a request per key. The answers are PutStart's.
+type UniformPutStarter interface {
+	PutStartUniform(ctx context.Context, u UniformPuts) ([]PutStartResult, error)
+}
+
+// PutStartUniform starts u's puts through c: as uniform puts when c is a
+// UniformPutStarter, else as PutStart of u's requests.
+func PutStartUniform(ctx context.Context, c Client, u UniformPuts) ([]PutStartResult, error) {
+	if uc, ok := c.(UniformPutStarter); ok {
+		return uc.PutStartUniform(ctx, u)
+	}
+	reqs, err := u.AppendRequests(nil)
+	if err != nil {
+		return nil, err
+	}
+	return c.PutStart(ctx, reqs)
+}
 
 // Preparer is a Client that prepares a PutStart batch apart from starting
 // it (Service.PreparePutStart): an embedded one. A caller that prepares
@@ -109,6 +132,14 @@ func (e *embedded) PutStart(ctx context.Context, reqs []PutStartReq) ([]PutStart
 		return nil, err
 	}
 	return e.svc.PutStart(ctx, reqs)
+}
+
+// PutStartUniform implements UniformPutStarter.
+func (e *embedded) PutStartUniform(ctx context.Context, u UniformPuts) ([]PutStartResult, error) {
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	return e.svc.PutStartUniform(ctx, u)
 }
 
 // PreparePutStart implements Preparer.

@@ -64,6 +64,9 @@ type TransportStats struct {
 	// calls among GRPC that tried the fast path first and could not send
 	// through it (dial or write failed before the request was complete).
 	Fast, GRPC, Fallback uint64
+	// UniformPuts: PutStart calls sent as uniform puts
+	// (pb.UniformPutStart), among Fast and GRPC.
+	UniformPuts uint64
 	// Conns is the number of fast path connections open now.
 	Conns int
 }

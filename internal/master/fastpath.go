@@ -477,7 +477,7 @@ func (g *grpcService) fastDo(ctx context.Context, m fastMethod, body, out []byte
 		if derr := in.unmarshalOwned(string(body)); derr != nil {
 			return out, toStatus(decodeError(m.String(), derr))
 		}
-		resp, err = g.putStart(ctx, in.reqs)
+		resp, err = g.putStart(ctx, in)
 		in.free()
 	case fastPutEnd, fastPutRevoke:
 		in := new(putRefsRequest)

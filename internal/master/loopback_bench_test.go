@@ -256,9 +256,10 @@ func benchLoopback(b *testing.B, l *loopback, rpc string) {
 // goroutine, one call at a time, as one pipeline of a Store makes its
 // master calls (a chunk of up to 512 keys, a batch of up to 4096): the
 // latency of a call per key, not the throughput of eight callers. Over
-// gRPC and over the fast path.
+// gRPC and over the fast path. PutStartUniform is PutStart's puts sent as
+// uniform puts (UniformPutStarter), as a Store's batch puts go.
 func BenchmarkLoopbackOneCaller(b *testing.B) {
-	for _, rpc := range []string{"GetReplicas", "PutStart"} {
+	for _, rpc := range []string{"GetReplicas", "PutStart", "PutStartUniform"} {
 		for _, n := range []int{64, 512, loopbackKeys} {
 			for _, client := range []string{"grpc", "fast"} {
 				b.Run(fmt.Sprintf("rpc=%s/client=%s/keys=%d", rpc, client, n), func(b *testing.B) {
@@ -268,6 +269,11 @@ func BenchmarkLoopbackOneCaller(b *testing.B) {
 					}
 					ctx := context.Background()
 					gets, reqs := l.gets[0][:n], l.reqs(l.puts[0][:n])
+					// The same puts as reqs, as a Store's batch sends them.
+					uni := UniformPuts{Keys: l.puts[0][:n], Sizes: make([]uint64, n), Req: PutStartReq{Placement: l.writer}}
+					for j := range reqs {
+						uni.Sizes[j] = reqs[j].Size
+					}
 					refs := make([]PutRef, n)
 					var ac meter
 					runtime.GC()
@@ -284,7 +290,13 @@ func BenchmarkLoopbackOneCaller(b *testing.B) {
 							}
 							continue
 						}
-						res, err := l.c.PutStart(ctx, reqs)
+						var res []PutStartResult
+						var err error
+						if rpc == "PutStartUniform" {
+							res, err = l.c.(UniformPutStarter).PutStartUniform(ctx, uni)
+						} else {
+							res, err = l.c.PutStart(ctx, reqs)
+						}
 						if err != nil {
 							b.Fatal(err)
 						}

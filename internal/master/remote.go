@@ -31,12 +31,20 @@ type remote struct {
 	fast *fastClient
 	// viaGRPC counts the hot calls sent over gRPC.
 	viaGRPC atomic.Uint64
+	// oldMaster: the master answered a uniform PutStart with no results
+	// (it predates them, and ignored them), so they go as items.
+	oldMaster atomic.Bool
+	// uniformPuts counts the PutStart calls sent as uniform puts.
+	uniformPuts atomic.Uint64
 }
 
 // wireCall is the call option of the hand-coded calls (wire.go).
 var wireCall = grpc.ForceCodecV2(codec)
 
-var _ Client = (*remote)(nil)
+var (
+	_ Client            = (*remote)(nil)
+	_ UniformPutStarter = (*remote)(nil)
+)
 
 // Dial connects to a master at addr ("host:port") and waits until the
 // connection is ready or ctx is done. Without options it uses plaintext
@@ -119,7 +127,7 @@ func (r *remote) Close() error {
 
 // Transports reports which transport carried the hot calls.
 func (r *remote) Transports() TransportStats {
-	st := TransportStats{GRPC: r.viaGRPC.Load()}
+	st := TransportStats{GRPC: r.viaGRPC.Load(), UniformPuts: r.uniformPuts.Load()}
 	if r.fast != nil {
 		r.fast.stats(&st)
 	}
@@ -293,13 +301,55 @@ func (r *remote) PutStart(ctx context.Context, reqs []PutStartReq) ([]PutStartRe
 		return nil, err
 	}
 	send, local := splitItems(len(reqs), func(i int) error { return putStartUTF8(&reqs[i]) })
-	n := len(reqs) - len(local)
-	resp := resultsReply{descs: &r.descs, puts: make([]PutStartResult, 0, n)}
-	if err := r.invoke(ctx, fastPutStart, &putStartRequest{reqs: pick(reqs, send), checked: true}, &resp); err != nil {
+	return r.putStart(ctx, len(reqs), send, local, &putStartRequest{reqs: pick(reqs, send), checked: true})
+}
+
+// PutStartUniform implements UniformPutStarter: u goes as one
+// PutStartItem and two arrays (pb.UniformPutStart), or as one item per key
+// to a master that predates them.
+func (r *remote) PutStartUniform(ctx context.Context, u UniformPuts) ([]PutStartResult, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	if len(u.Sizes) != len(u.Keys) {
+		return nil, uniformLenErr(u)
+	}
+	tmpl := u.Req
+	tmpl.Key, tmpl.Size = "", 0
+	if !r.oldMaster.Load() && putStartUTF8(&tmpl) == nil {
+		send, local := splitItems(len(u.Keys), func(i int) error { return keyUTF8(u.Keys[i]) })
+		r.uniformPuts.Add(1)
+		res, err := r.putStart(ctx, len(u.Keys), send, local, &putStartRequest{uni: true,
+			u: UniformPuts{Keys: pick(u.Keys, send), Sizes: pick(u.Sizes, send), Req: tmpl}, checked: true})
+		if err != errIgnoredUniform {
+			return res, err
+		}
+		r.oldMaster.Store(true)
+	}
+	// A template that cannot be sent (each request then gets the
+	// Service's error for it, as from PutStart), or an old master.
+	reqs, _ := u.AppendRequests(nil) // as long as each other
+	return r.PutStart(ctx, reqs)
+}
+
+// errIgnoredUniform: a uniform PutStart was answered with no results. A
+// master that serves them answers every put or fails the call, so this
+// one predates them: it skipped the field and started none of them.
+var errIgnoredUniform = errors.New("master: uniform puts ignored")
+
+// putStart sends msg, the n puts but those answered locally (send, local:
+// splitItems), and merges its answers with local's.
+func (r *remote) putStart(ctx context.Context, n int, send []int, local map[int]error, msg *putStartRequest) ([]PutStartResult, error) {
+	sent := n - len(local)
+	resp := resultsReply{descs: &r.descs, puts: make([]PutStartResult, 0, sent)}
+	if err := r.invoke(ctx, fastPutStart, msg, &resp); err != nil {
 		return nil, r.fail(err)
 	}
-	if len(resp.puts) != n {
-		return nil, fmt.Errorf("master: malformed response: %d results for %d items", len(resp.puts), n)
+	if msg.uni && len(msg.reqs) == 0 && sent > 0 && len(resp.puts) == 0 {
+		return nil, errIgnoredUniform
+	}
+	if len(resp.puts) != sent {
+		return nil, fmt.Errorf("master: malformed response: %d results for %d items", len(resp.puts), sent)
 	}
 	if resp.malformed != nil {
 		return nil, resp.malformed
@@ -307,7 +357,7 @@ func (r *remote) PutStart(ctx context.Context, reqs []PutStartReq) ([]PutStartRe
 	if local == nil {
 		return resp.puts, nil
 	}
-	out := make([]PutStartResult, len(reqs))
+	out := make([]PutStartResult, n)
 	for i, err := range local {
 		out[i].Err = err
 	}

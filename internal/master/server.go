@@ -217,18 +217,53 @@ func (g *grpcService) UnmountSegment(ctx context.Context, r *pb.UnmountSegmentRe
 func putStartReqsFromPB(r *pb.PutStartRequest) []PutStartReq {
 	reqs := make([]PutStartReq, len(r.Items))
 	for i, it := range r.Items {
-		reqs[i] = PutStartReq{Key: it.Key, Size: it.Size, Replicas: int(it.Replicas), Pin: it.Pin, SoftPin: it.SoftPin,
-			SoftPinTTL: time.Duration(it.SoftPinTtlNs), Upsert: it.Upsert, KeepSoftPin: it.KeepSoftPin, Placement: placementFromPB(it.Placement)}
+		reqs[i] = itemFromPB(it)
 	}
 	return reqs
 }
 
+func itemFromPB(it *pb.PutStartItem) PutStartReq {
+	return PutStartReq{Key: it.Key, Size: it.Size, Replicas: int(it.Replicas), Pin: it.Pin, SoftPin: it.SoftPin,
+		SoftPinTTL: time.Duration(it.SoftPinTtlNs), Upsert: it.Upsert, KeepSoftPin: it.KeepSoftPin, Placement: placementFromPB(it.Placement)}
+}
+
+// uniformFromPB converts a generated PutStartRequest's uniform puts
+// (false: it has none).
+func uniformFromPB(r *pb.PutStartRequest) (UniformPuts, bool) {
+	x := r.GetUniform()
+	if x == nil {
+		return UniformPuts{}, false
+	}
+	u := UniformPuts{Keys: x.Keys, Sizes: x.Sizes, Req: PutStartReq{Placement: NoPlacement}}
+	if x.Item != nil {
+		u.Req = itemFromPB(x.Item)
+	}
+	return u, true
+}
+
 func (g *grpcService) PutStart(ctx context.Context, r *pb.PutStartRequest) (*pb.PutStartResponse, error) {
-	res, err := g.svc.PutStart(ctx, putStartReqsFromPB(r))
+	u, uni := uniformFromPB(r)
+	res, err := g.startPuts(ctx, putStartReqsFromPB(r), u, uni)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	return putToPB(res), nil
+}
+
+// startPuts starts a PutStartRequest's puts: reqs, then (if uni) u's.
+func (g *grpcService) startPuts(ctx context.Context, reqs []PutStartReq, u UniformPuts, uni bool) ([]PutStartResult, error) {
+	switch {
+	case !uni:
+		return g.svc.PutStart(ctx, reqs)
+	case len(reqs) == 0:
+		return g.svc.PutStartUniform(ctx, u)
+	}
+	// Both: a client of its own making; kvfabric's send one or the other.
+	all, err := u.AppendRequests(reqs[:len(reqs):len(reqs)])
+	if err != nil {
+		return nil, err
+	}
+	return g.svc.PutStart(ctx, all)
 }
 
 // putToPB converts PutStart results to the generated response (each
@@ -376,7 +411,7 @@ func serviceDesc() *grpc.ServiceDesc {
 	d.Methods = slices.Clone(d.Methods)
 	fast := map[string]grpc.MethodHandler{
 		"PutStart": fastHandler(pb.Master_ServiceDesc, "PutStart", func(g *grpcService, ctx context.Context, in *putStartRequest) (any, error) {
-			return g.putStart(ctx, in.reqs)
+			return g.putStart(ctx, in)
 		}),
 		"PutEnd": fastHandler(pb.Master_ServiceDesc, "PutEnd", func(g *grpcService, ctx context.Context, in *putRefsRequest) (any, error) {
 			return g.putFinish(ctx, opPutEnd, in.puts)
@@ -473,8 +508,8 @@ func fastHandler[In any, PIn interface {
 	}
 }
 
-func (g *grpcService) putStart(ctx context.Context, reqs []PutStartReq) (any, error) {
-	res, err := g.svc.PutStart(ctx, reqs)
+func (g *grpcService) putStart(ctx context.Context, in *putStartRequest) (any, error) {
+	res, err := g.startPuts(ctx, in.reqs, in.u, in.uni)
 	if err != nil {
 		return nil, toStatus(err)
 	}

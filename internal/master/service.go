@@ -945,9 +945,38 @@ func (s *Service) PrepareUniformPutStart(u UniformPuts) (*PreparedPuts, error) {
 		return nil, err
 	}
 	if len(u.Sizes) != len(u.Keys) {
-		return nil, fmt.Errorf("%w: uniform puts: %d keys but %d sizes", ErrInvalid, len(u.Keys), len(u.Sizes))
+		return nil, uniformLenErr(u)
 	}
 	return s.prepare(&PreparedPuts{svc: s, uni: true, keys: u.Keys, sizes: u.Sizes, tmpl: u.Req}, len(u.Keys)), nil
+}
+
+// AppendRequests appends u's requests to dst, one per key: ErrInvalid
+// when Sizes is not as long as Keys.
+func (u UniformPuts) AppendRequests(dst []PutStartReq) ([]PutStartReq, error) {
+	if len(u.Sizes) != len(u.Keys) {
+		return dst, uniformLenErr(u)
+	}
+	dst = slices.Grow(dst, len(u.Keys))
+	for i, k := range u.Keys {
+		q := u.Req
+		q.Key, q.Size = k, u.Sizes[i]
+		dst = append(dst, q)
+	}
+	return dst, nil
+}
+
+func uniformLenErr(u UniformPuts) error {
+	return fmt.Errorf("%w: uniform puts: %d keys but %d sizes", ErrInvalid, len(u.Keys), len(u.Sizes))
+}
+
+// PutStartUniform is PutStart of u's requests (UniformPutStarter).
+func (s *Service) PutStartUniform(ctx context.Context, u UniformPuts) ([]PutStartResult, error) {
+	p, err := s.PrepareUniformPutStart(u)
+	if err != nil {
+		s.met.op(opPutStart, time.Now(), &err)
+		return nil, err
+	}
+	return s.PutStartPrepared(ctx, p)
 }
 
 // req returns request i of p: in p.reqs, or built in cur.

@@ -66,9 +66,10 @@ func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), le
 // strings of the last message it carried until it is reused or the pool
 // drops it at a GC.
 var (
-	keySlices sync.Pool // *[]string
-	reqSlices sync.Pool // *[]PutStartReq
-	refSlices sync.Pool // *[]PutRef
+	keySlices  sync.Pool // *[]string
+	reqSlices  sync.Pool // *[]PutStartReq
+	refSlices  sync.Pool // *[]PutRef
+	sizeSlices sync.Pool // *[]uint64
 )
 
 // pooled returns an empty slice from p, or one of capacity n.
@@ -331,10 +332,17 @@ func (f *field) sub(all string, base []byte) (string, error) {
 
 // ---- PutStart ----
 
-// putStartRequest is pb.PutStartRequest as []PutStartReq: the client
-// encodes it, the server decodes it.
+// putStartRequest is pb.PutStartRequest as []PutStartReq and, when uni is
+// set, a UniformPuts (its uniform field): the client encodes it, the
+// server decodes it.
 type putStartRequest struct {
 	reqs []PutStartReq
+	// uni: the request's uniform puts (pb.UniformPutStart), answered after
+	// reqs. Encoding sends u when uni is set; decoding sets uni when the
+	// field is present, u.Req being the decoded item (NoPlacement when it
+	// carries none, as for an item).
+	uni bool
+	u   UniformPuts
 	// checked: the strings are known to be valid UTF-8 (the remote Client
 	// checked them), so encoding does not check them again.
 	checked bool
@@ -343,11 +351,22 @@ type putStartRequest struct {
 func (m *putStartRequest) wireSize() int {
 	n := 0
 	for i := range m.reqs {
-		q := &m.reqs[i]
-		n += 3 + len(q.Key) + 11 + 11 + 2 + 2 + 3 + 11 + 2 + 6 + len(q.Placement.Client) + len(q.Placement.Node) + 22
-		for _, s := range q.Placement.Segments {
-			n += 3 + len(s)
+		n += itemWireSize(&m.reqs[i])
+	}
+	if m.uni {
+		n += 6 + itemWireSize(&m.u.Req) + 6 + 11*len(m.u.Sizes)
+		for _, k := range m.u.Keys {
+			n += 3 + len(k)
 		}
+	}
+	return n
+}
+
+// itemWireSize bounds the encoded size of q as a PutStartItem.
+func itemWireSize(q *PutStartReq) int {
+	n := 3 + len(q.Key) + 11 + 11 + 2 + 2 + 3 + 11 + 2 + 6 + len(q.Placement.Client) + len(q.Placement.Node) + 22
+	for _, s := range q.Placement.Segments {
+		n += 3 + len(s)
 	}
 	return n
 }
@@ -379,36 +398,87 @@ func (m *putStartRequest) appendWire(b []byte) ([]byte, error) {
 	for i := range m.reqs {
 		q := &m.reqs[i]
 		item := beginMsg(&b, 1)
-		if q.Key != "" {
-			if b, err = appendStringChecked(b, 1, q.Key, m.checked); err != nil {
-				return b, err
-			}
-		}
-		b = appendVarintNZ(b, 2, q.Size)
-		b = appendVarintNZ(b, 3, int32Wire(int32(max(math.MinInt32, min(q.Replicas, math.MaxInt32)))))
-		b = appendBool(b, 4, q.Pin)
-		// Always sent: an absent placement means NoPlacement, an empty one
-		// NUMA node 0 and device 0.
+		var pl []byte
 		if i > 0 && samePlacement(&m.reqs[i-1].Placement, &q.Placement) {
-			n := len(b)
-			b = append(b, b[pl0:pl1]...)
-			pl0, pl1 = n, len(b)
-		} else {
-			pl0 = len(b)
-			if b, err = appendPlacement(b, &q.Placement, m.checked); err != nil {
-				return b, err
-			}
-			pl1 = len(b)
+			pl = b[pl0:pl1]
 		}
-		b = appendBool(b, 6, q.SoftPin)
-		b = appendVarintNZ(b, 7, uint64(int64(q.SoftPinTTL)))
-		b = appendBool(b, 8, q.Upsert)
-		b = appendBool(b, 9, q.KeepSoftPin)
+		if b, pl0, pl1, err = appendItemFields(b, q, pl, m.checked); err != nil {
+			return b, err
+		}
 		n := len(b)
 		b = endMsg(b, item)
 		// A long item moves right to make room for its length.
 		pl0 += len(b) - n
 		pl1 += len(b) - n
+	}
+	if m.uni {
+		return m.appendUniform(b)
+	}
+	return b, nil
+}
+
+// appendItemFields appends q's fields as a PutStartItem's, its placement
+// copied from pl when pl is not nil, and returns where the placement's
+// encoding is in b.
+func appendItemFields(b []byte, q *PutStartReq, pl []byte, checked bool) (_ []byte, pl0, pl1 int, err error) {
+	if q.Key != "" {
+		if b, err = appendStringChecked(b, 1, q.Key, checked); err != nil {
+			return b, 0, 0, err
+		}
+	}
+	b = appendVarintNZ(b, 2, q.Size)
+	b = appendVarintNZ(b, 3, int32Wire(int32(max(math.MinInt32, min(q.Replicas, math.MaxInt32)))))
+	b = appendBool(b, 4, q.Pin)
+	// Always sent: an absent placement means NoPlacement, an empty one
+	// NUMA node 0 and device 0.
+	pl0 = len(b)
+	if pl != nil {
+		b = append(b, pl...)
+	} else if b, err = appendPlacement(b, &q.Placement, checked); err != nil {
+		return b, 0, 0, err
+	}
+	pl1 = len(b)
+	b = appendBool(b, 6, q.SoftPin)
+	b = appendVarintNZ(b, 7, uint64(int64(q.SoftPinTTL)))
+	b = appendBool(b, 8, q.Upsert)
+	b = appendBool(b, 9, q.KeepSoftPin)
+	return b, pl0, pl1, nil
+}
+
+// appendUniform appends m.u as field 2 (pb.UniformPutStart): the item
+// once, then every key and the sizes packed. Its length is counted
+// before the keys are written, so the large body is never shifted.
+func (m *putStartRequest) appendUniform(b []byte) ([]byte, error) {
+	tmpl := m.u.Req
+	tmpl.Key, tmpl.Size = "", 0
+	item, _, _, err := appendItemFields(make([]byte, 0, itemWireSize(&tmpl)), &tmpl, nil, m.checked)
+	if err != nil {
+		return b, err
+	}
+	keys, sizes := 0, 0
+	for _, k := range m.u.Keys {
+		keys += 1 + protowire.SizeBytes(len(k))
+	}
+	for _, v := range m.u.Sizes {
+		sizes += protowire.SizeVarint(v)
+	}
+	n := 1 + protowire.SizeBytes(len(item)) + keys
+	if len(m.u.Sizes) > 0 {
+		n += 1 + protowire.SizeBytes(sizes)
+	}
+	b = protowire.AppendVarint(append(b, tag(2, protowire.BytesType)), uint64(n))
+	b = protowire.AppendBytes(append(b, tag(1, protowire.BytesType)), item)
+	for _, k := range m.u.Keys {
+		// A repeated string is sent even when empty.
+		if b, err = appendStringChecked(b, 2, k, m.checked); err != nil {
+			return b, err
+		}
+	}
+	if len(m.u.Sizes) > 0 {
+		b = protowire.AppendVarint(append(b, tag(3, protowire.BytesType)), uint64(sizes))
+		for _, v := range m.u.Sizes {
+			b = protowire.AppendVarint(b, v)
+		}
 	}
 	return b, nil
 }
@@ -447,7 +517,9 @@ func (m *putStartRequest) unmarshalOwned(all string) error { return m.decode(str
 
 func (m *putStartRequest) free() {
 	unpool(&reqSlices, m.reqs)
-	m.reqs = nil
+	unpool(&keySlices, m.u.Keys)
+	unpool(&sizeSlices, m.u.Sizes)
+	m.reqs, m.u = nil, UniformPuts{}
 }
 
 // decode decodes b, whose bytes all holds: keys are substrings of all.
@@ -457,6 +529,8 @@ func (m *putStartRequest) decode(b []byte, all string) error {
 	// Items of a batch usually carry the same placement: decode it once.
 	var lastPl []byte
 	var last Placement
+	var uni []byte // the uniform field; a repeated one merges: its parts concatenated
+	copied := false
 	for len(b) > 0 {
 		var f field
 		rest, err := f.next(b)
@@ -464,58 +538,125 @@ func (m *putStartRequest) decode(b []byte, all string) error {
 			return err
 		}
 		b = rest
-		if !f.is(1, protowire.BytesType) {
-			continue
+		switch {
+		case f.is(1, protowire.BytesType):
+			q := PutStartReq{Placement: NoPlacement}
+			if err := decodeItem(&q, f.p, all, base, &lastPl, &last); err != nil {
+				return err
+			}
+			m.reqs = append(m.reqs, q)
+		case f.is(2, protowire.BytesType):
+			if m.uni {
+				uni, copied = append(uni[:len(uni):len(uni)], f.p...), true
+			} else {
+				uni, m.uni = f.p, true
+			}
 		}
-		q := PutStartReq{Placement: NoPlacement}
-		seenPl := false
-		for it := f.p; len(it) > 0; {
-			var g field
-			rest, err := g.next(it)
+	}
+	if !m.uni {
+		return nil
+	}
+	if copied { // no longer a part of all: its strings are copied
+		all, base = string(uni), uni
+	}
+	return m.decodeUniform(uni, all, base, &lastPl, &last)
+}
+
+// decodeUniform decodes b, the uniform field (its bytes are in all, which
+// starts at base), into m.u.
+func (m *putStartRequest) decodeUniform(b []byte, all string, base []byte, lastPl *[]byte, last *Placement) error {
+	m.u = UniformPuts{Keys: pooled[string](&keySlices, len(b)/16), Sizes: pooled[uint64](&sizeSlices, len(b)/16),
+		Req: PutStartReq{Placement: NoPlacement}}
+	var item []byte // a repeated item merges: its parts concatenated
+	copied := false
+	for len(b) > 0 {
+		var f field
+		rest, err := f.next(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		switch {
+		case f.is(1, protowire.BytesType):
+			if item != nil {
+				item, copied = append(item[:len(item):len(item)], f.p...), true
+			} else {
+				item = f.p
+			}
+		case f.is(2, protowire.BytesType):
+			k, err := f.sub(all, base)
 			if err != nil {
 				return err
 			}
-			it = rest
-			switch {
-			case g.is(1, protowire.BytesType):
-				if q.Key, err = g.sub(all, base); err != nil {
-					return err
+			m.u.Keys = append(m.u.Keys, k)
+		case f.is(3, protowire.VarintType):
+			m.u.Sizes = append(m.u.Sizes, f.v)
+		case f.is(3, protowire.BytesType): // packed
+			for p := f.p; len(p) > 0; {
+				v, n := protowire.ConsumeVarint(p)
+				if n < 0 {
+					return protowire.ParseError(n)
 				}
-			case g.is(2, protowire.VarintType):
-				q.Size = g.v
-			case g.is(3, protowire.VarintType):
-				q.Replicas = int(int32(g.v))
-			case g.is(4, protowire.VarintType):
-				q.Pin = g.v != 0
-			case g.is(6, protowire.VarintType):
-				q.SoftPin = g.v != 0
-			case g.is(7, protowire.VarintType):
-				q.SoftPinTTL = time.Duration(int64(g.v))
-			case g.is(8, protowire.VarintType):
-				q.Upsert = g.v != 0
-			case g.is(9, protowire.VarintType):
-				q.KeepSoftPin = g.v != 0
-			case g.is(5, protowire.BytesType):
-				if !seenPl && lastPl != nil && bytes.Equal(g.p, lastPl) {
-					q.Placement = last
-				} else {
-					if !seenPl {
-						q.Placement = Placement{}
-					}
-					if err := decodePlacement(&q.Placement, g.p); err != nil {
-						return err
-					}
-					if !seenPl {
-						// Clipped: a merge into a shared copy must not append in place.
-						lastPl, last = g.p, q.Placement
-						last.Segments = last.Segments[:len(last.Segments):len(last.Segments)]
-						q.Placement.Segments = last.Segments
-					}
-				}
-				seenPl = true
+				m.u.Sizes, p = append(m.u.Sizes, v), p[n:]
 			}
 		}
-		m.reqs = append(m.reqs, q)
+	}
+	if copied {
+		all, base = string(item), item
+	}
+	return decodeItem(&m.u.Req, item, all, base, lastPl, last)
+}
+
+// decodeItem merges the encoded PutStartItem b, whose bytes are in all
+// (starting at base), into q. *lastPl and *last are the placement decoded
+// last and its encoding: an equal encoding is not decoded again.
+func decodeItem(q *PutStartReq, b []byte, all string, base []byte, lastPl *[]byte, last *Placement) error {
+	seenPl := false
+	for len(b) > 0 {
+		var g field
+		rest, err := g.next(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		switch {
+		case g.is(1, protowire.BytesType):
+			if q.Key, err = g.sub(all, base); err != nil {
+				return err
+			}
+		case g.is(2, protowire.VarintType):
+			q.Size = g.v
+		case g.is(3, protowire.VarintType):
+			q.Replicas = int(int32(g.v))
+		case g.is(4, protowire.VarintType):
+			q.Pin = g.v != 0
+		case g.is(6, protowire.VarintType):
+			q.SoftPin = g.v != 0
+		case g.is(7, protowire.VarintType):
+			q.SoftPinTTL = time.Duration(int64(g.v))
+		case g.is(8, protowire.VarintType):
+			q.Upsert = g.v != 0
+		case g.is(9, protowire.VarintType):
+			q.KeepSoftPin = g.v != 0
+		case g.is(5, protowire.BytesType):
+			if !seenPl && *lastPl != nil && bytes.Equal(g.p, *lastPl) {
+				q.Placement = *last
+			} else {
+				if !seenPl {
+					q.Placement = Placement{}
+				}
+				if err := decodePlacement(&q.Placement, g.p); err != nil {
+					return err
+				}
+				if !seenPl {
+					// Clipped: a merge into a shared copy must not append in place.
+					*lastPl, *last = g.p, q.Placement
+					last.Segments = last.Segments[:len(last.Segments):len(last.Segments)]
+					q.Placement.Segments = last.Segments
+				}
+			}
+			seenPl = true
+		}
 	}
 	return nil
 }

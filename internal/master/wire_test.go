@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/kvfabric/kvfabric/api/kvfabric/v1"
@@ -97,6 +99,91 @@ func TestWirePutStartRequest(t *testing.T) {
 	}
 	if !reflect.DeepEqual(m.reqs, want) {
 		t.Errorf("hand decoding:\n got %+v\nwant %+v", m.reqs, want)
+	}
+}
+
+// wireUniform is a uniform batch with every field of its template set.
+func wireUniform() UniformPuts {
+	return UniformPuts{Keys: []string{"a", "", "ключ", strings.Repeat("k", 200)}, Sizes: []uint64{1, 0, 1 << 40, 300},
+		Req: PutStartReq{Replicas: 2, Pin: true, SoftPin: true, SoftPinTTL: time.Second, Upsert: true,
+			Placement: Placement{Tier: segment.TierHBM, TierOnly: true, Client: "c1", Node: "n1", NUMANode: -1, Device: 3, Segments: []string{"s0", ""}}}}
+}
+
+// sameUniform reports whether a and b hold the same puts (an empty slice
+// and nil alike).
+func sameUniform(a, b UniformPuts) bool {
+	return len(a.Keys) == len(b.Keys) && len(a.Sizes) == len(b.Sizes) && reflect.DeepEqual(a.Req, b.Req) &&
+		(len(a.Keys) == 0 || reflect.DeepEqual(a.Keys, b.Keys)) && (len(a.Sizes) == 0 || reflect.DeepEqual(a.Sizes, b.Sizes))
+}
+
+// TestWireUniformPutStart: the uniform field both ways against the
+// generated code — items and uniform puts in one request, sizes packed or
+// not, the field and its item sent in parts (protobuf merges them), an
+// absent item (NoPlacement, as for an item without one).
+func TestWireUniformPutStart(t *testing.T) {
+	u := wireUniform()
+	want := u
+	want.Req.Key, want.Req.Size = "", 0
+	u.Req.Key, u.Req.Size = "not sent", 99 // the template's own key and size are not used
+	items := wirePutStartReqs()[:2]
+
+	// Hand encoding → generated decoding.
+	var p pb.PutStartRequest
+	if err := proto.Unmarshal(encodeWire(t, &putStartRequest{reqs: items, uni: true, u: u}), &p); err != nil {
+		t.Fatal(err)
+	}
+	if got := putStartReqsFromPB(&p); !reflect.DeepEqual(got, clampedReqs(items)) {
+		t.Errorf("items:\n got %+v\nwant %+v", got, clampedReqs(items))
+	}
+	if got, ok := uniformFromPB(&p); !ok || !sameUniform(got, want) {
+		t.Errorf("generated decoding:\n got %v %+v\nwant %+v", ok, got, want)
+	}
+
+	// Generated encoding → hand decoding.
+	b, err := proto.Marshal(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m putStartRequest
+	if err := m.unmarshalWire(b); err != nil {
+		t.Fatal(err)
+	}
+	if !m.uni || !sameUniform(m.u, want) || !reflect.DeepEqual(m.reqs, clampedReqs(items)) {
+		t.Errorf("hand decoding:\n got %v %+v %+v\nwant %+v", m.uni, m.u, m.reqs, want)
+	}
+
+	// Sizes unpacked, the field in two parts, its item in two parts.
+	item1 := protowire.AppendVarint(protowire.AppendTag(nil, 3, protowire.VarintType), 2)
+	item2 := protowire.AppendVarint(protowire.AppendTag(nil, 4, protowire.VarintType), 1)
+	part1 := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), item1)
+	part1 = protowire.AppendString(protowire.AppendTag(part1, 2, protowire.BytesType), "x")
+	part1 = protowire.AppendVarint(protowire.AppendTag(part1, 3, protowire.VarintType), 7)
+	part2 := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), item2)
+	part2 = protowire.AppendString(protowire.AppendTag(part2, 2, protowire.BytesType), "y")
+	part2 = protowire.AppendVarint(protowire.AppendTag(part2, 3, protowire.VarintType), 1<<33)
+	b = protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), part1)
+	b = protowire.AppendBytes(protowire.AppendTag(b, 2, protowire.BytesType), part2)
+	p = pb.PutStartRequest{}
+	if err := proto.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	gen, _ := uniformFromPB(&p)
+	m = putStartRequest{}
+	if err := m.unmarshalWire(b); err != nil {
+		t.Fatal(err)
+	}
+	merged := UniformPuts{Keys: []string{"x", "y"}, Sizes: []uint64{7, 1 << 33}, Req: PutStartReq{Replicas: 2, Pin: true, Placement: NoPlacement}}
+	if !sameUniform(gen, merged) || !sameUniform(m.u, merged) {
+		t.Errorf("parts merged:\n hand %+v\n generated %+v\n want %+v", m.u, gen, merged)
+	}
+
+	// An empty uniform field: present, no puts, no item.
+	m = putStartRequest{}
+	if err := m.unmarshalWire(protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), nil)); err != nil {
+		t.Fatal(err)
+	}
+	if !m.uni || len(m.u.Keys) != 0 || !reflect.DeepEqual(m.u.Req, PutStartReq{Placement: NoPlacement}) {
+		t.Errorf("empty uniform field: %v %+v", m.uni, m.u)
 	}
 }
 
@@ -352,6 +439,7 @@ func FuzzWireDecode(f *testing.F) {
 	reps := []Replica{{&ds[0], 0, 4096}, {&ds[1], 1 << 40, 64}}
 	for _, m := range []wireMessage{
 		&putStartRequest{reqs: wirePutStartReqs()},
+		&putStartRequest{reqs: wirePutStartReqs()[:2], uni: true, u: wireUniform()},
 		&putRefsRequest{puts: []PutRef{{Key: "a", Token: 1}, {Key: "b", Token: 2}}},
 		&keysRequest{keys: []string{"a", "b"}, reader: "r"},
 		&itemErrorList{errs: wireErrs()},
@@ -371,6 +459,9 @@ func FuzzWireDecode(f *testing.F) {
 			if agree(t, proto.Unmarshal(b, &p), m.unmarshalWire(b)) {
 				if want := putStartReqsFromPB(&p); len(want) != len(m.reqs) || len(want) > 0 && !reflect.DeepEqual(want, m.reqs) {
 					t.Errorf("hand %+v, generated %+v", m.reqs, want)
+				}
+				if u, uni := uniformFromPB(&p); uni != m.uni || !sameUniform(u, m.u) {
+					t.Errorf("uniform: hand %v %+v, generated %v %+v", m.uni, m.u, uni, u)
 				}
 			}
 		case 1:

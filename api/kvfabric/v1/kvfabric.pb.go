@@ -1023,8 +1023,14 @@ func (x *PutStartItem) GetKeepSoftPin() bool {
 }
 
 type PutStartRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Items         []*PutStartItem        `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Items []*PutStartItem        `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// uniform: more puts, answered after items in this order, that differ
+	// only in key and size (as a Store's batch puts do): sent as one item
+	// and two arrays instead of one whole item each. A master older than
+	// this field answers none of them (it starts no put for them): a
+	// client then sends them as items.
+	Uniform       *UniformPutStart `protobuf:"bytes,2,opt,name=uniform,proto3" json:"uniform,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1066,6 +1072,76 @@ func (x *PutStartRequest) GetItems() []*PutStartItem {
 	return nil
 }
 
+func (x *PutStartRequest) GetUniform() *UniformPutStart {
+	if x != nil {
+		return x.Uniform
+	}
+	return nil
+}
+
+// UniformPutStart is one PutStartItem per key: item with keys[i] and
+// sizes[i] (item's own key and size are not used). keys and sizes must be
+// as long as each other, or the whole call is INVALID_ARGUMENT.
+type UniformPutStart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Item          *PutStartItem          `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
+	Keys          []string               `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	Sizes         []uint64               `protobuf:"varint,3,rep,packed,name=sizes,proto3" json:"sizes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UniformPutStart) Reset() {
+	*x = UniformPutStart{}
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UniformPutStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UniformPutStart) ProtoMessage() {}
+
+func (x *UniformPutStart) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UniformPutStart.ProtoReflect.Descriptor instead.
+func (*UniformPutStart) Descriptor() ([]byte, []int) {
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *UniformPutStart) GetItem() *PutStartItem {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+func (x *UniformPutStart) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *UniformPutStart) GetSizes() []uint64 {
+	if x != nil {
+		return x.Sizes
+	}
+	return nil
+}
+
 // Replica names its segment by index into the response's segments, so a
 // batch sends each descriptor once.
 type Replica struct {
@@ -1079,7 +1155,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[14]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1167,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[14]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1180,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{14}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Replica) GetSegment() uint32 {
@@ -1144,7 +1220,7 @@ type PutStartResult struct {
 
 func (x *PutStartResult) Reset() {
 	*x = PutStartResult{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[15]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1232,7 @@ func (x *PutStartResult) String() string {
 func (*PutStartResult) ProtoMessage() {}
 
 func (x *PutStartResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[15]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1245,7 @@ func (x *PutStartResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartResult.ProtoReflect.Descriptor instead.
 func (*PutStartResult) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{15}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PutStartResult) GetError() *ItemError {
@@ -1210,7 +1286,7 @@ type PutStartResponse struct {
 
 func (x *PutStartResponse) Reset() {
 	*x = PutStartResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[16]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1298,7 @@ func (x *PutStartResponse) String() string {
 func (*PutStartResponse) ProtoMessage() {}
 
 func (x *PutStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[16]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1311,7 @@ func (x *PutStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartResponse.ProtoReflect.Descriptor instead.
 func (*PutStartResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{16}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PutStartResponse) GetSegments() []*SegmentDescriptor {
@@ -1264,7 +1340,7 @@ type PutRef struct {
 
 func (x *PutRef) Reset() {
 	*x = PutRef{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[17]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1352,7 @@ func (x *PutRef) String() string {
 func (*PutRef) ProtoMessage() {}
 
 func (x *PutRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[17]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1365,7 @@ func (x *PutRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRef.ProtoReflect.Descriptor instead.
 func (*PutRef) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{17}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PutRef) GetKey() string {
@@ -1322,7 +1398,7 @@ type PutEndRequest struct {
 
 func (x *PutEndRequest) Reset() {
 	*x = PutEndRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[18]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1410,7 @@ func (x *PutEndRequest) String() string {
 func (*PutEndRequest) ProtoMessage() {}
 
 func (x *PutEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[18]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1423,7 @@ func (x *PutEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutEndRequest.ProtoReflect.Descriptor instead.
 func (*PutEndRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{18}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PutEndRequest) GetPuts() []*PutRef {
@@ -1366,7 +1442,7 @@ type PutEndResponse struct {
 
 func (x *PutEndResponse) Reset() {
 	*x = PutEndResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[19]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1454,7 @@ func (x *PutEndResponse) String() string {
 func (*PutEndResponse) ProtoMessage() {}
 
 func (x *PutEndResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[19]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1467,7 @@ func (x *PutEndResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutEndResponse.ProtoReflect.Descriptor instead.
 func (*PutEndResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{19}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PutEndResponse) GetErrors() []*ItemError {
@@ -1410,7 +1486,7 @@ type PutRevokeRequest struct {
 
 func (x *PutRevokeRequest) Reset() {
 	*x = PutRevokeRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[20]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1498,7 @@ func (x *PutRevokeRequest) String() string {
 func (*PutRevokeRequest) ProtoMessage() {}
 
 func (x *PutRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[20]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1511,7 @@ func (x *PutRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRevokeRequest.ProtoReflect.Descriptor instead.
 func (*PutRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{20}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PutRevokeRequest) GetPuts() []*PutRef {
@@ -1454,7 +1530,7 @@ type PutRevokeResponse struct {
 
 func (x *PutRevokeResponse) Reset() {
 	*x = PutRevokeResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[21]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1542,7 @@ func (x *PutRevokeResponse) String() string {
 func (*PutRevokeResponse) ProtoMessage() {}
 
 func (x *PutRevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[21]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1555,7 @@ func (x *PutRevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRevokeResponse.ProtoReflect.Descriptor instead.
 func (*PutRevokeResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{21}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PutRevokeResponse) GetErrors() []*ItemError {
@@ -1502,7 +1578,7 @@ type GetReplicasRequest struct {
 
 func (x *GetReplicasRequest) Reset() {
 	*x = GetReplicasRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[22]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1590,7 @@ func (x *GetReplicasRequest) String() string {
 func (*GetReplicasRequest) ProtoMessage() {}
 
 func (x *GetReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[22]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1603,7 @@ func (x *GetReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplicasRequest.ProtoReflect.Descriptor instead.
 func (*GetReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{22}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetReplicasRequest) GetKeys() []string {
@@ -1563,7 +1639,7 @@ type GetResult struct {
 
 func (x *GetResult) Reset() {
 	*x = GetResult{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[23]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1651,7 @@ func (x *GetResult) String() string {
 func (*GetResult) ProtoMessage() {}
 
 func (x *GetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[23]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1664,7 @@ func (x *GetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResult.ProtoReflect.Descriptor instead.
 func (*GetResult) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{23}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetResult) GetError() *ItemError {
@@ -1643,7 +1719,7 @@ type GetReplicasResponse struct {
 
 func (x *GetReplicasResponse) Reset() {
 	*x = GetReplicasResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[24]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +1731,7 @@ func (x *GetReplicasResponse) String() string {
 func (*GetReplicasResponse) ProtoMessage() {}
 
 func (x *GetReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[24]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +1744,7 @@ func (x *GetReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplicasResponse.ProtoReflect.Descriptor instead.
 func (*GetReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{24}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetReplicasResponse) GetSegments() []*SegmentDescriptor {
@@ -1698,7 +1774,7 @@ type ExistsRequest struct {
 
 func (x *ExistsRequest) Reset() {
 	*x = ExistsRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[25]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1786,7 @@ func (x *ExistsRequest) String() string {
 func (*ExistsRequest) ProtoMessage() {}
 
 func (x *ExistsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[25]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1799,7 @@ func (x *ExistsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistsRequest.ProtoReflect.Descriptor instead.
 func (*ExistsRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{25}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExistsRequest) GetKeys() []string {
@@ -1749,7 +1825,7 @@ type ExistsResponse struct {
 
 func (x *ExistsResponse) Reset() {
 	*x = ExistsResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[26]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1837,7 @@ func (x *ExistsResponse) String() string {
 func (*ExistsResponse) ProtoMessage() {}
 
 func (x *ExistsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[26]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1850,7 @@ func (x *ExistsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistsResponse.ProtoReflect.Descriptor instead.
 func (*ExistsResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{26}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ExistsResponse) GetExists() []bool {
@@ -1794,7 +1870,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[27]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1882,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[27]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1895,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{27}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RemoveRequest) GetKeys() []string {
@@ -1845,7 +1921,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[28]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +1933,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[28]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +1946,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{28}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RemoveResponse) GetErrors() []*ItemError {
@@ -1895,7 +1971,7 @@ type RemoveAllRequest struct {
 
 func (x *RemoveAllRequest) Reset() {
 	*x = RemoveAllRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[29]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +1983,7 @@ func (x *RemoveAllRequest) String() string {
 func (*RemoveAllRequest) ProtoMessage() {}
 
 func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[29]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +1996,7 @@ func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{29}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RemoveAllRequest) GetForce() bool {
@@ -1953,7 +2029,7 @@ type RemoveAllResponse struct {
 
 func (x *RemoveAllResponse) Reset() {
 	*x = RemoveAllResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[30]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2041,7 @@ func (x *RemoveAllResponse) String() string {
 func (*RemoveAllResponse) ProtoMessage() {}
 
 func (x *RemoveAllResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[30]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2054,7 @@ func (x *RemoveAllResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllResponse.ProtoReflect.Descriptor instead.
 func (*RemoveAllResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{30}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemoveAllResponse) GetRemoved() uint64 {
@@ -1996,7 +2072,7 @@ type ListSegmentsRequest struct {
 
 func (x *ListSegmentsRequest) Reset() {
 	*x = ListSegmentsRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[31]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2084,7 @@ func (x *ListSegmentsRequest) String() string {
 func (*ListSegmentsRequest) ProtoMessage() {}
 
 func (x *ListSegmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[31]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2097,7 @@ func (x *ListSegmentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSegmentsRequest.ProtoReflect.Descriptor instead.
 func (*ListSegmentsRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{31}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{32}
 }
 
 type ListSegmentsResponse struct {
@@ -2033,7 +2109,7 @@ type ListSegmentsResponse struct {
 
 func (x *ListSegmentsResponse) Reset() {
 	*x = ListSegmentsResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[32]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2121,7 @@ func (x *ListSegmentsResponse) String() string {
 func (*ListSegmentsResponse) ProtoMessage() {}
 
 func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[32]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2134,7 @@ func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSegmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListSegmentsResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{32}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListSegmentsResponse) GetSegments() []*SegmentDescriptor {
@@ -2080,7 +2156,7 @@ type ReleaseLeasesRequest struct {
 
 func (x *ReleaseLeasesRequest) Reset() {
 	*x = ReleaseLeasesRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2168,7 @@ func (x *ReleaseLeasesRequest) String() string {
 func (*ReleaseLeasesRequest) ProtoMessage() {}
 
 func (x *ReleaseLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2181,7 @@ func (x *ReleaseLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{33}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReleaseLeasesRequest) GetLeaseIds() []uint64 {
@@ -2123,7 +2199,7 @@ type ReleaseLeasesResponse struct {
 
 func (x *ReleaseLeasesResponse) Reset() {
 	*x = ReleaseLeasesResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2211,7 @@ func (x *ReleaseLeasesResponse) String() string {
 func (*ReleaseLeasesResponse) ProtoMessage() {}
 
 func (x *ReleaseLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2224,7 @@ func (x *ReleaseLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{34}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{35}
 }
 
 // HoldLeasesRequest manages the read leases a client holds as views
@@ -2168,7 +2244,7 @@ type HoldLeasesRequest struct {
 
 func (x *HoldLeasesRequest) Reset() {
 	*x = HoldLeasesRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2256,7 @@ func (x *HoldLeasesRequest) String() string {
 func (*HoldLeasesRequest) ProtoMessage() {}
 
 func (x *HoldLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2269,7 @@ func (x *HoldLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldLeasesRequest.ProtoReflect.Descriptor instead.
 func (*HoldLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{35}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HoldLeasesRequest) GetClientId() string {
@@ -2237,7 +2313,7 @@ type HoldLeasesResponse struct {
 
 func (x *HoldLeasesResponse) Reset() {
 	*x = HoldLeasesResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2325,7 @@ func (x *HoldLeasesResponse) String() string {
 func (*HoldLeasesResponse) ProtoMessage() {}
 
 func (x *HoldLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2338,7 @@ func (x *HoldLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldLeasesResponse.ProtoReflect.Descriptor instead.
 func (*HoldLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{36}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *HoldLeasesResponse) GetErrors() []*ItemError {
@@ -2295,7 +2371,7 @@ type ReportUnreachableRequest struct {
 
 func (x *ReportUnreachableRequest) Reset() {
 	*x = ReportUnreachableRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2383,7 @@ func (x *ReportUnreachableRequest) String() string {
 func (*ReportUnreachableRequest) ProtoMessage() {}
 
 func (x *ReportUnreachableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2396,7 @@ func (x *ReportUnreachableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnreachableRequest.ProtoReflect.Descriptor instead.
 func (*ReportUnreachableRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{37}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReportUnreachableRequest) GetClientId() string {
@@ -2359,7 +2435,7 @@ type ReportUnreachableResponse struct {
 
 func (x *ReportUnreachableResponse) Reset() {
 	*x = ReportUnreachableResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2447,7 @@ func (x *ReportUnreachableResponse) String() string {
 func (*ReportUnreachableResponse) ProtoMessage() {}
 
 func (x *ReportUnreachableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2460,7 @@ func (x *ReportUnreachableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnreachableResponse.ProtoReflect.Descriptor instead.
 func (*ReportUnreachableResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{38}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{39}
 }
 
 // UnregisterClientRequest ends a registration at once (a client closing
@@ -2399,7 +2475,7 @@ type UnregisterClientRequest struct {
 
 func (x *UnregisterClientRequest) Reset() {
 	*x = UnregisterClientRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2487,7 @@ func (x *UnregisterClientRequest) String() string {
 func (*UnregisterClientRequest) ProtoMessage() {}
 
 func (x *UnregisterClientRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2500,7 @@ func (x *UnregisterClientRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterClientRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterClientRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{39}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UnregisterClientRequest) GetClientId() string {
@@ -2442,7 +2518,7 @@ type UnregisterClientResponse struct {
 
 func (x *UnregisterClientResponse) Reset() {
 	*x = UnregisterClientResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2530,7 @@ func (x *UnregisterClientResponse) String() string {
 func (*UnregisterClientResponse) ProtoMessage() {}
 
 func (x *UnregisterClientResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2543,7 @@ func (x *UnregisterClientResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterClientResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterClientResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{40}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{41}
 }
 
 type UsageStats struct {
@@ -2484,7 +2560,7 @@ type UsageStats struct {
 
 func (x *UsageStats) Reset() {
 	*x = UsageStats{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2572,7 @@ func (x *UsageStats) String() string {
 func (*UsageStats) ProtoMessage() {}
 
 func (x *UsageStats) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2585,7 @@ func (x *UsageStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageStats.ProtoReflect.Descriptor instead.
 func (*UsageStats) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{41}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UsageStats) GetNode() string {
@@ -2562,7 +2638,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2574,7 +2650,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2587,7 +2663,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{42}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{43}
 }
 
 type StatsResponse struct {
@@ -2607,7 +2683,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[43]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2619,7 +2695,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[43]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2632,7 +2708,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{43}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StatsResponse) GetObjects() uint64 {
@@ -2716,7 +2792,7 @@ type ClientStats struct {
 
 func (x *ClientStats) Reset() {
 	*x = ClientStats{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[44]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2804,7 @@ func (x *ClientStats) String() string {
 func (*ClientStats) ProtoMessage() {}
 
 func (x *ClientStats) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[44]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2817,7 @@ func (x *ClientStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientStats.ProtoReflect.Descriptor instead.
 func (*ClientStats) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{44}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ClientStats) GetId() string {
@@ -2880,9 +2956,14 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\bsoft_pin\x18\x06 \x01(\bR\asoftPin\x12%\n" +
 	"\x0fsoft_pin_ttl_ns\x18\a \x01(\x03R\fsoftPinTtlNs\x12\x16\n" +
 	"\x06upsert\x18\b \x01(\bR\x06upsert\x12\"\n" +
-	"\rkeep_soft_pin\x18\t \x01(\bR\vkeepSoftPin\"B\n" +
+	"\rkeep_soft_pin\x18\t \x01(\bR\vkeepSoftPin\"z\n" +
 	"\x0fPutStartRequest\x12/\n" +
-	"\x05items\x18\x01 \x03(\v2\x19.kvfabric.v1.PutStartItemR\x05items\"S\n" +
+	"\x05items\x18\x01 \x03(\v2\x19.kvfabric.v1.PutStartItemR\x05items\x126\n" +
+	"\auniform\x18\x02 \x01(\v2\x1c.kvfabric.v1.UniformPutStartR\auniform\"j\n" +
+	"\x0fUniformPutStart\x12-\n" +
+	"\x04item\x18\x01 \x01(\v2\x19.kvfabric.v1.PutStartItemR\x04item\x12\x12\n" +
+	"\x04keys\x18\x02 \x03(\tR\x04keys\x12\x14\n" +
+	"\x05sizes\x18\x03 \x03(\x04R\x05sizes\"S\n" +
 	"\aReplica\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\rR\asegment\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
@@ -3036,7 +3117,7 @@ func file_kvfabric_v1_kvfabric_proto_rawDescGZIP() []byte {
 }
 
 var file_kvfabric_v1_kvfabric_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kvfabric_v1_kvfabric_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_kvfabric_v1_kvfabric_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_kvfabric_v1_kvfabric_proto_goTypes = []any{
 	(Tier)(0),                         // 0: kvfabric.v1.Tier
 	(HandleKind)(0),                   // 1: kvfabric.v1.HandleKind
@@ -3054,37 +3135,38 @@ var file_kvfabric_v1_kvfabric_proto_goTypes = []any{
 	(*Placement)(nil),                 // 13: kvfabric.v1.Placement
 	(*PutStartItem)(nil),              // 14: kvfabric.v1.PutStartItem
 	(*PutStartRequest)(nil),           // 15: kvfabric.v1.PutStartRequest
-	(*Replica)(nil),                   // 16: kvfabric.v1.Replica
-	(*PutStartResult)(nil),            // 17: kvfabric.v1.PutStartResult
-	(*PutStartResponse)(nil),          // 18: kvfabric.v1.PutStartResponse
-	(*PutRef)(nil),                    // 19: kvfabric.v1.PutRef
-	(*PutEndRequest)(nil),             // 20: kvfabric.v1.PutEndRequest
-	(*PutEndResponse)(nil),            // 21: kvfabric.v1.PutEndResponse
-	(*PutRevokeRequest)(nil),          // 22: kvfabric.v1.PutRevokeRequest
-	(*PutRevokeResponse)(nil),         // 23: kvfabric.v1.PutRevokeResponse
-	(*GetReplicasRequest)(nil),        // 24: kvfabric.v1.GetReplicasRequest
-	(*GetResult)(nil),                 // 25: kvfabric.v1.GetResult
-	(*GetReplicasResponse)(nil),       // 26: kvfabric.v1.GetReplicasResponse
-	(*ExistsRequest)(nil),             // 27: kvfabric.v1.ExistsRequest
-	(*ExistsResponse)(nil),            // 28: kvfabric.v1.ExistsResponse
-	(*RemoveRequest)(nil),             // 29: kvfabric.v1.RemoveRequest
-	(*RemoveResponse)(nil),            // 30: kvfabric.v1.RemoveResponse
-	(*RemoveAllRequest)(nil),          // 31: kvfabric.v1.RemoveAllRequest
-	(*RemoveAllResponse)(nil),         // 32: kvfabric.v1.RemoveAllResponse
-	(*ListSegmentsRequest)(nil),       // 33: kvfabric.v1.ListSegmentsRequest
-	(*ListSegmentsResponse)(nil),      // 34: kvfabric.v1.ListSegmentsResponse
-	(*ReleaseLeasesRequest)(nil),      // 35: kvfabric.v1.ReleaseLeasesRequest
-	(*ReleaseLeasesResponse)(nil),     // 36: kvfabric.v1.ReleaseLeasesResponse
-	(*HoldLeasesRequest)(nil),         // 37: kvfabric.v1.HoldLeasesRequest
-	(*HoldLeasesResponse)(nil),        // 38: kvfabric.v1.HoldLeasesResponse
-	(*ReportUnreachableRequest)(nil),  // 39: kvfabric.v1.ReportUnreachableRequest
-	(*ReportUnreachableResponse)(nil), // 40: kvfabric.v1.ReportUnreachableResponse
-	(*UnregisterClientRequest)(nil),   // 41: kvfabric.v1.UnregisterClientRequest
-	(*UnregisterClientResponse)(nil),  // 42: kvfabric.v1.UnregisterClientResponse
-	(*UsageStats)(nil),                // 43: kvfabric.v1.UsageStats
-	(*StatsRequest)(nil),              // 44: kvfabric.v1.StatsRequest
-	(*StatsResponse)(nil),             // 45: kvfabric.v1.StatsResponse
-	(*ClientStats)(nil),               // 46: kvfabric.v1.ClientStats
+	(*UniformPutStart)(nil),           // 16: kvfabric.v1.UniformPutStart
+	(*Replica)(nil),                   // 17: kvfabric.v1.Replica
+	(*PutStartResult)(nil),            // 18: kvfabric.v1.PutStartResult
+	(*PutStartResponse)(nil),          // 19: kvfabric.v1.PutStartResponse
+	(*PutRef)(nil),                    // 20: kvfabric.v1.PutRef
+	(*PutEndRequest)(nil),             // 21: kvfabric.v1.PutEndRequest
+	(*PutEndResponse)(nil),            // 22: kvfabric.v1.PutEndResponse
+	(*PutRevokeRequest)(nil),          // 23: kvfabric.v1.PutRevokeRequest
+	(*PutRevokeResponse)(nil),         // 24: kvfabric.v1.PutRevokeResponse
+	(*GetReplicasRequest)(nil),        // 25: kvfabric.v1.GetReplicasRequest
+	(*GetResult)(nil),                 // 26: kvfabric.v1.GetResult
+	(*GetReplicasResponse)(nil),       // 27: kvfabric.v1.GetReplicasResponse
+	(*ExistsRequest)(nil),             // 28: kvfabric.v1.ExistsRequest
+	(*ExistsResponse)(nil),            // 29: kvfabric.v1.ExistsResponse
+	(*RemoveRequest)(nil),             // 30: kvfabric.v1.RemoveRequest
+	(*RemoveResponse)(nil),            // 31: kvfabric.v1.RemoveResponse
+	(*RemoveAllRequest)(nil),          // 32: kvfabric.v1.RemoveAllRequest
+	(*RemoveAllResponse)(nil),         // 33: kvfabric.v1.RemoveAllResponse
+	(*ListSegmentsRequest)(nil),       // 34: kvfabric.v1.ListSegmentsRequest
+	(*ListSegmentsResponse)(nil),      // 35: kvfabric.v1.ListSegmentsResponse
+	(*ReleaseLeasesRequest)(nil),      // 36: kvfabric.v1.ReleaseLeasesRequest
+	(*ReleaseLeasesResponse)(nil),     // 37: kvfabric.v1.ReleaseLeasesResponse
+	(*HoldLeasesRequest)(nil),         // 38: kvfabric.v1.HoldLeasesRequest
+	(*HoldLeasesResponse)(nil),        // 39: kvfabric.v1.HoldLeasesResponse
+	(*ReportUnreachableRequest)(nil),  // 40: kvfabric.v1.ReportUnreachableRequest
+	(*ReportUnreachableResponse)(nil), // 41: kvfabric.v1.ReportUnreachableResponse
+	(*UnregisterClientRequest)(nil),   // 42: kvfabric.v1.UnregisterClientRequest
+	(*UnregisterClientResponse)(nil),  // 43: kvfabric.v1.UnregisterClientResponse
+	(*UsageStats)(nil),                // 44: kvfabric.v1.UsageStats
+	(*StatsRequest)(nil),              // 45: kvfabric.v1.StatsRequest
+	(*StatsResponse)(nil),             // 46: kvfabric.v1.StatsResponse
+	(*ClientStats)(nil),               // 47: kvfabric.v1.ClientStats
 }
 var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	1,  // 0: kvfabric.v1.Handle.kind:type_name -> kvfabric.v1.HandleKind
@@ -3094,65 +3176,67 @@ var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	0,  // 4: kvfabric.v1.Placement.tier:type_name -> kvfabric.v1.Tier
 	13, // 5: kvfabric.v1.PutStartItem.placement:type_name -> kvfabric.v1.Placement
 	14, // 6: kvfabric.v1.PutStartRequest.items:type_name -> kvfabric.v1.PutStartItem
-	4,  // 7: kvfabric.v1.PutStartResult.error:type_name -> kvfabric.v1.ItemError
-	16, // 8: kvfabric.v1.PutStartResult.replicas:type_name -> kvfabric.v1.Replica
-	3,  // 9: kvfabric.v1.PutStartResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
-	17, // 10: kvfabric.v1.PutStartResponse.results:type_name -> kvfabric.v1.PutStartResult
-	19, // 11: kvfabric.v1.PutEndRequest.puts:type_name -> kvfabric.v1.PutRef
-	4,  // 12: kvfabric.v1.PutEndResponse.errors:type_name -> kvfabric.v1.ItemError
-	19, // 13: kvfabric.v1.PutRevokeRequest.puts:type_name -> kvfabric.v1.PutRef
-	4,  // 14: kvfabric.v1.PutRevokeResponse.errors:type_name -> kvfabric.v1.ItemError
-	4,  // 15: kvfabric.v1.GetResult.error:type_name -> kvfabric.v1.ItemError
-	16, // 16: kvfabric.v1.GetResult.replicas:type_name -> kvfabric.v1.Replica
-	3,  // 17: kvfabric.v1.GetReplicasResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
-	25, // 18: kvfabric.v1.GetReplicasResponse.results:type_name -> kvfabric.v1.GetResult
-	4,  // 19: kvfabric.v1.RemoveResponse.errors:type_name -> kvfabric.v1.ItemError
-	3,  // 20: kvfabric.v1.ListSegmentsResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
-	4,  // 21: kvfabric.v1.HoldLeasesResponse.errors:type_name -> kvfabric.v1.ItemError
-	0,  // 22: kvfabric.v1.UsageStats.tier:type_name -> kvfabric.v1.Tier
-	43, // 23: kvfabric.v1.StatsResponse.tiers:type_name -> kvfabric.v1.UsageStats
-	43, // 24: kvfabric.v1.StatsResponse.locations:type_name -> kvfabric.v1.UsageStats
-	46, // 25: kvfabric.v1.StatsResponse.client_stats:type_name -> kvfabric.v1.ClientStats
-	1,  // 26: kvfabric.v1.ClientStats.handle_kinds:type_name -> kvfabric.v1.HandleKind
-	5,  // 27: kvfabric.v1.Master.RegisterClient:input_type -> kvfabric.v1.RegisterClientRequest
-	7,  // 28: kvfabric.v1.Master.Heartbeat:input_type -> kvfabric.v1.HeartbeatRequest
-	9,  // 29: kvfabric.v1.Master.MountSegment:input_type -> kvfabric.v1.MountSegmentRequest
-	11, // 30: kvfabric.v1.Master.UnmountSegment:input_type -> kvfabric.v1.UnmountSegmentRequest
-	15, // 31: kvfabric.v1.Master.PutStart:input_type -> kvfabric.v1.PutStartRequest
-	20, // 32: kvfabric.v1.Master.PutEnd:input_type -> kvfabric.v1.PutEndRequest
-	22, // 33: kvfabric.v1.Master.PutRevoke:input_type -> kvfabric.v1.PutRevokeRequest
-	24, // 34: kvfabric.v1.Master.GetReplicas:input_type -> kvfabric.v1.GetReplicasRequest
-	27, // 35: kvfabric.v1.Master.Exists:input_type -> kvfabric.v1.ExistsRequest
-	29, // 36: kvfabric.v1.Master.Remove:input_type -> kvfabric.v1.RemoveRequest
-	31, // 37: kvfabric.v1.Master.RemoveAll:input_type -> kvfabric.v1.RemoveAllRequest
-	33, // 38: kvfabric.v1.Master.ListSegments:input_type -> kvfabric.v1.ListSegmentsRequest
-	44, // 39: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
-	35, // 40: kvfabric.v1.Master.ReleaseLeases:input_type -> kvfabric.v1.ReleaseLeasesRequest
-	37, // 41: kvfabric.v1.Master.HoldLeases:input_type -> kvfabric.v1.HoldLeasesRequest
-	39, // 42: kvfabric.v1.Master.ReportUnreachable:input_type -> kvfabric.v1.ReportUnreachableRequest
-	41, // 43: kvfabric.v1.Master.UnregisterClient:input_type -> kvfabric.v1.UnregisterClientRequest
-	6,  // 44: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
-	8,  // 45: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
-	10, // 46: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
-	12, // 47: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
-	18, // 48: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
-	21, // 49: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
-	23, // 50: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
-	26, // 51: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
-	28, // 52: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
-	30, // 53: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
-	32, // 54: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
-	34, // 55: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
-	45, // 56: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
-	36, // 57: kvfabric.v1.Master.ReleaseLeases:output_type -> kvfabric.v1.ReleaseLeasesResponse
-	38, // 58: kvfabric.v1.Master.HoldLeases:output_type -> kvfabric.v1.HoldLeasesResponse
-	40, // 59: kvfabric.v1.Master.ReportUnreachable:output_type -> kvfabric.v1.ReportUnreachableResponse
-	42, // 60: kvfabric.v1.Master.UnregisterClient:output_type -> kvfabric.v1.UnregisterClientResponse
-	44, // [44:61] is the sub-list for method output_type
-	27, // [27:44] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	16, // 7: kvfabric.v1.PutStartRequest.uniform:type_name -> kvfabric.v1.UniformPutStart
+	14, // 8: kvfabric.v1.UniformPutStart.item:type_name -> kvfabric.v1.PutStartItem
+	4,  // 9: kvfabric.v1.PutStartResult.error:type_name -> kvfabric.v1.ItemError
+	17, // 10: kvfabric.v1.PutStartResult.replicas:type_name -> kvfabric.v1.Replica
+	3,  // 11: kvfabric.v1.PutStartResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
+	18, // 12: kvfabric.v1.PutStartResponse.results:type_name -> kvfabric.v1.PutStartResult
+	20, // 13: kvfabric.v1.PutEndRequest.puts:type_name -> kvfabric.v1.PutRef
+	4,  // 14: kvfabric.v1.PutEndResponse.errors:type_name -> kvfabric.v1.ItemError
+	20, // 15: kvfabric.v1.PutRevokeRequest.puts:type_name -> kvfabric.v1.PutRef
+	4,  // 16: kvfabric.v1.PutRevokeResponse.errors:type_name -> kvfabric.v1.ItemError
+	4,  // 17: kvfabric.v1.GetResult.error:type_name -> kvfabric.v1.ItemError
+	17, // 18: kvfabric.v1.GetResult.replicas:type_name -> kvfabric.v1.Replica
+	3,  // 19: kvfabric.v1.GetReplicasResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
+	26, // 20: kvfabric.v1.GetReplicasResponse.results:type_name -> kvfabric.v1.GetResult
+	4,  // 21: kvfabric.v1.RemoveResponse.errors:type_name -> kvfabric.v1.ItemError
+	3,  // 22: kvfabric.v1.ListSegmentsResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
+	4,  // 23: kvfabric.v1.HoldLeasesResponse.errors:type_name -> kvfabric.v1.ItemError
+	0,  // 24: kvfabric.v1.UsageStats.tier:type_name -> kvfabric.v1.Tier
+	44, // 25: kvfabric.v1.StatsResponse.tiers:type_name -> kvfabric.v1.UsageStats
+	44, // 26: kvfabric.v1.StatsResponse.locations:type_name -> kvfabric.v1.UsageStats
+	47, // 27: kvfabric.v1.StatsResponse.client_stats:type_name -> kvfabric.v1.ClientStats
+	1,  // 28: kvfabric.v1.ClientStats.handle_kinds:type_name -> kvfabric.v1.HandleKind
+	5,  // 29: kvfabric.v1.Master.RegisterClient:input_type -> kvfabric.v1.RegisterClientRequest
+	7,  // 30: kvfabric.v1.Master.Heartbeat:input_type -> kvfabric.v1.HeartbeatRequest
+	9,  // 31: kvfabric.v1.Master.MountSegment:input_type -> kvfabric.v1.MountSegmentRequest
+	11, // 32: kvfabric.v1.Master.UnmountSegment:input_type -> kvfabric.v1.UnmountSegmentRequest
+	15, // 33: kvfabric.v1.Master.PutStart:input_type -> kvfabric.v1.PutStartRequest
+	21, // 34: kvfabric.v1.Master.PutEnd:input_type -> kvfabric.v1.PutEndRequest
+	23, // 35: kvfabric.v1.Master.PutRevoke:input_type -> kvfabric.v1.PutRevokeRequest
+	25, // 36: kvfabric.v1.Master.GetReplicas:input_type -> kvfabric.v1.GetReplicasRequest
+	28, // 37: kvfabric.v1.Master.Exists:input_type -> kvfabric.v1.ExistsRequest
+	30, // 38: kvfabric.v1.Master.Remove:input_type -> kvfabric.v1.RemoveRequest
+	32, // 39: kvfabric.v1.Master.RemoveAll:input_type -> kvfabric.v1.RemoveAllRequest
+	34, // 40: kvfabric.v1.Master.ListSegments:input_type -> kvfabric.v1.ListSegmentsRequest
+	45, // 41: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
+	36, // 42: kvfabric.v1.Master.ReleaseLeases:input_type -> kvfabric.v1.ReleaseLeasesRequest
+	38, // 43: kvfabric.v1.Master.HoldLeases:input_type -> kvfabric.v1.HoldLeasesRequest
+	40, // 44: kvfabric.v1.Master.ReportUnreachable:input_type -> kvfabric.v1.ReportUnreachableRequest
+	42, // 45: kvfabric.v1.Master.UnregisterClient:input_type -> kvfabric.v1.UnregisterClientRequest
+	6,  // 46: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
+	8,  // 47: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
+	10, // 48: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
+	12, // 49: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
+	19, // 50: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
+	22, // 51: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
+	24, // 52: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
+	27, // 53: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
+	29, // 54: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
+	31, // 55: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
+	33, // 56: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
+	35, // 57: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
+	46, // 58: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
+	37, // 59: kvfabric.v1.Master.ReleaseLeases:output_type -> kvfabric.v1.ReleaseLeasesResponse
+	39, // 60: kvfabric.v1.Master.HoldLeases:output_type -> kvfabric.v1.HoldLeasesResponse
+	41, // 61: kvfabric.v1.Master.ReportUnreachable:output_type -> kvfabric.v1.ReportUnreachableResponse
+	43, // 62: kvfabric.v1.Master.UnregisterClient:output_type -> kvfabric.v1.UnregisterClientResponse
+	46, // [46:63] is the sub-list for method output_type
+	29, // [29:46] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_kvfabric_v1_kvfabric_proto_init() }
@@ -3166,7 +3250,7 @@ func file_kvfabric_v1_kvfabric_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvfabric_v1_kvfabric_proto_rawDesc), len(file_kvfabric_v1_kvfabric_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   45,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
