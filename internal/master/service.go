@@ -997,27 +997,13 @@ func (p *PreparedPuts) key(i int) string {
 	return p.reqs[i].Key
 }
 
-// prepare validates the n requests of p and draws their tokens and hashes
-// (in parts over cores for a large batch: runParts).
+// prepare validates the n requests of p and draws their tokens and hashes.
 func (s *Service) prepare(p *PreparedPuts, n int) *PreparedPuts {
 	p.out, p.tokens, p.hashes = make([]PutStartResult, n), make([]uint64, n), make([]uint64, n)
-	var nreps [maxParts]int
-	runParts(n, partsFor(n), func(part, lo, hi int) { nreps[part] = s.prepareRange(p, lo, hi) })
-	nrep := 0
-	for _, k := range nreps {
-		nrep += k
-	}
-	p.backing = make([]Replica, 0, nrep)
-	return p
-}
-
-// prepareRange prepares requests [lo, hi) of p and returns how many
-// replicas they ask for.
-func (s *Service) prepareRange(p *PreparedPuts, lo, hi int) int {
 	nrep := 0
 	var valid *Placement // the last placement validated: a batch's puts usually share one
 	var cur PutStartReq
-	for i := lo; i < hi; i++ {
+	for i := range n {
 		r := p.req(i, &cur)
 		if p.out[i].Err = validatePutStartAfter(r, s.cfg.MaxKeyLen, valid); p.out[i].Err == nil {
 			nrep += max(r.Replicas, 1)
@@ -1030,7 +1016,8 @@ func (s *Service) prepareRange(p *PreparedPuts, lo, hi int) int {
 			p.hashes[i] = s.mu.objs.hash(r.Key)
 		}
 	}
-	return nrep
+	p.backing = make([]Replica, 0, nrep)
+	return p
 }
 
 // PutStartPrepared is PutStart of a batch PreparePutStart prepared.

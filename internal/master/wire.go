@@ -770,27 +770,10 @@ func (t *descTable) appendWire(b []byte) ([]byte, error) {
 	return b, nil
 }
 
-// index returns the number of d, which add numbered (the encoders run
-// after the table is filled, in parts at once: they only read it).
-func (t *descTable) index(d *segment.Descriptor) uint32 {
-	if t.idx != nil {
-		if i, ok := t.idx[d]; ok {
-			return i
-		}
-	} else {
-		for i, x := range t.list {
-			if x == d {
-				return uint32(i)
-			}
-		}
-	}
-	panic("master: wire: replica of a descriptor not in the table")
-}
-
 func appendReplicas(b []byte, num protowire.Number, t *descTable, rs []Replica) []byte {
 	for _, r := range rs {
 		m := beginMsg(&b, num)
-		b = appendVarintNZ(b, 1, uint64(t.index(r.Segment)))
+		b = appendVarintNZ(b, 1, uint64(t.add(r.Segment)))
 		b = appendVarintNZ(b, 2, r.Offset)
 		b = appendVarintNZ(b, 3, r.Length)
 		b = endMsg(b, m)
@@ -837,13 +820,8 @@ func (m *putStartResponse) fill() {
 
 func (m *putStartResponse) wireSize() int {
 	m.fill()
-	return m.tab.wireSize() + m.resultsSize(0, len(m.res))
-}
-
-// resultsSize bounds the encoded size of results [lo, hi).
-func (m *putStartResponse) resultsSize(lo, hi int) int {
-	n := 0
-	for i := lo; i < hi; i++ {
+	n := m.tab.wireSize()
+	for i := range m.res {
 		n += 3 + 9 + 6 + 40*len(m.res[i].Replicas)
 		if m.res[i].Err != nil {
 			n += 128
@@ -858,13 +836,7 @@ func (m *putStartResponse) appendWire(b []byte) ([]byte, error) {
 	if err != nil {
 		return b, err
 	}
-	return appendParts(b, len(m.res), m.resultsSize, m.appendResults)
-}
-
-// appendResults appends results [lo, hi).
-func (m *putStartResponse) appendResults(b []byte, lo, hi int) ([]byte, error) {
-	var err error
-	for i := lo; i < hi; i++ {
+	for i := range m.res {
 		x := &m.res[i]
 		r := beginMsg(&b, 2)
 		if x.Err != nil {
@@ -905,13 +877,8 @@ func (m *getResponse) fill() {
 
 func (m *getResponse) wireSize() int {
 	m.fill()
-	return m.tab.wireSize() + m.resultsSize(0, len(m.res))
-}
-
-// resultsSize bounds the encoded size of results [lo, hi).
-func (m *getResponse) resultsSize(lo, hi int) int {
-	n := 0
-	for i := lo; i < hi; i++ {
+	n := m.tab.wireSize()
+	for i := range m.res {
 		n += 3 + 11 + 11 + 11 + 9 + 40*len(m.res[i].Replicas) // size, expiry, TTL, lease id
 		if m.res[i].Err != nil {
 			n += 128
@@ -926,13 +893,7 @@ func (m *getResponse) appendWire(b []byte) ([]byte, error) {
 	if err != nil {
 		return b, err
 	}
-	return appendParts(b, len(m.res), m.resultsSize, m.appendResults)
-}
-
-// appendResults appends results [lo, hi).
-func (m *getResponse) appendResults(b []byte, lo, hi int) ([]byte, error) {
-	var err error
-	for i := lo; i < hi; i++ {
+	for i := range m.res {
 		x := &m.res[i]
 		r := beginMsg(&b, 2)
 		if x.Err != nil {
