@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
 	pb "github.com/kvfabric/kvfabric/api/kvfabric/v1"
@@ -192,5 +194,86 @@ func TestPutStartUniformOldMaster(t *testing.T) {
 	}
 	if st := e.stats(); st.Objects != 0 || st.PendingPuts != 0 {
 		t.Fatalf("leaked: objects %d pending %d", st.Objects, st.PendingPuts)
+	}
+}
+
+// TestPutStartUniformServer: the server's side of uniform puts, as a peer
+// built from the proto sends them (the generated client): a request with
+// both items and uniform puts is answered items first, then the uniform
+// ones in order; keys and sizes of different lengths fail the whole call
+// as INVALID_ARGUMENT naming both counts, with nothing started.
+func TestPutStartUniformServer(t *testing.T) {
+	e := newEnvWith(t, testConfig(), func(_ testing.TB, s *Service) Client { return NewEmbedded(s) })
+	e.mount(desc("seg", e.register("prov", "host-prov", 0, 0), "host-prov", segment.TierDRAM, 0, 64*MiB))
+	w := e.defaultWriter()
+	lis := bufconn.Listen(1 << 20)
+	srv := NewServer(e.svc, nil)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(lis, nil) }()
+	defer func() {
+		_ = srv.Shutdown(context.Background())
+		<-done
+	}()
+	conn, err := grpc.NewClient("passthrough:///bufconn",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	gen := pb.NewMasterClient(conn)
+	pl := &pb.Placement{Client: w, NumaNode: -1, Device: -1}
+
+	_, err = gen.PutStart(e.ctx, &pb.PutStartRequest{Uniform: &pb.UniformPutStart{Item: &pb.PutStartItem{Placement: pl},
+		Keys: []string{"a", "b"}, Sizes: []uint64{4096}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "2 keys but 1 sizes") {
+		t.Errorf("keys and sizes of different lengths: %v", err)
+	}
+	if st := e.stats(); st.Objects != 0 || st.PendingPuts != 0 {
+		t.Fatalf("after a refused call: objects %d pending %d", st.Objects, st.PendingPuts)
+	}
+
+	resp, err := gen.PutStart(e.ctx, &pb.PutStartRequest{
+		Items:   []*pb.PutStartItem{{Key: "i0", Size: 100, Placement: pl}, {Key: "u1", Size: 200, Placement: pl}},
+		Uniform: &pb.UniformPutStart{Item: &pb.PutStartItem{Placement: pl}, Keys: []string{"u0", "u1", "u2"}, Sizes: []uint64{300, 400, 500}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, sizes := []string{"i0", "u1", "u0", "u1", "u2"}, []uint64{100, 200, 300, 400, 500}
+	if len(resp.Results) != len(keys) {
+		t.Fatalf("%d results for 2 items and 3 uniform puts", len(resp.Results))
+	}
+	var refs []PutRef
+	for i, r := range resp.Results {
+		if i == 3 { // u1 again: its put (item 1) is in progress
+			if r.Error == nil || codes.Code(r.Error.Code) != codes.AlreadyExists {
+				t.Errorf("result 3 (u1 again): %v", r.Error)
+			}
+			continue
+		}
+		if r.Error != nil || len(r.Replicas) != 1 || r.Replicas[0].Length < sizes[i] {
+			t.Fatalf("result %d (%s): %v", i, keys[i], r)
+		}
+		refs = append(refs, PutRef{Key: keys[i], Token: r.Token, Hint: r.Hint})
+	}
+	endRefs(t, e.ctx, e.c, refs)
+	for i, k := range keys {
+		if i == 3 {
+			continue
+		}
+		g := e.get(k)
+		if g.Err != nil || g.Size != sizes[i] {
+			t.Errorf("%s: size %d (%v), want %d", k, g.Size, g.Err, sizes[i])
+		}
+		if err := e.c.ReleaseLeases(e.ctx, []uint64{g.LeaseID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.c.RemoveAll(e.ctx, Filter{}, true); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.stats(); st.Objects != 0 || st.PendingPuts != 0 || e.tierUsed(segment.TierDRAM) != 0 {
+		t.Fatalf("leaked: objects %d pending %d used %d", st.Objects, st.PendingPuts, e.tierUsed(segment.TierDRAM))
 	}
 }
