@@ -117,6 +117,8 @@ func newCodecClient() *codecClient {
 
 var codecPaths = []codecPath{
 	{"hand", handGet, handPut},
+	// PutStart's puts as uniform puts (a Store's batch puts go so).
+	{"hand-uniform", handGet, handPutUniform},
 	{"proto", func(f *codecFixture, c *codecClient) ([]GetResult, int, error) { return genGet(f, c, stdCodec) },
 		func(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) { return genPut(f, c, stdCodec) }},
 }
@@ -157,7 +159,21 @@ func handGet(f *codecFixture, c *codecClient) ([]GetResult, int, error) {
 }
 
 func handPut(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) {
-	req, err := codec.Marshal(&putStartRequest{reqs: f.reqs, checked: true})
+	return handPutMsg(f, c, &putStartRequest{reqs: f.reqs, checked: true})
+}
+
+func handPutUniform(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) {
+	u := UniformPuts{Keys: f.keys, Sizes: make([]uint64, len(f.reqs)), Req: f.reqs[0]}
+	for i := range f.reqs {
+		u.Sizes[i] = f.reqs[i].Size
+	}
+	return handPutMsg(f, c, &putStartRequest{uni: true, u: u, checked: true})
+}
+
+// handPutMsg is a PutStart of out's puts (f.reqs as items or uniform puts)
+// through the hand codec.
+func handPutMsg(f *codecFixture, c *codecClient, out *putStartRequest) ([]PutStartResult, int, error) {
+	req, err := codec.Marshal(out)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -168,8 +184,8 @@ func handPut(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(in.reqs) != len(f.puts) {
-		return nil, 0, fmt.Errorf("server decoded %d items", len(in.reqs))
+	if n := len(in.reqs) + len(in.u.Keys); n != len(f.puts) {
+		return nil, 0, fmt.Errorf("server decoded %d puts", n)
 	}
 	in.free() // the Service has answered
 	resp, err := codec.Marshal(&putStartResponse{res: f.puts})
