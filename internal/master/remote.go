@@ -32,7 +32,8 @@ type remote struct {
 	// viaGRPC counts the hot calls sent over gRPC.
 	viaGRPC atomic.Uint64
 	// oldMaster: the master answered a uniform PutStart with no results
-	// (it predates them, and ignored them), so they go as items.
+	// (it predates them, and ignored them), so they go as items until the
+	// next registration.
 	oldMaster atomic.Bool
 	// uniformPuts counts the PutStart calls sent as uniform puts.
 	uniformPuts atomic.Uint64
@@ -189,6 +190,9 @@ func (r *remote) RegisterClient(ctx context.Context, info ClientInfo) (Registrat
 		// A host that does not resolve leaves the calls on gRPC.
 		_ = r.fast.advertise(ctx, resp.FastPort)
 	}
+	// A registration follows a master's restart, perhaps as a newer
+	// master: uniform puts are tried again.
+	r.oldMaster.Store(false)
 	return Registration{ID: resp.Id, TTL: time.Duration(resp.TtlNs),
 		LeaseTTL: time.Duration(resp.LeaseTtlNs), PutTimeout: time.Duration(resp.PutTimeoutNs), FastPort: resp.FastPort}, nil
 }

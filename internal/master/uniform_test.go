@@ -140,7 +140,8 @@ func (o *oldMaster) PutStart(ctx context.Context, r *pb.PutStartRequest) (*pb.Pu
 // TestPutStartUniformOldMaster: a remote Client's uniform batch to a
 // master that ignores uniform puts (it answers none and starts none) is
 // sent again as items, and every later batch goes as items at once: no
-// put is lost or started twice.
+// put is lost or started twice. A new registration (as after the master's
+// restart, maybe as a newer one) tries uniform puts again.
 func TestPutStartUniformOldMaster(t *testing.T) {
 	e := newEnvWith(t, testConfig(), func(_ testing.TB, s *Service) Client { return NewEmbedded(s) })
 	e.mount(desc("seg", e.register("prov", "host-prov", 0, 0), "host-prov", segment.TierDRAM, 0, 64*MiB))
@@ -162,7 +163,12 @@ func TestPutStartUniformOldMaster(t *testing.T) {
 	defer c.Close()
 
 	tmpl := PutStartReq{Placement: Placement{Client: w, NUMANode: -1, Device: -1}}
-	for round, want := range [][]int{{0, 2}, {2}} {
+	for round, want := range [][]int{{0, 2}, {2}, {0, 2}} {
+		if round == 2 {
+			if _, err := c.RegisterClient(e.ctx, ClientInfo{ID: "again", Node: "n"}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		old.mu.Lock()
 		old.calls = nil
 		old.mu.Unlock()
@@ -186,8 +192,8 @@ func TestPutStartUniformOldMaster(t *testing.T) {
 		}
 		endRefs(t, e.ctx, e.c, refs)
 	}
-	if st := e.stats(); st.Objects != 4 || st.PendingPuts != 0 {
-		t.Fatalf("objects %d pending %d, want 4 and 0", st.Objects, st.PendingPuts)
+	if st := e.stats(); st.Objects != 6 || st.PendingPuts != 0 {
+		t.Fatalf("objects %d pending %d, want 6 and 0", st.Objects, st.PendingPuts)
 	}
 	if _, err := e.c.RemoveAll(e.ctx, Filter{}, true); err != nil {
 		t.Fatal(err)
