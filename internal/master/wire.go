@@ -529,8 +529,7 @@ func (m *putStartRequest) decode(b []byte, all string) error {
 	// Items of a batch usually carry the same placement: decode it once.
 	var lastPl []byte
 	var last Placement
-	var uni []byte // the uniform field; a repeated one merges: its parts concatenated
-	copied := false
+	uniPl := false // the uniform item's placement was decoded (a repeated item merges)
 	for len(b) > 0 {
 		var f field
 		rest, err := f.next(b)
@@ -541,34 +540,31 @@ func (m *putStartRequest) decode(b []byte, all string) error {
 		switch {
 		case f.is(1, protowire.BytesType):
 			q := PutStartReq{Placement: NoPlacement}
-			if err := decodeItem(&q, f.p, all, base, &lastPl, &last); err != nil {
+			seenPl := false
+			if err := decodeItem(&q, f.p, all, base, &lastPl, &last, &seenPl); err != nil {
 				return err
 			}
 			m.reqs = append(m.reqs, q)
 		case f.is(2, protowire.BytesType):
-			if m.uni {
-				uni, copied = append(uni[:len(uni):len(uni)], f.p...), true
-			} else {
-				uni, m.uni = f.p, true
+			// A repeated uniform field merges: each part is decoded (and
+			// must be valid) on its own, its keys and sizes appended and
+			// its item merged into the one before.
+			if !m.uni {
+				m.uni = true
+				m.u = UniformPuts{Keys: pooled[string](&keySlices, len(f.p)/16), Sizes: pooled[uint64](&sizeSlices, len(f.p)/16),
+					Req: PutStartReq{Placement: NoPlacement}}
+			}
+			if err := m.decodeUniform(f.p, all, base, &lastPl, &last, &uniPl); err != nil {
+				return err
 			}
 		}
 	}
-	if !m.uni {
-		return nil
-	}
-	if copied { // no longer a part of all: its strings are copied
-		all, base = string(uni), uni
-	}
-	return m.decodeUniform(uni, all, base, &lastPl, &last)
+	return nil
 }
 
-// decodeUniform decodes b, the uniform field (its bytes are in all, which
-// starts at base), into m.u.
-func (m *putStartRequest) decodeUniform(b []byte, all string, base []byte, lastPl *[]byte, last *Placement) error {
-	m.u = UniformPuts{Keys: pooled[string](&keySlices, len(b)/16), Sizes: pooled[uint64](&sizeSlices, len(b)/16),
-		Req: PutStartReq{Placement: NoPlacement}}
-	var item []byte // a repeated item merges: its parts concatenated
-	copied := false
+// decodeUniform decodes b, one part of the uniform field (its bytes are in
+// all, which starts at base), into m.u.
+func (m *putStartRequest) decodeUniform(b []byte, all string, base []byte, lastPl *[]byte, last *Placement, seenPl *bool) error {
 	for len(b) > 0 {
 		var f field
 		rest, err := f.next(b)
@@ -578,10 +574,8 @@ func (m *putStartRequest) decodeUniform(b []byte, all string, base []byte, lastP
 		b = rest
 		switch {
 		case f.is(1, protowire.BytesType):
-			if item != nil {
-				item, copied = append(item[:len(item):len(item)], f.p...), true
-			} else {
-				item = f.p
+			if err := decodeItem(&m.u.Req, f.p, all, base, lastPl, last, seenPl); err != nil {
+				return err
 			}
 		case f.is(2, protowire.BytesType):
 			k, err := f.sub(all, base)
@@ -601,17 +595,15 @@ func (m *putStartRequest) decodeUniform(b []byte, all string, base []byte, lastP
 			}
 		}
 	}
-	if copied {
-		all, base = string(item), item
-	}
-	return decodeItem(&m.u.Req, item, all, base, lastPl, last)
+	return nil
 }
 
 // decodeItem merges the encoded PutStartItem b, whose bytes are in all
 // (starting at base), into q. *lastPl and *last are the placement decoded
-// last and its encoding: an equal encoding is not decoded again.
-func decodeItem(q *PutStartReq, b []byte, all string, base []byte, lastPl *[]byte, last *Placement) error {
-	seenPl := false
+// last and its encoding: an equal encoding is not decoded again. *seenPl
+// says whether q's placement was decoded (by an earlier part of the same
+// item): a first one replaces q's default, a later one merges into it.
+func decodeItem(q *PutStartReq, b []byte, all string, base []byte, lastPl *[]byte, last *Placement, seenPl *bool) error {
 	for len(b) > 0 {
 		var g field
 		rest, err := g.next(b)
@@ -639,23 +631,23 @@ func decodeItem(q *PutStartReq, b []byte, all string, base []byte, lastPl *[]byt
 		case g.is(9, protowire.VarintType):
 			q.KeepSoftPin = g.v != 0
 		case g.is(5, protowire.BytesType):
-			if !seenPl && *lastPl != nil && bytes.Equal(g.p, *lastPl) {
+			if !*seenPl && *lastPl != nil && bytes.Equal(g.p, *lastPl) {
 				q.Placement = *last
 			} else {
-				if !seenPl {
+				if !*seenPl {
 					q.Placement = Placement{}
 				}
 				if err := decodePlacement(&q.Placement, g.p); err != nil {
 					return err
 				}
-				if !seenPl {
+				if !*seenPl {
 					// Clipped: a merge into a shared copy must not append in place.
 					*lastPl, *last = g.p, q.Placement
 					last.Segments = last.Segments[:len(last.Segments):len(last.Segments)]
 					q.Placement.Segments = last.Segments
 				}
 			}
-			seenPl = true
+			*seenPl = true
 		}
 	}
 	return nil
