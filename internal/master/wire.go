@@ -1031,6 +1031,20 @@ func (m *itemErrorList) unmarshalWire(b []byte) error {
 	return nil
 }
 
+// wellFormed reports whether b parses as a sequence of fields (their
+// values are not interpreted).
+func wellFormed(b []byte) error {
+	for len(b) > 0 {
+		var f field
+		rest, err := f.next(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+	}
+	return nil
+}
+
 // decodeItemError decodes an ItemError into the error fromItemError
 // returns: nil for success (code 0).
 func decodeItemError(b []byte) (error, error) {
@@ -1233,7 +1247,12 @@ func (m *resultsReply) result(b []byte) error {
 		b = rest
 		switch {
 		case f.is(1, protowire.BytesType):
-			// A repeated message field merges: decode the concatenation.
+			// A repeated message field merges: decode the concatenation
+			// of its parts, each of which proto.Unmarshal parses on its
+			// own, so each must be well formed on its own.
+			if err := wellFormed(f.p); err != nil {
+				return err
+			}
 			errMsg = append(errMsg[:len(errMsg):len(errMsg)], f.p...)
 		case !m.get && f.is(2, protowire.Fixed64Type):
 			token = f.v

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -184,6 +185,40 @@ func TestWireUniformPutStart(t *testing.T) {
 	}
 	if !m.uni || len(m.u.Keys) != 0 || !reflect.DeepEqual(m.u.Req, PutStartReq{Placement: NoPlacement}) {
 		t.Errorf("empty uniform field: %v %+v", m.uni, m.u)
+	}
+}
+
+// TestWireResultErrorParts: a result's error sent in two parts is merged
+// as proto.Unmarshal merges it, and refused as it refuses it when a part
+// does not parse on its own (the hand decoder joined the parts and
+// accepted such a split before).
+func TestWireResultErrorParts(t *testing.T) {
+	str := func(b []byte, num protowire.Number, v string) []byte {
+		return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), v)
+	}
+	code := protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), uint64(codes.NotFound))
+	for _, tc := range []struct {
+		name         string
+		part1, part2 []byte
+	}{
+		{"well formed", str(code, 2, "NOT_FOUND"), str(nil, 3, "key gone")},
+		{"first part cut", []byte{0x12, 0x05, 'a', 'b'}, []byte{'c', 'd', 'e'}},
+	} {
+		res := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), tc.part1)
+		res = protowire.AppendBytes(protowire.AppendTag(res, 1, protowire.BytesType), tc.part2)
+		res = protowire.AppendFixed64(protowire.AppendTag(res, 2, protowire.Fixed64Type), 7)
+		b := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), res)
+		var p pb.PutStartResponse
+		gerr := proto.Unmarshal(b, &p)
+		m := resultsReply{descs: &descCache{}, puts: make([]PutStartResult, 0, 1)}
+		herr := m.unmarshalWire(b)
+		if (gerr == nil) != (herr == nil) {
+			t.Errorf("%s: generated %v, hand %v", tc.name, gerr, herr)
+			continue
+		}
+		if gerr == nil && (len(m.puts) != 1 || !sameErr(m.puts[0].Err, fromItemError(p.Results[0].Error))) {
+			t.Errorf("%s: hand %+v, generated %v", tc.name, m.puts, p.Results[0].Error)
+		}
 	}
 }
 
