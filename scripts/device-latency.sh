@@ -105,7 +105,9 @@ finally:
 import subprocess, pathlib
 kv = os.environ.get("KVFABRIC_BIN", ".device/kvfabric")
 addr_file = os.path.join(sock, "addr")
-m = subprocess.Popen([kv, "master", "--listen", "127.0.0.1:0", "--addr-file", addr_file, "--metrics-listen", ""],
+# KVFABRIC_LAT_MASTER_ARGS: more flags of the master (e.g. "--fast-spin 0").
+m = subprocess.Popen([kv, "master", "--listen", "127.0.0.1:0", "--addr-file", addr_file, "--metrics-listen", ""]
+                     + os.environ.get("KVFABRIC_LAT_MASTER_ARGS", "").split(),
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 try:
     for _ in range(200):

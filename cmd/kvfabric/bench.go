@@ -42,6 +42,7 @@ type storeFlags struct {
 	gpuTime  bool
 	defaultS bool
 	mTrace   string
+	fastSpin string
 	json     string
 	plot     string
 	python   string
@@ -117,7 +118,7 @@ engine moving only the selected bytes and the link's ceiling, on the first of
 			if sf.on {
 				fl := cmd.Flags()
 				sb := storeBenchFlags{driver: f.driver, iters: f.iters, paths: sf.paths, maxKeys: sf.maxKeys, chunk: sf.chunk, parts: sf.parts,
-					prefill: sf.prefill, scatter: sf.scatter, separate: sf.separate, gpuTime: sf.gpuTime, defaultStream: sf.defaultS, masterTrace: sf.mTrace, json: sf.json, plot: sf.plot, python: sf.python, script: sf.script}
+					prefill: sf.prefill, scatter: sf.scatter, separate: sf.separate, gpuTime: sf.gpuTime, defaultStream: sf.defaultS, masterTrace: sf.mTrace, fastSpin: sf.fastSpin, json: sf.json, plot: sf.plot, python: sf.python, script: sf.script}
 				if fl.Changed("devices") {
 					sb.devices = f.devices
 				}
@@ -160,6 +161,7 @@ engine moving only the selected bytes and the link's ceiling, on the first of
 	cmd.Flags().BoolVar(&sf.separate, "separate-copies", false, "--store: the Go paths' Stores copy every key on its own (client.Options.SeparateCopies) instead of merging the copies of keys whose bytes continue one another on both sides; the JSON's merged_copies_per_key says how many merged")
 	cmd.Flags().BoolVar(&sf.defaultS, "default-stream", false, "--store: the Go paths put and get on the default (NULL) stream, as an engine that passes no stream does (the Mooncake facade, the python path), instead of a stream of their own")
 	cmd.Flags().StringVar(&sf.mTrace, "master-trace", "", "--store: the go-remote path's `kvfabric master` writes an execution trace (go tool trace) to this file, the mode's name appended (.1gpu), and a CPU profile beside it (.1gpu.cpu)")
+	cmd.Flags().StringVar(&sf.fastSpin, "fast-spin", "", "--store: the go-remote path's fast path spin, its master's --fast-spin and its Stores' master_fast_path_spin (a duration, 0 off; default: theirs, 50us)")
 	cmd.Flags().StringVar(&sf.json, "json", "", "--store: write the results as JSON to this file")
 	cmd.Flags().StringVar(&sf.plot, "plot", "", "--store: plot ratio to the ceiling vs object size to this .svg or .png file")
 	cmd.Flags().StringVar(&sf.replot, "replot", "", "--store: do not measure; draw --plot from this --json file of an earlier run")

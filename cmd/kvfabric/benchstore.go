@@ -71,10 +71,13 @@ type storeBenchFlags struct {
 	// goes on the master's side; the mode's name is appended (one master
 	// per mode).
 	masterTrace string
-	json        string
-	plot        string
-	python      string // the python3 executable
-	script      string // the Python side; "" finds scripts/bench-store.py
+	// fastSpin ("": the defaults) is the go-remote path's fast path spin:
+	// the master's --fast-spin and the Stores' master_fast_path_spin.
+	fastSpin string
+	json     string
+	plot     string
+	python   string // the python3 executable
+	script   string // the Python side; "" finds scripts/bench-store.py
 	// exe runs `kvfabric master` for the remote path; "" means this
 	// executable (tests re-execute the test binary as kvfabric).
 	exe string
@@ -95,6 +98,7 @@ type storeParams struct {
 	gpuTime     bool   // the Go paths time their chunks' copies on the GPU
 	defStream   bool   // the Go paths' batches on the default stream (--default-stream)
 	masterTrace string // the go-remote master's --trace file, and its CPU profile with .cpu (--master-trace; the mode's name appended)
+	fastSpin    string // the go-remote path's --fast-spin and master_fast_path_spin ("": the defaults)
 	capacity    uint64 // global_segment_size of each GPU's store
 	maxMR       uint64
 	socketDir   string
@@ -160,6 +164,7 @@ type storeReport struct {
 	MaxKeys       int            `json:"max_keys_per_batch"`
 	PipelineChunk int            `json:"pipeline_chunk,omitempty"`  // --pipeline-chunk; 0: the client's default
 	BatchParts    int            `json:"batch_parts"`               // the Go paths' client.Options.BatchParts (--batch-parts, or the default it resolved to)
+	FastSpin      string         `json:"fast_spin,omitempty"`       // --fast-spin: the go-remote path's master and Stores' fast path spin
 	CopyEngineMin string         `json:"copy_engine_min,omitempty"` // --copy-engine-min given with --store: the Go paths' copy_engine_min_bytes
 	Prefill       bool           `json:"prefill,omitempty"`         // --prefill: the stores were full and every put evicted
 	Scatter       bool           `json:"scatter,omitempty"`         // --scatter: each key's buffers at a random slot, not key i at slot i
@@ -295,12 +300,21 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 		ctx = context.Background()
 	}
 	isSim := drv.Name() == "sim"
-	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill, scatter: f.scatter, separate: f.separate, gpuTime: f.gpuTime, defStream: f.defaultStream, masterTrace: f.masterTrace}
+	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill, scatter: f.scatter, separate: f.separate, gpuTime: f.gpuTime, defStream: f.defaultStream, masterTrace: f.masterTrace, fastSpin: f.fastSpin}
 	if p.chunk < 0 {
 		return fmt.Errorf("--pipeline-chunk %d: want 0 (the default) or more", p.chunk)
 	}
 	if p.parts < 0 {
 		return fmt.Errorf("--batch-parts %d: want 0 (the default) or more", p.parts)
+	}
+	if p.fastSpin != "" {
+		d, err := time.ParseDuration(p.fastSpin)
+		if err == nil {
+			err = master.CheckFastSpin("--fast-spin", d)
+		}
+		if err != nil {
+			return fmt.Errorf("--fast-spin %q: %w", p.fastSpin, err)
+		}
 	}
 	if f.sizes == "" {
 		f.sizes = defaultStoreSizes
@@ -391,7 +405,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 
 	ver, _ := drv.DriverVersion()
 	rep := storeReport{Kind: "kvfabric-bench-store", Driver: why, DriverVersion: ver, Sizes: p.sizes,
-		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, CopyEngineMin: p.ceMin, Prefill: p.prefill, Scatter: p.scatter, Separate: p.separate, GPUTimes: p.gpuTime, DefaultStream: p.defStream, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
+		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, FastSpin: p.fastSpin, CopyEngineMin: p.ceMin, Prefill: p.prefill, Scatter: p.scatter, Separate: p.separate, GPUTimes: p.gpuTime, DefaultStream: p.defStream, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
 	for _, d := range devs {
 		rep.Devices = append(rep.Devices, int(d))
 	}
@@ -759,6 +773,9 @@ func runStoreGo(ctx context.Context, drv cuda.Driver, path string, m storeMode, 
 		if p.masterTrace != "" {
 			extra = []string{"--trace", p.masterTrace + "." + m.name, "--cpuprofile", p.masterTrace + "." + m.name + ".cpu"}
 		}
+		if p.fastSpin != "" {
+			extra = append(extra, "--fast-spin", p.fastSpin)
+		}
 		if addr, stop, err = spawnMaster(ctx, exe, p.socketDir, extra...); err != nil {
 			return nil, fmt.Errorf("start kvfabric master: %w", err)
 		}
@@ -782,6 +799,9 @@ func runStoreGo(ctx context.Context, drv cuda.Driver, path string, m storeMode, 
 		}
 		if p.ceMin != "" {
 			keys["copy_engine_min_bytes"] = p.ceMin
+		}
+		if p.fastSpin != "" && path == pathRemote {
+			keys["master_fast_path_spin"] = p.fastSpin
 		}
 		cfg, err := config.FromMap(keys)
 		if err != nil {

@@ -123,7 +123,7 @@ func runMasterHA(ctx context.Context, o masterOpts, cfg master.Config, reg *prom
 	}
 	cfg.Registerer = nil // each term's Service has its own registry (ha.Master.Gatherer)
 	m, err := ha.NewMaster(ha.MasterConfig{Etcd: cli, Prefix: h.prefix, Advertise: adv, LeaseTTL: h.leaseTTL,
-		Service: cfg, Auth: auth, ServerOptions: sopts, FastListener: flis, FastTLS: tc, Logger: log})
+		Service: cfg, Auth: auth, ServerOptions: sopts, FastListener: flis, FastTLS: tc, FastSpin: master.ConfiguredSpin(o.fastSpin), Logger: log})
 	if err != nil {
 		closeAll()
 		return err

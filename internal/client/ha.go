@@ -19,7 +19,7 @@ func (s *Store) dialHA(ctx context.Context) (master.Client, error) {
 		ServerName: cfg.TLSServerName, TokenFile: cfg.AuthTokenFile}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	m, err := ha.Dial(dctx, cfg.MasterServerAddr, ha.DialOptions{Security: sec, Logger: s.log, NoFastPath: !cfg.MasterFastPath, OnNewTerm: func(uint64) {
+	m, err := ha.Dial(dctx, cfg.MasterServerAddr, ha.DialOptions{Security: sec, Logger: s.log, NoFastPath: !cfg.MasterFastPath, FastSpin: master.ConfiguredSpin(cfg.MasterFastPathSpin), OnNewTerm: func(uint64) {
 		select {
 		case s.hbKick <- struct{}{}:
 		default:

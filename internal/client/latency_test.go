@@ -29,12 +29,15 @@ import (
 //	grpc       a master.Server in this process on TCP loopback
 //	grpc-proc  a master.Server in a child process (this test binary) on TCP
 //	           loopback, as `kvfabric master` is to a client process
+//	fast-proc  the same with the hot calls over the master's fast path
+//	fast-proc-nospin  the same with neither end spinning on its socket
+//	           before it sleeps (master.FastPath.Spin, Server.SetFastSpin)
 //
 // -locked gets from a goroutine locked to its OS thread, as a get entering
 // Go from a C thread (the C ABI, Python) does. The phases say where the
 // time goes (means); p50-us and p99-us are over the individual gets.
 func BenchmarkGetLatency(b *testing.B) {
-	for _, kind := range []string{"embedded", "grpc", "grpc-proc", "fast-proc"} {
+	for _, kind := range []string{"embedded", "grpc", "grpc-proc", "fast-proc", "fast-proc-nospin"} {
 		for _, thread := range []string{"", "-locked"} {
 			b.Run(kind+thread, func(b *testing.B) {
 				benchGetLatency(b, kind, thread != "")
@@ -62,10 +65,14 @@ func benchGetLatency(b *testing.B, kind string, locked bool) {
 		mc = master.NewEmbedded(svc)
 	case "grpc":
 		_, mc = grpcMaster(b, master.Config{})
-	case "grpc-proc", "fast-proc":
+	case "grpc-proc", "fast-proc", "fast-proc-nospin":
 		// fast-proc: the hot calls over the master's fast path, from the
 		// Store's RegisterClient on.
-		if mc, err = master.DialFast(ctx, startMasterProcess(b), master.FastPath{Off: kind == "grpc-proc"}); err != nil {
+		fp := master.FastPath{Off: kind == "grpc-proc"}
+		if kind == "fast-proc-nospin" {
+			fp.Spin = -1
+		}
+		if mc, err = master.DialFast(ctx, startMasterProcess(b, kind == "fast-proc-nospin"), fp); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -124,13 +131,18 @@ func benchGetLatency(b *testing.B, kind string, locked bool) {
 	b.ReportMetric(per(total), "total-us")
 	slices.Sort(lat)
 	b.ReportMetric(us(lat[len(lat)/2]), "p50-us")
+	b.ReportMetric(us(lat[(len(lat)-1)*90/100]), "p90-us")
 	b.ReportMetric(us(lat[(len(lat)-1)*99/100]), "p99-us")
 	if rel != nil {
 		// Lease release calls (background) per get.
 		b.ReportMetric(float64(rel.calls.Load()-relBefore)/float64(g.Calls), "releases/op")
 	}
-	if st, ok := master.Transports(raw); ok && kind == "fast-proc" && (st.GRPC != 0 || st.Fast == 0) {
-		b.Fatalf("fast-proc: transports %+v, want every hot call over the fast path", st)
+	if st, ok := master.Transports(raw); ok && kind != "grpc-proc" && (st.GRPC != 0 || st.Fast == 0) {
+		b.Fatalf("%s: transports %+v, want every hot call over the fast path", kind, st)
+	} else if ok && kind == "fast-proc-nospin" && st.SpinHits+st.SpinMisses != 0 {
+		b.Fatalf("%s: transports %+v, want no spinning", kind, st)
+	} else if ok && kind == "fast-proc" {
+		b.ReportMetric(float64(st.SpinHits)/float64(st.Fast), "spin-hits/call")
 	}
 }
 
@@ -148,8 +160,11 @@ func (m *countReleases) ReleaseLeases(ctx context.Context, ids []uint64) error {
 }
 
 // envLatencyMaster makes TestLatencyMasterProcess serve a master on its
-// value (host:port).
-const envLatencyMaster = "KVFABRIC_LATENCY_MASTER"
+// value (host:port); envLatencyNoSpin set, with no fast path spin.
+const (
+	envLatencyMaster = "KVFABRIC_LATENCY_MASTER"
+	envLatencyNoSpin = "KVFABRIC_LATENCY_NOSPIN"
+)
 
 // TestLatencyMasterProcess is the master process of BenchmarkGetLatency's
 // grpc-proc rung, run by it as a child of the test binary; on its own it
@@ -173,6 +188,11 @@ func TestLatencyMasterProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := master.NewServer(svc, nil)
+	if os.Getenv(envLatencyNoSpin) != "" {
+		if err := srv.SetFastSpin(0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	done := make(chan error, 2)
 	go func() { done <- srv.Serve(lis, nil) }()
 	if err := srv.ListenFast(flis); err != nil {
@@ -192,9 +212,9 @@ func TestLatencyMasterProcess(t *testing.T) {
 }
 
 // startMasterProcess starts TestLatencyMasterProcess in a child process
-// and returns its address once it listens; the child ends with the
-// benchmark.
-func startMasterProcess(b *testing.B) string {
+// (its fast path spinning unless noSpin) and returns its address once it
+// listens; the child ends with the benchmark.
+func startMasterProcess(b *testing.B, noSpin bool) string {
 	b.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -204,6 +224,9 @@ func startMasterProcess(b *testing.B) string {
 	_ = lis.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestLatencyMasterProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envLatencyMaster+"="+addr)
+	if noSpin {
+		cmd.Env = append(cmd.Env, envLatencyNoSpin+"=1")
+	}
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {

@@ -372,7 +372,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		if err != nil {
 			return nil, fmt.Errorf("%w: master security: %w", ErrInvalidArgument, err)
 		}
-		fast.Off = !cfg.MasterFastPath
+		fast.Off, fast.Spin = !cfg.MasterFastPath, master.ConfiguredSpin(cfg.MasterFastPathSpin)
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		s.m, err = master.DialFast(dctx, cfg.MasterServerAddr, fast, dopts...)
 		cancel()

@@ -621,6 +621,44 @@ func testBoolKey(t *testing.T, key string, with map[string]any, get func(Config)
 	}
 }
 
+// TestMasterFastPathSpin: master_fast_path_spin takes a duration (0 off)
+// up to MaxMasterFastPathSpin, defaults to DefaultMasterFastPathSpin, and
+// refuses the rest naming the key and the value.
+func TestMasterFastPathSpin(t *testing.T) {
+	if d := Defaults().MasterFastPathSpin; d != DefaultMasterFastPathSpin {
+		t.Fatalf("default master_fast_path_spin %v", d)
+	}
+	for _, tc := range []struct {
+		v       any
+		want    time.Duration
+		wantErr string
+	}{
+		{"20us", 20 * time.Microsecond, ""},
+		{"10ms", 10 * time.Millisecond, ""},
+		{"0", 0, ""},
+		{0, 0, ""},
+		{"-1us", 0, "master_fast_path_spin=-1us: want 0 (off) up to 10ms"},
+		{"11ms", 0, "master_fast_path_spin=11ms"},
+		{"soon", 0, `master_fast_path_spin="soon"`},
+	} {
+		t.Run(toString(tc.v), func(t *testing.T) {
+			c, err := FromMap(map[string]any{"master_fast_path_spin": tc.v, "master_server_addr": "10.0.0.1:50051"})
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v; want ErrInvalid naming %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || c.MasterFastPathSpin != tc.want {
+				t.Fatalf("FromMap = %v, %v; want %v", c.MasterFastPathSpin, err, tc.want)
+			}
+			if m := c.Map(); m["master_fast_path_spin"] != tc.want.String() {
+				t.Fatalf("Map: master_fast_path_spin=%v", m["master_fast_path_spin"])
+			}
+		})
+	}
+}
+
 // TestRPCTimeout: rpc_timeout takes a duration or seconds, defaults to
 // DefaultRPCTimeout, and applies to a remote master too (that is its use).
 func TestRPCTimeout(t *testing.T) {

@@ -34,6 +34,9 @@ type DialOptions struct {
 	// NoFastPath keeps every call on gRPC: the leaders' fast paths
 	// (master.DialTermFast) are not used.
 	NoFastPath bool
+	// FastSpin is master.FastPath.Spin for the leaders' fast paths (0: the
+	// default; negative: none).
+	FastSpin time.Duration
 }
 
 // Client is a master.Client that finds the leader in etcd and follows it
@@ -90,7 +93,7 @@ func Dial(ctx context.Context, addr string, o DialOptions) (_ *Client, err error
 	if err != nil {
 		return nil, err
 	}
-	fast.Off = o.NoFastPath
+	fast.Off, fast.Spin = o.NoFastPath, o.FastSpin
 	c := &Client{dial: dial, fast: fast, log: o.Logger}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)

@@ -54,6 +54,10 @@ type MasterConfig struct {
 	// configuration in ServerOptions; nil: plaintext). Serve closes it.
 	FastListener net.Listener
 	FastTLS      *tls.Config
+	// FastSpin is how long a fast path connection polls its socket for the
+	// next request before it sleeps (master.Server.SetFastSpin): 0 is
+	// master.DefaultFastSpin, negative none.
+	FastSpin time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -103,6 +107,11 @@ func NewMaster(cfg MasterConfig) (*Master, error) {
 	sc := cfg.Service.Defaults()
 	if err := sc.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.FastSpin > 0 {
+		if err := master.CheckFastSpin("ha master: fast spin", cfg.FastSpin); err != nil {
+			return nil, err
+		}
 	}
 	m := &Master{cfg: cfg, log: cfg.Logger, fence: Fence(sc), met: prometheus.NewRegistry()}
 	switch {
@@ -155,11 +164,32 @@ func (m *Master) Terms() []TermRecord {
 // Refused is how many calls this master refused as not leader.
 func (m *Master) Refused() uint64 { return m.router.Refused.Load() }
 
+// closeListeners closes lis and the fast path's listener (Serve's, when it
+// cannot serve them).
+func (m *Master) closeListeners(lis net.Listener) error {
+	err := lis.Close()
+	if m.cfg.FastListener != nil {
+		err = errors.Join(err, m.cfg.FastListener.Close())
+	}
+	return err
+}
+
 // Serve serves gRPC on lis and campaigns until ctx is done; then it resigns
 // (a standby takes over at once), stops serving (calls in flight get up to
 // shutdownTimeout) and returns.
 func (m *Master) Serve(ctx context.Context, lis net.Listener, shutdownTimeout time.Duration) error {
 	srv := master.NewRoutedServer(&m.router, m.cfg.Auth, m.cfg.ServerOptions...)
+	if m.cfg.FastSpin != 0 {
+		if err := srv.SetFastSpin(max(m.cfg.FastSpin, 0)); err != nil { // checked by NewMaster
+			return errors.Join(err, m.closeListeners(lis))
+		}
+	}
+	// The spin counters are this Server's: exported while it serves.
+	spins := srv.FastSpinCollector()
+	if err := m.met.Register(spins); err != nil {
+		return errors.Join(fmt.Errorf("ha master: fast spin metrics: %w", err), m.closeListeners(lis))
+	}
+	defer m.met.Unregister(spins)
 	served := make(chan error, 2)
 	nserved := 1
 	if m.cfg.FastListener != nil {

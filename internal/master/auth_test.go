@@ -31,6 +31,7 @@ type authEnv struct {
 	fastPort uint32
 	fast     bool
 	tc       *tls.Config // the master's
+	srv      *Server
 }
 
 const (
@@ -104,7 +105,7 @@ func newAuthEnv(t *testing.T) *authEnv {
 	s := NewServerAuth(svc, nil, NewAuthenticator(ps, toks, true), grpc.Creds(credentialsTLS(tc)))
 	t.Cleanup(func() { _ = svc.Close() }) // after the servers (cleanups run last first)
 	fs := serveFast(t, s, tc)
-	return &authEnv{t: t, svc: svc, addr: fs.addr, dir: dir, ca: ca, fastPort: portOf(t, fs.fastAddr), tc: tc}
+	return &authEnv{t: t, svc: svc, addr: fs.addr, dir: dir, ca: ca, fastPort: portOf(t, fs.fastAddr), tc: tc, srv: s}
 }
 
 // dial connects with a client certificate (cert "" for none) and/or token

@@ -41,6 +41,21 @@ type FastPath struct {
 	TLS *tls.Config
 	// Token is the bearer token the gRPC connection sends ("" none).
 	Token string
+	// Spin is how long a call polls its connection for the answer before
+	// it sleeps (spin.go): 0 is DefaultFastSpin, negative turns it off. At
+	// most 10 ms.
+	Spin time.Duration
+}
+
+// spin is fp's spin resolved: 0 when off.
+func (fp FastPath) spin() time.Duration {
+	switch {
+	case fp.Spin < 0:
+		return 0
+	case fp.Spin == 0:
+		return DefaultFastSpin
+	}
+	return fp.Spin
 }
 
 // FastPath returns the fast path configuration that matches c's gRPC dial
@@ -67,6 +82,10 @@ type TransportStats struct {
 	// UniformPuts: PutStart calls sent as uniform puts
 	// (pb.UniformPutStart), among Fast and GRPC.
 	UniformPuts uint64
+	// SpinHits: fast path reads that polled the socket without sleeping
+	// (FastPath.Spin) and found data; SpinMisses: those that polled for
+	// the whole spin in vain, then slept.
+	SpinHits, SpinMisses uint64
 	// Conns is the number of fast path connections open now.
 	Conns int
 }
@@ -109,6 +128,8 @@ type fastClient struct {
 	// could not be reached.
 	retryAt        atomic.Int64
 	fast, fallback atomic.Uint64
+	spin           time.Duration // cfg.spin()
+	spins          spinCounts
 	calls          sync.WaitGroup // calls in flight, waited for by close
 
 	mu struct {
@@ -125,6 +146,9 @@ type fastClient struct {
 // newFastClient returns the fast path of a remote Client dialed at addr
 // (host:port); nil when addr names no host the fast path can dial.
 func newFastClient(addr string, cfg FastPath, epochs *Epochs) (*fastClient, error) {
+	if cfg.Spin > maxFastSpin {
+		return nil, fmt.Errorf("%w: fast path: spin %v exceeds %v", ErrInvalid, cfg.Spin, maxFastSpin)
+	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil || host == "" {
 		return nil, nil // a gRPC target (dns:///…, unix:…): gRPC only
@@ -133,7 +157,7 @@ func newFastClient(addr string, cfg FastPath, epochs *Epochs) (*fastClient, erro
 	if err != nil {
 		return nil, fmt.Errorf("master: fast path: eventfd: %w", err)
 	}
-	return &fastClient{host: host, cfg: cfg, epochs: epochs, wake: wake,
+	return &fastClient{host: host, cfg: cfg, epochs: epochs, wake: wake, spin: cfg.spin(),
 		slots: make(chan struct{}, fastMaxConns), done: make(chan struct{})}, nil
 }
 
@@ -326,6 +350,8 @@ func (f *fastClient) drop(c *fastConn) {
 func (f *fastClient) stats(st *TransportStats) {
 	st.Fast += f.fast.Load()
 	st.Fallback += f.fallback.Load()
+	st.SpinHits += f.spins.hits.Load()
+	st.SpinMisses += f.spins.misses.Load()
 	f.mu.Lock()
 	st.Conns += f.mu.open
 	f.mu.Unlock()
@@ -639,8 +665,12 @@ func (c *fastConn) idleOK() bool {
 	}
 }
 
-// Read waits until the socket is readable, then reads.
+// Read waits until the socket is readable, then reads: first polling it
+// for the client's spin, when a spin slot is free, then in poll(2).
 func (c *fastConn) Read(p []byte) (int, error) {
+	if n, ok := spinRecv(c.fd, p, c.f.spin, &c.f.spins); ok {
+		return n, nil
+	}
 	for {
 		if err := c.wait(unix.POLLIN); err != nil {
 			return 0, err

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -153,6 +154,70 @@ type fastServer struct {
 		shutdown bool
 	}
 	wg sync.WaitGroup // one per connection goroutine
+	// spin is how long (ns) a connection polls its socket for data before
+	// it waits in the netpoller (spin.go), read when a connection starts:
+	// 0 until SetFastSpin (DefaultFastSpin), -1 for none.
+	spin  atomic.Int64
+	spins spinCounts
+}
+
+// SetFastSpin sets how long each fast path connection polls its socket for
+// the next request before it sleeps (0: never; at most 10 ms), for the
+// connections accepted from now on. Without it, DefaultFastSpin. At most
+// a quarter of GOMAXPROCS waits of the process spin at once (none below
+// four).
+func (s *Server) SetFastSpin(d time.Duration) error {
+	if err := CheckFastSpin("fast path spin", d); err != nil {
+		return err
+	}
+	if d == 0 {
+		s.fast.spin.Store(-1)
+	} else {
+		s.fast.spin.Store(int64(d))
+	}
+	return nil
+}
+
+// FastSpinCounts returns how many of the fast path's reads polled the
+// socket and found data (hits) and how many polled for the whole spin in
+// vain and slept (misses).
+func (s *Server) FastSpinCounts() (hits, misses uint64) {
+	return s.fast.spins.hits.Load(), s.fast.spins.misses.Load()
+}
+
+// spinFor is the spin of a connection accepted now.
+func (f *fastServer) spinFor() time.Duration {
+	switch d := f.spin.Load(); {
+	case d == 0:
+		return DefaultFastSpin
+	case d < 0:
+		return 0
+	default:
+		return time.Duration(d)
+	}
+}
+
+// spinConn is a fast path connection whose reads first poll the socket
+// for up to spin without sleeping (spin.go), then wait in the netpoller.
+// Deadlines and Close are the connection's: a spinning read sees them once
+// its spin ends.
+type spinConn struct {
+	net.Conn
+	raw    syscall.RawConn
+	spin   time.Duration
+	counts *spinCounts
+}
+
+func (c *spinConn) Read(p []byte) (int, error) {
+	var n int
+	var ok bool
+	if err := c.raw.Read(func(fd uintptr) bool {
+		n, ok = spinRecv(int(fd), p, c.spin, c.counts)
+		return true // never wait here: the netpoller wait is Conn.Read's
+	}); err == nil && ok {
+		return n, nil
+	}
+	return c.Conn.Read(p)
 }
 
 // ListenFast makes lis the fast path's listener and advertises its port to
@@ -299,8 +364,17 @@ func (s *Server) serveFastConn(c net.Conn, tc *tls.Config) {
 	_ = c.SetDeadline(time.Now().Add(fastHelloTimeout))
 	var st *tls.ConnectionState
 	var rw io.ReadWriter = c
+	var nc net.Conn = c // the connection under TLS
+	if d := s.fast.spinFor(); d > 0 {
+		if sc, ok := c.(syscall.Conn); ok {
+			if raw, err := sc.SyscallConn(); err == nil {
+				nc = &spinConn{Conn: c, raw: raw, spin: d, counts: &s.fast.spins}
+				rw = nc
+			}
+		}
+	}
 	if tc != nil {
-		t := tls.Server(c, tc)
+		t := tls.Server(nc, tc)
 		if err := t.Handshake(); err != nil {
 			return // the client sees the handshake fail
 		}

@@ -94,8 +94,10 @@ func dialFast(t testing.TB, fs fastServed, fp FastPath, opts ...grpc.DialOption)
 // newFastTestClient is the "fast" transport of the behaviour tests: the
 // remote Client with every hot call over the fast path (the rest over
 // gRPC), both on loopback TCP. At the end of the test every hot call must
-// have gone over the fast path.
+// have gone over the fast path. Both ends spin (spin.go) whatever this
+// machine's CPUs, so every behaviour test runs through the spinning reads.
 func newFastTestClient(t testing.TB, s *Service) Client {
+	t.Cleanup(setSpinSlots(2))
 	fs := serveFast(t, NewServer(s, nil), nil)
 	r := dialFast(t, fs, FastPath{})
 	t.Cleanup(func() {
