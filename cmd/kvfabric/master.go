@@ -27,7 +27,7 @@ type masterOpts struct {
 	// an ephemeral port, "off" for none.
 	fastListen      string
 	fastSpin        time.Duration // --fast-spin: 0 off
-	addrFile        string // written with the gRPC address once listening
+	addrFile        string        // written with the gRPC address once listening
 	cfg             master.Config
 	shutdownTimeout time.Duration
 	verbose         bool
