@@ -80,9 +80,9 @@ type Config struct {
 	// fast path has the same TLS and credentials as gRPC, and calls fall
 	// back to gRPC while it cannot be reached.
 	MasterFastPath bool `json:"master_fast_path"`
-	// MasterFastPathSpin is how long a fast path call polls its socket for
-	// the master's answer before it sleeps (default 50us; 0 off; at most
-	// 10ms). It saves a wake-up across CPUs per call, which on virtual
+	// MasterFastPathSpin is how long a small fast path call (a request of
+	// at most 4 KiB) polls its socket for the master's answer before it
+	// sleeps (default 50us; 0 off; at most 10ms). It saves a wake-up across CPUs per call, which on virtual
 	// machines costs tens of µs, for that much CPU; at most a quarter of
 	// GOMAXPROCS calls of a process spin at once, none below four.
 	MasterFastPathSpin time.Duration `json:"master_fast_path_spin"`

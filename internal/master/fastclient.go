@@ -41,9 +41,9 @@ type FastPath struct {
 	TLS *tls.Config
 	// Token is the bearer token the gRPC connection sends ("" none).
 	Token string
-	// Spin is how long a call polls its connection for the answer before
-	// it sleeps (spin.go): 0 is DefaultFastSpin, negative turns it off. At
-	// most 10 ms.
+	// Spin is how long a small call (spin.go) polls its connection for the
+	// answer before it sleeps: 0 is DefaultFastSpin, negative turns it
+	// off. At most 10 ms.
 	Spin time.Duration
 }
 
@@ -406,6 +406,9 @@ type fastConn struct {
 	buf      []byte
 	pfd      [2]unix.PollFd
 	broken   bool // a call failed mid-way: the connection is not reused
+	// spin: the call in progress is small enough that its reads spin
+	// (spin.go); false during the dial.
+	spin bool
 }
 
 var _ net.Conn = (*fastConn)(nil)
@@ -512,6 +515,7 @@ func (c *fastConn) do(ctx context.Context, m fastMethod, req, resp any) (sent bo
 		return false, fmt.Errorf("%w: %v request of %d bytes exceeds %d", errFastTooLarge, m, len(b)-fastHeaderLen, fastMaxFrame)
 	}
 	putFastRequest(b, m, len(b)-fastHeaderLen, dl)
+	c.spin = len(b)-fastHeaderLen <= spinMaxRequest
 	_, err = c.rw.Write(b)
 	c.buf = b[:0]
 	if err != nil {
@@ -665,11 +669,14 @@ func (c *fastConn) idleOK() bool {
 	}
 }
 
-// Read waits until the socket is readable, then reads: first polling it
-// for the client's spin, when a spin slot is free, then in poll(2).
+// Read waits until the socket is readable, then reads: for a small call
+// first polling it for the client's spin, when a spin slot is free, then
+// in poll(2).
 func (c *fastConn) Read(p []byte) (int, error) {
-	if n, ok := spinRecv(c.fd, p, c.f.spin, &c.f.spins); ok {
-		return n, nil
+	if c.spin {
+		if n, ok := spinRecv(c.fd, p, c.f.spin, &c.f.spins); ok {
+			return n, nil
+		}
 	}
 	for {
 		if err := c.wait(unix.POLLIN); err != nil {

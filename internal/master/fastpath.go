@@ -162,7 +162,8 @@ type fastServer struct {
 }
 
 // SetFastSpin sets how long each fast path connection polls its socket for
-// the next request before it sleeps (0: never; at most 10 ms), for the
+// the next request after a small one (spin.go) before it sleeps (0: never;
+// at most 10 ms), for the
 // connections accepted from now on. Without it, DefaultFastSpin. At most
 // a quarter of GOMAXPROCS waits of the process spin at once (none below
 // four).
@@ -197,18 +198,23 @@ func (f *fastServer) spinFor() time.Duration {
 	}
 }
 
-// spinConn is a fast path connection whose reads first poll the socket
-// for up to spin without sleeping (spin.go), then wait in the netpoller.
-// Deadlines and Close are the connection's: a spinning read sees them once
-// its spin ends.
+// spinConn is a fast path connection whose reads, after a small call
+// (armed), first poll the socket for up to spin without sleeping (spin.go),
+// then wait in the netpoller. Deadlines and Close are the connection's: a
+// spinning read sees them once its spin ends. Only the connection's
+// goroutine uses it.
 type spinConn struct {
 	net.Conn
 	raw    syscall.RawConn
 	spin   time.Duration
 	counts *spinCounts
+	armed  bool // the last request was small: its client may call again soon
 }
 
 func (c *spinConn) Read(p []byte) (int, error) {
+	if !c.armed {
+		return c.Conn.Read(p)
+	}
 	var n int
 	var ok bool
 	if err := c.raw.Read(func(fd uintptr) bool {
@@ -355,6 +361,9 @@ type fastConnState struct {
 	ctx context.Context // carries the connection's principal
 	in  []byte          // request body buffer
 	out []byte          // answer buffer
+	// spin is the connection when it spins (nil: it never does): armed
+	// after answering a small request.
+	spin *spinConn
 }
 
 // fastBufKeep bounds the buffers a connection keeps between calls.
@@ -365,11 +374,12 @@ func (s *Server) serveFastConn(c net.Conn, tc *tls.Config) {
 	var st *tls.ConnectionState
 	var rw io.ReadWriter = c
 	var nc net.Conn = c // the connection under TLS
+	var spin *spinConn
 	if d := s.fast.spinFor(); d > 0 {
 		if sc, ok := c.(syscall.Conn); ok {
 			if raw, err := sc.SyscallConn(); err == nil {
-				nc = &spinConn{Conn: c, raw: raw, spin: d, counts: &s.fast.spins}
-				rw = nc
+				spin = &spinConn{Conn: c, raw: raw, spin: d, counts: &s.fast.spins}
+				nc, rw = spin, spin
 			}
 		}
 	}
@@ -381,7 +391,7 @@ func (s *Server) serveFastConn(c net.Conn, tc *tls.Config) {
 		cs := t.ConnectionState()
 		st, rw = &cs, t
 	}
-	cs := &fastConnState{g: s.g, rw: rw, br: bufio.NewReaderSize(rw, 4096), ctx: context.Background()}
+	cs := &fastConnState{g: s.g, rw: rw, br: bufio.NewReaderSize(rw, 4096), ctx: context.Background(), spin: spin}
 	if !cs.hello(st) {
 		return
 	}
@@ -434,6 +444,12 @@ func (cs *fastConnState) read(first bool) (fastRequest, []byte, error) {
 	if err != nil {
 		cs.refuse(fmt.Errorf("%w: %w", ErrInvalid, err))
 		return req, nil, err
+	}
+	if cs.spin != nil {
+		// A small call's client may call again soon: the reads from here
+		// to the next request's header spin. A large one's body is
+		// streaming in, and its client comes back later.
+		cs.spin.armed = req.length <= spinMaxRequest
 	}
 	cs.in = growBuf(cs.in[:0], req.length)
 	body := cs.in[:req.length]

@@ -25,10 +25,12 @@ import (
 // quickly on a CPU that is still running, and sleeps as before when none
 // comes.
 //
-// Spinning spends a CPU, so it is bounded: each wait spins at most
-// FastSpin, and at most spinSlots() waits of this process spin at once (a
-// quarter of GOMAXPROCS, none below four); a wait that finds no free slot
-// sleeps at once. Both ends count the waits that spun and found their data
+// Spinning spends a CPU, so it is bounded: only a small call's waits spin
+// (a request of at most spinMaxRequest bytes: a get or a few keys, whose
+// answer comes within a spin; a batch's master work takes longer, and its
+// caller comes back later), each wait spins at most FastSpin, and at most
+// spinSlots() waits of this process spin at once (a quarter of GOMAXPROCS,
+// none below four); a wait that finds no free slot sleeps at once. Both ends count the waits that spun and found their data
 // and those that spun in vain (TransportStats, FastSpinStats).
 
 // DefaultFastSpin is how long a fast path wait (a client's for its answer,
@@ -46,6 +48,12 @@ func ConfiguredSpin(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// spinMaxRequest is the largest request whose waits spin: the client's
+// for its answer, the master's for the connection's next request after
+// answering it. A get of one key is ~50 bytes; a Store's chunk of 512
+// uniform puts ~20 KB.
+const spinMaxRequest = 4096
 
 // maxFastSpin bounds a configured spin: beyond it a wait is better asleep.
 const maxFastSpin = 10 * time.Millisecond

@@ -304,3 +304,49 @@ func TestFastSpinMetrics(t *testing.T) {
 		t.Fatalf("spin metrics %v, want hit 3 and miss 2", got)
 	}
 }
+
+// TestFastSpinSmallCallsOnly: a call whose request exceeds spinMaxRequest
+// spins on neither end (its answer, and its caller's next call, come later
+// than a spin); the small call after it spins again on both.
+func TestFastSpinSmallCallsOnly(t *testing.T) {
+	defer setSpinSlots(4)()
+	svc, err := New(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	srv := NewServer(svc, nil)
+	r := dialFast(t, serveFast(t, srv, nil), FastPath{Spin: 5 * time.Millisecond})
+	defer r.Close()
+	ctx := context.Background()
+	counts := func() (uint64, uint64) {
+		st := r.Transports()
+		h, m := srv.FastSpinCounts()
+		return st.SpinHits + st.SpinMisses, h + m
+	}
+	// A small call arms the master's next wait; let it run out.
+	if _, err := r.Exists(ctx, []string{"k"}, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	keys := make([]string, 500)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("a-key-of-some-length/%06d", i)
+	}
+	c0, m0 := counts()
+	got, err := r.GetReplicas(ctx, keys) // ~14 KB of request
+	if err != nil || len(got) != len(keys) || !errors.Is(got[0].Err, ErrNotFound) {
+		t.Fatalf("GetReplicas: %v (%d results)", err, len(got))
+	}
+	time.Sleep(20 * time.Millisecond) // the master's next wait, had it spun, would have missed by now
+	if c1, m1 := counts(); c1 != c0 || m1 != m0 {
+		t.Fatalf("a large call spun: client %d -> %d, master %d -> %d", c0, c1, m0, m1)
+	}
+	if _, err := r.Exists(ctx, []string{"k"}, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if c2, m2 := counts(); c2 == c0 || m2 == m0 {
+		t.Fatalf("a small call did not spin: client %d -> %d, master %d -> %d", c0, c2, m0, m2)
+	}
+}
