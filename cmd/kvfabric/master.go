@@ -61,7 +61,7 @@ lets calls in flight finish for up to --shutdown-timeout, then stops.`,
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:50051", "gRPC listen address")
 	f.StringVar(&o.fastListen, "fast-listen", "", `address of the fast path for the hot calls (gets, puts, lease releases; advertised to clients, which fall back to gRPC without it): default the --listen host with an ephemeral port; "off" disables it`)
-	f.DurationVar(&o.fastSpin, "fast-spin", master.DefaultFastSpin, "how long a fast path connection polls its socket for the next request, after a small one (at most 4 KiB: a get, a few keys), before it sleeps: a cross-CPU wake-up saved per call, for CPU (at most a quarter of GOMAXPROCS connections spin at once, none below four); 0 off, at most 10ms")
+	f.DurationVar(&o.fastSpin, "fast-spin", master.DefaultFastSpin, "how long a fast path connection polls its socket for the next request, after a small one (at most 4 KiB: a get, a few keys), before it sleeps: a cross-CPU wake-up saved per call, for CPU (at most a quarter of GOMAXPROCS connections spin at once, at least one, yielding the CPU between polls); 0 off, at most 10ms")
 	f.StringVar(&o.metricsListen, "metrics-listen", "127.0.0.1:9090", "HTTP address for the dashboard (/), its JSON (/api/v1/status) and /metrics; HTTPS with the gRPC credentials when TLS is on (empty: none)")
 	f.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", 5*time.Second, "read lease granted by GetReplicas")
 	f.DurationVar(&o.cfg.PutTimeout, "put-timeout", 30*time.Second, "a put not ended within this can no longer become visible (its bytes stay reserved while its writer may still write them)")

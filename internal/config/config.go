@@ -84,7 +84,7 @@ type Config struct {
 	// at most 4 KiB) polls its socket for the master's answer before it
 	// sleeps (default 50us; 0 off; at most 10ms). It saves a wake-up across CPUs per call, which on virtual
 	// machines costs tens of µs, for that much CPU; at most a quarter of
-	// GOMAXPROCS calls of a process spin at once, none below four.
+	// GOMAXPROCS calls of a process (at least one) spin at once.
 	MasterFastPathSpin time.Duration `json:"master_fast_path_spin"`
 	// HandleType is auto|fabric|posix_fd.
 	HandleType string `json:"handle_type"`

@@ -163,10 +163,9 @@ type fastServer struct {
 
 // SetFastSpin sets how long each fast path connection polls its socket for
 // the next request after a small one (spin.go) before it sleeps (0: never;
-// at most 10 ms), for the
-// connections accepted from now on. Without it, DefaultFastSpin. At most
-// a quarter of GOMAXPROCS waits of the process spin at once (none below
-// four).
+// at most 10 ms), for the connections accepted from now on. Without it,
+// DefaultFastSpin. At most a quarter of GOMAXPROCS waits of the process
+// (at least one) spin at once.
 func (s *Server) SetFastSpin(d time.Duration) error {
 	if err := CheckFastSpin("fast path spin", d); err != nil {
 		return err

@@ -30,8 +30,13 @@ import (
 // answer comes within a spin; a batch's master work takes longer, and its
 // caller comes back later), each wait spins at most FastSpin, and at most
 // spinSlots() waits of this process spin at once (a quarter of GOMAXPROCS,
-// none below four); a wait that finds no free slot sleeps at once. Both ends count the waits that spun and found their data
-// and those that spun in vain (TransportStats, FastSpinStats).
+// at least one); a wait that finds no free slot sleeps at once. Between
+// its polls a spinning wait yields its CPU (sched_yield), so a thread that
+// waits for that CPU runs first: without it, client and master sharing one
+// CPU took 116 µs p50 per get, each end's spin holding off the other, and
+// with it 14 µs, as without spinning (docs/perf/logs-2026-12-05-s28/devvm).
+// Both ends count the waits that spun and found their data and those that
+// spun in vain (TransportStats, Server.FastSpinCounts).
 
 // DefaultFastSpin is how long a fast path wait (a client's for its answer,
 // the master's for a connection's next request) polls its socket before it
@@ -68,9 +73,8 @@ func CheckFastSpin(what string, d time.Duration) error {
 }
 
 // spinSlotsFor is the number of waits that may spin at once in a process
-// of gomaxprocs Ps: a quarter of them, none below four (where a spinning
-// wait would take the CPU of the thread it waits for).
-func spinSlotsFor(gomaxprocs int) int32 { return int32(gomaxprocs / 4) }
+// of gomaxprocs Ps: a quarter of them, at least one.
+func spinSlotsFor(gomaxprocs int) int32 { return int32(max(gomaxprocs/4, 1)) }
 
 // spinLimit is the number of waits that may spin at once: -1 until first
 // used, then spinSlotsFor(GOMAXPROCS) (tests set it: setSpinSlots).
@@ -119,6 +123,10 @@ func spinRecv(fd int, p []byte, d time.Duration, c *spinCounts) (n int, ok bool)
 			c.misses.Add(1)
 			return 0, false
 		}
+		// Let a thread waiting for this CPU run: it may be the one that
+		// answers (the peer on the same CPU, or the thread that must
+		// deliver the data). With nothing else to run it returns at once.
+		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 }
 

@@ -25,7 +25,7 @@ func TestSpinSlotsFor(t *testing.T) {
 	for _, c := range []struct {
 		procs int
 		want  int32
-	}{{1, 0}, {2, 0}, {3, 0}, {4, 1}, {16, 4}, {128, 32}} {
+	}{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {8, 2}, {16, 4}, {128, 32}} {
 		if got := spinSlotsFor(c.procs); got != c.want {
 			t.Errorf("spinSlotsFor(%d) = %d, want %d", c.procs, got, c.want)
 		}
