@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Session 28 run 5 (build4.sh at ceca2a2): spinning waits yield the CPU,
+# at least one spinner per process. As run 4 (spin against none:
+# go-remote 4-64 KiB x3, BenchmarkGetLatency x3, Python one get x3), then
+# issue 13's goals table (every path and size, x2).
+set -u
+L=$OUT/logs; mkdir -p "$L"
+python3 -c 'import lzma, shutil, sys, os
+for f in sys.argv[1:]:
+    with lzma.open(f) as i, open(f[:-3], "wb") as o: shutil.copyfileobj(i, o)
+    os.remove(f)' .device/*.xz
+chmod +x .device/kvfabric .device/*.test
+D=$PWD/.device K=$PWD/.device/kvfabric
+export KVFABRIC_LIB=$D/libkvfabric.so KVFABRIC_BIN=$K
+pack() { tar -C "$OUT" -cJf "$OUT/logs.tar.xz.tmp" logs && mv "$OUT/logs.tar.xz.tmp" "$OUT/logs.tar.xz"; }
+st() { local n=$1; shift; local t0=$SECONDS; timeout 150 "$@" > "$L/$n.log" 2>&1; echo "$n rc=$? $((SECONDS-t0))s" >> "$L/summary.txt"; }
+cp .device/version.txt "$L/"
+{ nproc; lscpu; } > "$L/host.txt" 2>&1
+nvidia-smi -q > "$L/nvidia-smi.log" 2>&1
+PR='BenchmarkPutRounds/live=0/size=4096/prep=uniform'
+(cd internal/master && st putrounds-before "$D/master.test" -test.run XXX -test.bench "$PR" -test.benchtime 300x -test.count 3)
+for rep in 1 2 3; do
+  st remote-spin-$rep $K bench --store --driver cuda --paths go-remote --sizes 4KiB,16KiB,64KiB --json "$L/remote-spin-$rep.json"
+  st remote-nospin-$rep $K bench --store --driver cuda --paths go-remote --sizes 4KiB,16KiB,64KiB --fast-spin 0 --json "$L/remote-nospin-$rep.json"
+done
+pack
+for rep in 1 2 3; do
+  (cd internal/client && st golat-$rep "$D/client.test" -test.run XXX -test.bench 'BenchmarkGetLatency/fast-proc' -test.benchtime 20000x)
+done
+export KVFABRIC_LAT_N=10000
+for rep in 1 2 3; do
+  mkdir -p "$L/pylat-spin-$rep" "$L/pylat-nospin-$rep"
+  OUT=$L/pylat-spin-$rep st pylat-spin-$rep scripts/device-latency.sh
+  OUT=$L/pylat-nospin-$rep KVFABRIC_LAT_CFG='{"master_fast_path_spin": "0"}' KVFABRIC_LAT_MASTER_ARGS="--fast-spin 0" st pylat-nospin-$rep scripts/device-latency.sh
+  pack
+done
+for rep in 1 2; do
+  st all-$rep $K bench --store --driver cuda --paths go-embedded,go-remote,python --json "$L/all-$rep.json"
+  pack
+done
+(cd internal/master && st putrounds-after "$D/master.test" -test.run XXX -test.bench "$PR" -test.benchtime 300x -test.count 3)
+python3 docs/perf/logs-2026-12-04-s20/run1/summary.py "$L" > "$L/ranges.txt" 2>&1
+pack
+cat "$L/summary.txt"; grep -hE "^Benchmark" "$L"/putrounds-*.log | sed 's/ *\t */ /g'
+grep -v "^$" "$L/ranges.txt" | sed 's/  merged.*//'
+for f in "$L"/golat-*.log; do grep -E "^Bench" "$f" | sed 's/ *\t */ /g'; done
+for f in "$L"/pylat-*.log; do echo "== $(basename $f .log)"; grep -E "remote-store|  store-ptr|torch-copy" "$f"; done
+grep -m1 "Product Name" "$L/nvidia-smi.log"
