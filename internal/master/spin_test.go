@@ -214,21 +214,29 @@ func TestFastSpinCalls(t *testing.T) {
 	}
 }
 
-// TestFastSpinOff: a spin of 0 on the master and a negative one on the
-// client never spin, even with slots free.
-func TestFastSpinOff(t *testing.T) {
-	defer setSpinSlots(4)()
+// spinServed serves a Service over gRPC and the fast path with the master's
+// spin set to spin, and dials it with fp; all end with the test.
+func spinServed(t *testing.T, spin time.Duration, fp FastPath) (*Server, *remote) {
+	t.Helper()
 	svc, err := New(testConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer svc.Close()
+	t.Cleanup(func() { _ = svc.Close() }) // after the server's shutdown
 	srv := NewServer(svc, nil)
-	if err := srv.SetFastSpin(0); err != nil {
+	if err := srv.SetFastSpin(spin); err != nil {
 		t.Fatal(err)
 	}
-	r := dialFast(t, serveFast(t, srv, nil), FastPath{Spin: -1})
-	defer r.Close()
+	r := dialFast(t, serveFast(t, srv, nil), fp)
+	t.Cleanup(func() { _ = r.Close() })
+	return srv, r
+}
+
+// TestFastSpinOff: a spin of 0 on the master and a negative one on the
+// client never spin, even with slots free.
+func TestFastSpinOff(t *testing.T) {
+	defer setSpinSlots(4)()
+	srv, r := spinServed(t, 0, FastPath{Spin: -1})
 	ctx := context.Background()
 	for range 50 {
 		if _, err := r.Exists(ctx, []string{"k"}, false); err != nil {
@@ -310,14 +318,7 @@ func TestFastSpinMetrics(t *testing.T) {
 // than a spin); the small call after it spins again on both.
 func TestFastSpinSmallCallsOnly(t *testing.T) {
 	defer setSpinSlots(4)()
-	svc, err := New(testConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
-	srv := NewServer(svc, nil)
-	r := dialFast(t, serveFast(t, srv, nil), FastPath{Spin: 5 * time.Millisecond})
-	defer r.Close()
+	srv, r := spinServed(t, DefaultFastSpin, FastPath{Spin: 5 * time.Millisecond})
 	ctx := context.Background()
 	counts := func() (uint64, uint64) {
 		st := r.Transports()
