@@ -18,9 +18,9 @@ import (
 // connection goroutine, the answer wakes the client's calling thread. When
 // the sleeper sits on another CPU than the waker, each wake-up crosses
 // CPUs, and on the lab's virtual machines one such wake-up costs about as
-// much as the call's work: one small get over loopback took 78 µs p50 with
-// client and master pinned to two CPUs against 14 µs with both on one
-// (docs/perf/latency.md, session 28). A wait that first polls its socket
+// much as the call's work: on the dev VM one small get over loopback took
+// 66-69 µs p50 with client and master pinned to two CPUs against 14 µs
+// with both on one (docs/perf/latency.md, session 28). A wait that first polls its socket
 // without sleeping for a short while (FastSpin) finds an answer that comes
 // quickly on a CPU that is still running, and sleeps as before when none
 // comes.
