@@ -485,6 +485,8 @@ def test_close_semantics(cfg):
         ({"lease_ttl": "forever"}, "lease_ttl"),
         ({"put_timeout": -1}, "put_timeout"),
         ({"client_ttl": "2d"}, "client_ttl"),
+        ({"master_fast_path_spin": "11ms"}, "master_fast_path_spin=11ms"),
+        ({"master_fast_path_spin": "-1us"}, "master_fast_path_spin=-1us"),
         # Issue 11: a fraction of a byte, and sizes no host can hold (they
         # used to get the provider OOM-killed while planning).
         ({"global_segment_size": 67108864.5}, "global_segment_size"),
