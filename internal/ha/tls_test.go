@@ -102,6 +102,16 @@ func TestEtcdTLS(t *testing.T) {
 	if l := c.Leader(); l.Addr != lis.Addr().String() || l.Epoch == 0 || c.Epoch() != l.Epoch {
 		t.Fatalf("leader %+v (epoch seen %d), want %s", l, c.Epoch(), lis.Addr())
 	}
+	// The serving master's fast path spin counters are among its metrics.
+	mfs, err := m.Gatherer().Gather()
+	must(err)
+	spinMetric := false
+	for _, mf := range mfs {
+		spinMetric = spinMetric || mf.GetName() == "kvfabric_master_fast_spin_waits_total"
+	}
+	if !spinMetric {
+		t.Error("kvfabric_master_fast_spin_waits_total is not among the HA master's metrics")
+	}
 
 	for name, sec := range map[string]master.ClientSecurity{
 		"no client certificate": {CAFile: f("ca.pem")},
