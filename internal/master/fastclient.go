@@ -146,8 +146,10 @@ type fastClient struct {
 // newFastClient returns the fast path of a remote Client dialed at addr
 // (host:port); nil when addr names no host the fast path can dial.
 func newFastClient(addr string, cfg FastPath, epochs *Epochs) (*fastClient, error) {
-	if cfg.Spin > maxFastSpin {
-		return nil, fmt.Errorf("%w: fast path: spin %v exceeds %v", ErrInvalid, cfg.Spin, maxFastSpin)
+	if cfg.Spin > 0 {
+		if err := CheckFastSpin("fast path spin", cfg.Spin); err != nil {
+			return nil, err
+		}
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil || host == "" {
