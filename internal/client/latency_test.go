@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -36,6 +37,13 @@ import (
 // -locked gets from a goroutine locked to its OS thread, as a get entering
 // Go from a C thread (the C ABI, Python) does. The phases say where the
 // time goes (means); p50-us and p99-us are over the individual gets.
+//
+// Over a remote master, the slowest 1 % of gets (those at or above p99)
+// are told apart by what else happened while each ran (tail-*, fractions
+// of those gets): tail-spinmiss, its client waited out a whole spin for
+// the answer (fast-proc); tail-release, a background lease release call
+// was in flight; tail-gc, this process's garbage collector finished a
+// cycle. tail-none is the fraction with none of these.
 func BenchmarkGetLatency(b *testing.B) {
 	for _, kind := range []string{"embedded", "grpc", "grpc-proc", "fast-proc", "fast-proc-nospin"} {
 		for _, thread := range []string{"", "-locked"} {
@@ -111,15 +119,33 @@ func benchGetLatency(b *testing.B, kind string, locked bool) {
 		relBefore = rel.calls.Load()
 	}
 	lat := make([]time.Duration, 0, 1<<16)
+	var tags []getTags // remote masters: what each get overlapped
+	gcs := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	misses := func() uint64 { st, _ := master.Transports(raw); return st.SpinMisses }
 	start := time.Now()
 	for b.Loop() {
+		var tg getTags
+		if rel != nil {
+			metrics.Read(gcs)
+			tg.gc, tg.miss, tg.rel = gcs[0].Value.Uint64(), misses(), rel.started.Load()
+			tg.relBusy = rel.inFlight.Load() > 0
+		}
 		t0 := time.Now()
 		if _, err := s.Get(ctx, "k", r, 0); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(t0))
+		if rel != nil {
+			metrics.Read(gcs)
+			tg.gc, tg.miss = gcs[0].Value.Uint64()-tg.gc, misses()-tg.miss
+			tg.relBusy = tg.relBusy || rel.inFlight.Load() > 0 || rel.started.Load() != tg.rel
+			tags = append(tags, tg)
+		}
 	}
 	total := time.Since(start)
+	if rel != nil {
+		reportTail(b, lat, tags)
+	}
 	_, g := s.Phases()
 	g = g.Sub(before)
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
@@ -146,14 +172,63 @@ func benchGetLatency(b *testing.B, kind string, locked bool) {
 	}
 }
 
+// getTags is what else happened while one get ran (BenchmarkGetLatency):
+// gc, this process's GC cycles ended; miss, its client's fast path spins
+// that ended in a sleep; rel (while it runs: release calls started before
+// it) and relBusy, whether a lease release call was in flight.
+type getTags struct {
+	gc, miss, rel uint64
+	relBusy       bool
+}
+
+// reportTail reports the fractions of the gets at or above p99 (lat[i],
+// tagged by tags[i]) that overlapped each of tags' events (see
+// BenchmarkGetLatency).
+func reportTail(b *testing.B, lat []time.Duration, tags []getTags) {
+	b.Helper()
+	sorted := slices.Clone(lat)
+	slices.Sort(sorted)
+	p99 := sorted[(len(sorted)-1)*99/100]
+	var n, miss, rel, gc, none int
+	for i, d := range lat {
+		if d < p99 {
+			continue
+		}
+		t := tags[i]
+		n++
+		miss += b2i(t.miss > 0)
+		rel += b2i(t.relBusy)
+		gc += b2i(t.gc > 0)
+		none += b2i(t.miss == 0 && !t.relBusy && t.gc == 0)
+	}
+	f := func(k int) float64 { return float64(k) / float64(n) }
+	b.ReportMetric(f(miss), "tail-spinmiss")
+	b.ReportMetric(f(rel), "tail-release")
+	b.ReportMetric(f(gc), "tail-gc")
+	b.ReportMetric(f(none), "tail-none")
+}
+
+func b2i(ok bool) int {
+	if ok {
+		return 1
+	}
+	return 0
+}
+
 // countReleases counts the ReleaseLeases calls made through it and the
-// lease ids they carry.
+// lease ids they carry; started counts calls begun, inFlight those not
+// yet returned.
 type countReleases struct {
 	master.Client
 	calls, ids atomic.Int64
+	started    atomic.Uint64
+	inFlight   atomic.Int64
 }
 
 func (m *countReleases) ReleaseLeases(ctx context.Context, ids []uint64) error {
+	m.started.Add(1)
+	m.inFlight.Add(1)
+	defer m.inFlight.Add(-1)
 	m.calls.Add(1)
 	m.ids.Add(int64(len(ids)))
 	return m.Client.ReleaseLeases(ctx, ids)
