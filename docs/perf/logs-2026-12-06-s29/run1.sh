@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Session 29 run 1 (build1.sh at d1e3626, session 28's final code: spinning
+# Session 29 run 1 (build1.sh at 4ddb08e: session 28's final code, spinning
 # waits yield the CPU, at least one spinner per process). Session 28's
 # run5.sh with more rounds: spin against none, interleaved — go-remote
 # 4-64 KiB (x2), BenchmarkGetLatency fast-proc vs -nospin (x3), one get
-# from Python (x3); then the goals table once (every path and size).
+# from Python (x3; and with both ends spinning 200 us); then the goals table once (every path and size).
+# BenchmarkGetLatency now tags its slowest 1% (tail-*: spin miss, lease
+# release in flight, GC).
 set -u
 L=$OUT/logs; mkdir -p "$L"
 python3 -c 'import lzma, shutil, sys, os
@@ -31,9 +33,10 @@ done
 pack
 export KVFABRIC_LAT_N=10000
 for rep in 1 2 3; do
-  mkdir -p "$L/pylat-spin-$rep" "$L/pylat-nospin-$rep"
+  mkdir -p "$L/pylat-spin-$rep" "$L/pylat-nospin-$rep" "$L/pylat-spin200-$rep"
   OUT=$L/pylat-spin-$rep st pylat-spin-$rep scripts/device-latency.sh
   OUT=$L/pylat-nospin-$rep KVFABRIC_LAT_CFG='{"master_fast_path_spin": "0"}' KVFABRIC_LAT_MASTER_ARGS="--fast-spin 0" st pylat-nospin-$rep scripts/device-latency.sh
+  OUT=$L/pylat-spin200-$rep KVFABRIC_LAT_CFG='{"master_fast_path_spin": "200us"}' KVFABRIC_LAT_MASTER_ARGS="--fast-spin 200us" st pylat-spin200-$rep scripts/device-latency.sh
   pack
 done
 st all-1 $K bench --store --driver cuda --paths go-embedded,go-remote,python --json "$L/all-1.json"
