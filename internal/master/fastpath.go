@@ -178,11 +178,19 @@ func (s *Server) SetFastSpin(d time.Duration) error {
 	return nil
 }
 
-// FastSpinCounts returns how many of the fast path's reads polled the
-// socket and found data (hits) and how many polled for the whole spin in
-// vain and slept (misses).
-func (s *Server) FastSpinCounts() (hits, misses uint64) {
-	return s.fast.spins.hits.Load(), s.fast.spins.misses.Load()
+// FastSpinStats counts the master's fast path waits for a connection's
+// next request after a small call (spin.go): Hits polled the socket and
+// found it; Misses polled for the whole spin in vain, then slept; Skips
+// slept at once, their connection idle (its last such wait outlasted the
+// spin: spinConn).
+type FastSpinStats struct {
+	Hits, Misses, Skips uint64
+}
+
+// FastSpinCounts returns the master's fast path spin counters.
+func (s *Server) FastSpinCounts() FastSpinStats {
+	c := &s.fast.spins
+	return FastSpinStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Skips: c.skips.Load()}
 }
 
 // spinFor is the spin of a connection accepted now.
@@ -199,30 +207,43 @@ func (f *fastServer) spinFor() time.Duration {
 
 // spinConn is a fast path connection whose reads, after a small call
 // (armed), first poll the socket for up to spin without sleeping (spin.go),
-// then wait in the netpoller. Deadlines and Close are the connection's: a
-// spinning read sees them once its spin ends. Only the connection's
-// goroutine uses it.
+// then wait in the netpoller — unless the connection is idle: its last
+// armed wait outlasted the spin. An idle connection's waits sleep at once
+// and are timed, and one that ends within the spin makes it busy again. So
+// a client that calls now and then (an engine's occasional get) costs the
+// master one spin in vain, not one per call, while back-to-back calls
+// spin after every call but one that follows a miss. Deadlines and Close
+// are the connection's: a spinning read sees them once its spin ends.
+// Only the connection's goroutine uses it.
 type spinConn struct {
 	net.Conn
 	raw    syscall.RawConn
 	spin   time.Duration
 	counts *spinCounts
 	armed  bool // the last request was small: its client may call again soon
+	idle   bool // the last armed wait outlasted spin: the next one does not spin
 }
 
 func (c *spinConn) Read(p []byte) (int, error) {
 	if !c.armed {
 		return c.Conn.Read(p)
 	}
-	var n int
-	var ok bool
-	if err := c.raw.Read(func(fd uintptr) bool {
-		n, ok = spinRecv(int(fd), p, c.spin, c.counts)
-		return true // never wait here: the netpoller wait is Conn.Read's
-	}); err == nil && ok {
-		return n, nil
+	start := time.Now()
+	if c.idle {
+		c.counts.skips.Add(1)
+	} else {
+		var n int
+		var ok bool
+		if err := c.raw.Read(func(fd uintptr) bool {
+			n, ok = spinRecv(int(fd), p, c.spin, c.counts)
+			return true // never wait here: the netpoller wait is Conn.Read's
+		}); err == nil && ok {
+			return n, nil
+		}
 	}
-	return c.Conn.Read(p)
+	n, err := c.Conn.Read(p)
+	c.idle = time.Since(start) > c.spin
+	return n, err
 }
 
 // ListenFast makes lis the fast path's listener and advertises its port to

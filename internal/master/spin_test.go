@@ -188,13 +188,12 @@ func TestFastSpinCalls(t *testing.T) {
 			if st.SpinHits == 0 {
 				t.Errorf("client: no answer was found while spinning (%+v)", st)
 			}
-			hits, _ := srv.FastSpinCounts()
-			if hits == 0 {
+			if srv.FastSpinCounts().Hits == 0 {
 				t.Errorf("master: no request was found while spinning")
 			}
 			// The idle connection's spin misses, then it sleeps.
 			deadline := time.Now().Add(5 * time.Second)
-			for _, m := srv.FastSpinCounts(); m == 0; _, m = srv.FastSpinCounts() {
+			for srv.FastSpinCounts().Misses == 0 {
 				if time.Now().After(deadline) {
 					t.Fatal("master: an idle connection's spin never ended in a miss")
 				}
@@ -209,7 +208,7 @@ func TestFastSpinCalls(t *testing.T) {
 			if d := time.Since(t0); d > time.Second {
 				t.Errorf("shutdown took %v with spinning connections", d)
 			}
-			t.Logf("client %+v; master hits/misses %v", st, fmt.Sprint(srv.FastSpinCounts()))
+			t.Logf("client %+v; master %+v", st, srv.FastSpinCounts())
 		})
 	}
 }
@@ -245,9 +244,9 @@ func TestFastSpinOff(t *testing.T) {
 	}
 	time.Sleep(5 * time.Millisecond)
 	st := r.Transports()
-	h, m := srv.FastSpinCounts()
-	if st.Fast == 0 || st.SpinHits+st.SpinMisses+h+m != 0 {
-		t.Fatalf("spinning with spin off: client %+v, master %d/%d", st, h, m)
+	ms := srv.FastSpinCounts()
+	if st.Fast == 0 || st.SpinHits+st.SpinMisses+ms.Hits+ms.Misses+ms.Skips != 0 {
+		t.Fatalf("spinning with spin off: client %+v, master %+v", st, ms)
 	}
 }
 
@@ -293,6 +292,7 @@ func TestFastSpinMetrics(t *testing.T) {
 	srv := NewServer(svc, nil)
 	srv.fast.spins.hits.Add(3)
 	srv.fast.spins.misses.Add(2)
+	srv.fast.spins.skips.Add(4)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(srv.FastSpinCollector())
 	mfs, err := reg.Gather()
@@ -308,22 +308,23 @@ func TestFastSpinMetrics(t *testing.T) {
 			got[m.GetLabel()[0].GetName()+"="+m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
 		}
 	}
-	if len(got) != 2 || got["result=hit"] != 3 || got["result=miss"] != 2 {
-		t.Fatalf("spin metrics %v, want hit 3 and miss 2", got)
+	if len(got) != 3 || got["result=hit"] != 3 || got["result=miss"] != 2 || got["result=skip"] != 4 {
+		t.Fatalf("spin metrics %v, want hit 3, miss 2 and skip 4", got)
 	}
 }
 
 // TestFastSpinSmallCallsOnly: a call whose request exceeds spinMaxRequest
 // spins on neither end (its answer, and its caller's next call, come later
-// than a spin); the small call after it spins again on both.
+// than a spin); the small call after it arms both again (the master's
+// wait spins or, its connection idle, skips: TestFastSpinIdleConnection).
 func TestFastSpinSmallCallsOnly(t *testing.T) {
 	defer setSpinSlots(4)()
 	srv, r := spinServed(t, DefaultFastSpin, FastPath{Spin: 5 * time.Millisecond})
 	ctx := context.Background()
 	counts := func() (uint64, uint64) {
 		st := r.Transports()
-		h, m := srv.FastSpinCounts()
-		return st.SpinHits + st.SpinMisses, h + m
+		ms := srv.FastSpinCounts()
+		return st.SpinHits + st.SpinMisses, ms.Hits + ms.Misses + ms.Skips
 	}
 	// A small call arms the master's next wait; let it run out.
 	if _, err := r.Exists(ctx, []string{"k"}, false); err != nil {
@@ -349,5 +350,39 @@ func TestFastSpinSmallCallsOnly(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	if c2, m2 := counts(); c2 == c0 || m2 == m0 {
 		t.Fatalf("a small call did not spin: client %d -> %d, master %d -> %d", c0, c2, m0, m2)
+	}
+}
+
+// TestFastSpinIdleConnection: a connection whose client calls now and then
+// costs the master one spin in vain, not one per call: after a miss its
+// waits sleep at once (skips) while the calls stay far apart, and spin
+// again once one comes within the spin.
+func TestFastSpinIdleConnection(t *testing.T) {
+	defer setSpinSlots(4)()
+	const spin, apart = 10 * time.Millisecond, 40 * time.Millisecond
+	srv, r := spinServed(t, spin, FastPath{Spin: -1})
+	ctx := context.Background()
+	call := func() {
+		t.Helper()
+		if _, err := r.Exists(ctx, []string{"k"}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st0 := srv.FastSpinCounts() // the wait after the hello may hit our first call
+	for range 4 {
+		call()
+		time.Sleep(apart)
+	}
+	// The first wait after a call spun and missed; the next three slept at once.
+	st := srv.FastSpinCounts()
+	if st.Misses != st0.Misses+1 || st.Skips != st0.Skips+3 || st.Hits > st0.Hits+1 {
+		t.Fatalf("four calls %v apart: master %+v (before them %+v), want 1 miss and 3 skips", apart, st, st0)
+	}
+	for range 20 { // back to back: the waits spin again
+		call()
+	}
+	st1 := srv.FastSpinCounts()
+	if st1.Hits < st.Hits+15 || st1.Misses != st.Misses {
+		t.Fatalf("twenty calls back to back after them: master %+v (before them %+v), want at least 15 hits and no miss", st1, st)
 	}
 }
