@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Session 29 run 1's build (from the repository root; then run1.sh with
 # carry [".device"]): HEAD's kvfabric, libkvfabric.so and the client and
-# master packages' test binaries.
+# master packages' test binaries; and the master package's test binary of
+# HEAD's parent (master-prev.test: before the idle connection's skip) with
+# HEAD's BenchmarkFastSpinCPU written for its API (prev-spincpu.sed).
 set -euo pipefail
 rm -rf .device && mkdir -p .device
 go build -tags kvfabric_noembed -ldflags='-s -w' -o .device/kvfabric ./cmd/kvfabric
@@ -9,6 +11,10 @@ CGO_ENABLED=1 go build -ldflags='-s -w' -buildmode=c-shared -o .device/libkvfabr
 rm -f .device/libkvfabric.h
 go test -c -ldflags='-s -w' -o .device/client.test ./internal/client
 go test -c -ldflags='-s -w' -o .device/master.test ./internal/master
-echo "head $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!docs' || echo ' (with local changes)')" > .device/version.txt
-xz -T0 -9 -f .device/kvfabric .device/libkvfabric.so .device/client.test .device/master.test
+P=$(mktemp -d) && git worktree add -q "$P/src" HEAD~1
+(cd "$P/src/internal/master" && sed -f "$OLDPWD/docs/perf/logs-2026-12-06-s29/prev-spincpu.sed" "$OLDPWD/internal/master/spincpu_bench_test.go" > spincpu_bench_test.go &&
+  go test -c -ldflags='-s -w' -o "$OLDPWD/.device/master-prev.test" .)
+git worktree remove --force "$P/src" && rm -rf "$P"
+echo "head $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!docs' || echo ' (with local changes)'); prev $(git rev-parse --short HEAD~1)" > .device/version.txt
+xz -T0 -9 -f .device/kvfabric .device/libkvfabric.so .device/client.test .device/master.test .device/master-prev.test
 du -sh .device

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Session 29 run 1 (build1.sh at 4ddb08e: session 28's final code, spinning
-# waits yield the CPU, at least one spinner per process). Session 28's
+# Session 29 run 1 (build1.sh at 356200d: session 28's final code, spinning
+# waits yield the CPU, at least one spinner per process; and an idle
+# connection skips its spin). Session 28's
 # run5.sh with more rounds: spin against none, interleaved — go-remote
 # 4-64 KiB (x2), BenchmarkGetLatency fast-proc vs -nospin (x3), one get
 # from Python (x3; and with both ends spinning 200 us); then the goals table once (every path and size).
+# The master's spin in CPU: BenchmarkFastSpinCPU, head (an idle connection
+# skips its spin) against prev (x2 interleaved).
 # BenchmarkGetLatency now tags its slowest 1% (tail-*: spin miss, lease
 # release in flight, GC).
 set -u
@@ -39,12 +42,19 @@ for rep in 1 2 3; do
   OUT=$L/pylat-spin200-$rep KVFABRIC_LAT_CFG='{"master_fast_path_spin": "200us"}' KVFABRIC_LAT_MASTER_ARGS="--fast-spin 200us" st pylat-spin200-$rep scripts/device-latency.sh
   pack
 done
+for rep in 1 2; do
+  for v in master master-prev; do
+    (cd internal/master && st spincpu-$v-$rep "$D/$v.test" -test.run XXX -test.bench BenchmarkFastSpinCPU -test.benchtime 5000x)
+  done
+done
+pack
 st all-1 $K bench --store --driver cuda --paths go-embedded,go-remote,python --json "$L/all-1.json"
 (cd internal/master && st putrounds-after "$D/master.test" -test.run XXX -test.bench "$PR" -test.benchtime 300x -test.count 3)
 python3 docs/perf/logs-2026-12-04-s20/run1/summary.py "$L" > "$L/ranges.txt" 2>&1
 pack
 cat "$L/summary.txt"; grep -hE "^Benchmark" "$L"/putrounds-*.log | sed 's/ *\t */ /g'
 grep -v "^$" "$L/ranges.txt" | sed 's/  merged.*//'
+for f in "$L"/spincpu-*.log; do echo "== $(basename $f .log)"; grep -E "^Bench" "$f" | sed 's/ *\t */ /g'; done
 for f in "$L"/golat-*.log; do grep -E "^Bench" "$f" | sed 's/ *\t */ /g'; done
 for f in "$L"/pylat-*.log; do echo "== $(basename $f .log)"; grep -E "remote-store|  store-ptr|torch-copy" "$f"; done
 grep -m1 "Product Name" "$L/nvidia-smi.log"
