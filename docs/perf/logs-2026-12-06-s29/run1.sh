@@ -7,6 +7,9 @@
 # from Python (x3; and with both ends spinning 200 us); then the goals table once (every path and size).
 # The master's spin in CPU: BenchmarkFastSpinCPU, head (an idle connection
 # skips its spin) against prev (x2 interleaved).
+# Session 27's parts over cores (8962faa, cherry-picked onto head as
+# master-parts.test, branch s29-parts-trial): BenchmarkLoopbackOneCaller at
+# 4096 keys, head against parts (x3 interleaved).
 # BenchmarkGetLatency now tags its slowest 1% (tail-*: spin miss, lease
 # release in flight, GC).
 set -u
@@ -48,6 +51,13 @@ for rep in 1 2; do
   done
 done
 pack
+LB='BenchmarkLoopbackOneCaller/rpc=(GetReplicas|PutStartUniform)/client=(grpc|fast)/keys=4096'
+for rep in 1 2 3; do
+  for v in master master-parts; do
+    (cd internal/master && st loopback-$v-$rep "$D/$v.test" -test.run XXX -test.bench "$LB" -test.benchtime 200x)
+  done
+done
+pack
 st all-1 $K bench --store --driver cuda --paths go-embedded,go-remote,python --json "$L/all-1.json"
 (cd internal/master && st putrounds-after "$D/master.test" -test.run XXX -test.bench "$PR" -test.benchtime 300x -test.count 3)
 python3 docs/perf/logs-2026-12-04-s20/run1/summary.py "$L" > "$L/ranges.txt" 2>&1
@@ -55,6 +65,7 @@ pack
 cat "$L/summary.txt"; grep -hE "^Benchmark" "$L"/putrounds-*.log | sed 's/ *\t */ /g'
 grep -v "^$" "$L/ranges.txt" | sed 's/  merged.*//'
 for f in "$L"/spincpu-*.log; do echo "== $(basename $f .log)"; grep -E "^Bench" "$f" | sed 's/ *\t */ /g'; done
+for f in "$L"/loopback-*.log; do echo "== $(basename $f .log)"; grep -E "^Bench" "$f" | sed 's/ *\t */ /g'; done
 for f in "$L"/golat-*.log; do grep -E "^Bench" "$f" | sed 's/ *\t */ /g'; done
 for f in "$L"/pylat-*.log; do echo "== $(basename $f .log)"; grep -E "remote-store|  store-ptr|torch-copy" "$f"; done
 grep -m1 "Product Name" "$L/nvidia-smi.log"
