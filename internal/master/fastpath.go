@@ -208,11 +208,11 @@ func (f *fastServer) spinFor() time.Duration {
 // spinConn is a fast path connection whose reads, after a small call
 // (armed), first poll the socket for up to spin without sleeping (spin.go),
 // then wait in the netpoller — unless the connection is idle: its last
-// armed wait outlasted the spin. An idle connection's waits sleep at once
-// and are timed, and one that ends within the spin makes it busy again. So
-// a client that calls now and then (an engine's occasional get) costs the
-// master one spin in vain, not one per call, while back-to-back calls
-// spin after every call but one that follows a miss. Deadlines and Close
+// armed wait spun in vain. An idle connection's waits sleep at once and
+// are timed, and one that ends within spinIdleWake spins makes it busy
+// again. So a client that calls now and then (an engine's occasional get)
+// costs the master one spin in vain, not one per call, while back-to-back
+// calls spin after every call but one that follows a miss. Deadlines and Close
 // are the connection's: a spinning read sees them once its spin ends.
 // Only the connection's goroutine uses it.
 type spinConn struct {
@@ -242,9 +242,21 @@ func (c *spinConn) Read(p []byte) (int, error) {
 		}
 	}
 	n, err := c.Conn.Read(p)
-	c.idle = time.Since(start) > c.spin
+	if waited := time.Since(start); c.idle {
+		c.idle = waited > spinIdleWake*c.spin
+	} else {
+		c.idle = waited > c.spin
+	}
 	return n, err
 }
+
+// spinIdleWake: an idle connection's wait that ends within this many spins
+// makes it busy again. A sleeping wait is timed to when its goroutine runs
+// again, a wake-up later than the request's arrival (tens of µs on the
+// lab's virtual machines, the very cost spinning saves), so a bound of one
+// spin would keep a connection that missed once idle under back-to-back
+// calls.
+const spinIdleWake = 4
 
 // ListenFast makes lis the fast path's listener and advertises its port to
 // clients in RegisterClient's answer, from now on; ServeFast serves it.

@@ -356,10 +356,10 @@ func TestFastSpinSmallCallsOnly(t *testing.T) {
 // TestFastSpinIdleConnection: a connection whose client calls now and then
 // costs the master one spin in vain, not one per call: after a miss its
 // waits sleep at once (skips) while the calls stay far apart, and spin
-// again once one comes within the spin.
+// again once one comes soon (within spinIdleWake spins).
 func TestFastSpinIdleConnection(t *testing.T) {
 	defer setSpinSlots(4)()
-	const spin, apart = 10 * time.Millisecond, 40 * time.Millisecond
+	const spin, apart = 5 * time.Millisecond, 40 * time.Millisecond // apart > spinIdleWake spins
 	srv, r := spinServed(t, spin, FastPath{Spin: -1})
 	ctx := context.Background()
 	call := func() {
