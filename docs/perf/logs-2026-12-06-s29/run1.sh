@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 29 run 1 (build1.sh at 356200d: session 28's final code, spinning
+# Session 29 run 1 (build1.sh at 6d2daf5+docs: session 28's final code, spinning
 # waits yield the CPU, at least one spinner per process; and an idle
 # connection skips its spin). Session 28's
 # run5.sh with more rounds: spin against none, interleaved — go-remote
