@@ -20,8 +20,10 @@ import (
 // and then, whose next call comes after any spin has ended. master-hits
 // master-misses and master-skips are the master's waits per call that
 // spun and found the next call, spun in vain, and slept at once (the
-// connection idle: spinConn); p50-us and
-// p99-us the calls' latency.
+// connection idle: spinConn); p50-us and p99-us the calls' latency. The
+// clients share the master's Go runtime, so with several callers their
+// latency is not a remote client's: a master spinning in vain keeps this
+// runtime's other goroutines quick to run (docs/perf/logs-2026-12-06-s29).
 func BenchmarkFastSpinCPU(b *testing.B) {
 	for _, gap := range []time.Duration{0, 200 * time.Microsecond} {
 		for _, callers := range []int{1, 8, 32} {
