@@ -181,8 +181,8 @@ func (s *Server) SetFastSpin(d time.Duration) error {
 // FastSpinStats counts the master's fast path waits for a connection's
 // next request after a small call (spin.go): Hits polled the socket and
 // found it; Misses polled for the whole spin in vain, then slept; Skips
-// slept at once, their connection idle (its last such wait outlasted the
-// spin: spinConn).
+// slept at once, their connection idle (its last such waits outlasted
+// the spin: spinConn).
 type FastSpinStats struct {
 	Hits, Misses, Skips uint64
 }
@@ -208,20 +208,22 @@ func (f *fastServer) spinFor() time.Duration {
 // spinConn is a fast path connection whose reads, after a small call
 // (armed), first poll the socket for up to spin without sleeping (spin.go),
 // then wait in the netpoller — unless the connection is idle: its last
-// armed wait spun in vain. An idle connection's waits sleep at once and
-// are timed, and one that ends within spinIdleWake spins makes it busy
-// again. So a client that calls now and then (an engine's occasional get)
-// costs the master one spin in vain, not one per call, while back-to-back
-// calls spin after every call but one that follows a miss. Deadlines and Close
-// are the connection's: a spinning read sees them once its spin ends.
-// Only the connection's goroutine uses it.
+// spinIdleAfter armed waits spun in vain. An idle connection's waits sleep
+// at once and are timed, and one that ends within spinIdleWake spins makes
+// it busy again. So a client that calls now and then (an engine's
+// occasional get) costs the master two spins in vain, not one per call,
+// while back-to-back calls, whose rare misses come one at a time, spin
+// after every call. Deadlines and Close are the connection's: a spinning
+// read sees them once its spin ends. Only the connection's goroutine uses
+// it.
 type spinConn struct {
 	net.Conn
 	raw    syscall.RawConn
 	spin   time.Duration
 	counts *spinCounts
 	armed  bool // the last request was small: its client may call again soon
-	idle   bool // the last armed wait outlasted spin: the next one does not spin
+	missed int  // armed waits in a row that outlasted spin
+	idle   bool // missed reached spinIdleAfter: armed waits do not spin
 }
 
 func (c *spinConn) Read(p []byte) (int, error) {
@@ -238,25 +240,41 @@ func (c *spinConn) Read(p []byte) (int, error) {
 			n, ok = spinRecv(int(fd), p, c.spin, c.counts)
 			return true // never wait here: the netpoller wait is Conn.Read's
 		}); err == nil && ok {
+			c.missed = 0
 			return n, nil
 		}
 	}
 	n, err := c.Conn.Read(p)
-	if waited := time.Since(start); c.idle {
+	switch waited := time.Since(start); {
+	case c.idle:
 		c.idle = waited > spinIdleWake*c.spin
-	} else {
-		c.idle = waited > c.spin
+		if !c.idle {
+			c.missed = 0
+		}
+	case waited > c.spin:
+		c.missed++
+		c.idle = c.missed >= spinIdleAfter
+	default: // no spin slot was free, and the request came soon
+		c.missed = 0
 	}
 	return n, err
 }
 
-// spinIdleWake: an idle connection's wait that ends within this many spins
-// makes it busy again. A sleeping wait is timed to when its goroutine runs
-// again, a wake-up later than the request's arrival (tens of µs on the
-// lab's virtual machines, the very cost spinning saves), so a bound of one
-// spin would keep a connection that missed once idle under back-to-back
-// calls.
-const spinIdleWake = 4
+const (
+	// spinIdleAfter armed waits in a row that outlast the spin make a
+	// connection idle. One is not enough: back-to-back calls miss now and
+	// then (~1 % on the lab's hosts), and a connection made idle by one
+	// such miss would sleep through the next wait too, doubling the slow
+	// calls that set a get's p99.
+	spinIdleAfter = 2
+	// spinIdleWake: an idle connection's wait that ends within this many
+	// spins makes it busy again. A sleeping wait is timed to when its
+	// goroutine runs again, a wake-up later than the request's arrival
+	// (tens of µs on the lab's virtual machines, the very cost spinning
+	// saves), so a bound of one spin would keep a connection idle under
+	// back-to-back calls.
+	spinIdleWake = 4
+)
 
 // ListenFast makes lis the fast path's listener and advertises its port to
 // clients in RegisterClient's answer, from now on; ServeFast serves it.

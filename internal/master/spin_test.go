@@ -354,9 +354,10 @@ func TestFastSpinSmallCallsOnly(t *testing.T) {
 }
 
 // TestFastSpinIdleConnection: a connection whose client calls now and then
-// costs the master one spin in vain, not one per call: after a miss its
-// waits sleep at once (skips) while the calls stay far apart, and spin
-// again once one comes soon (within spinIdleWake spins).
+// costs the master spinIdleAfter spins in vain, not one per call: after
+// that many misses in a row its waits sleep at once (skips) while the
+// calls stay far apart, and spin again once one comes soon (within
+// spinIdleWake spins). A single miss between hits leaves it spinning.
 func TestFastSpinIdleConnection(t *testing.T) {
 	defer setSpinSlots(4)()
 	const spin, apart = 5 * time.Millisecond, 40 * time.Millisecond // apart > spinIdleWake spins
@@ -368,15 +369,25 @@ func TestFastSpinIdleConnection(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st0 := srv.FastSpinCounts() // the wait after the hello may hit our first call
+	// One miss between calls back to back leaves the connection spinning.
+	pre := srv.FastSpinCounts() // the wait after the hello may hit our first call
+	call()
+	time.Sleep(apart)
+	call()
+	call()
+	st0 := srv.FastSpinCounts()
+	if st0.Misses != pre.Misses+1 || st0.Skips != pre.Skips || st0.Hits < pre.Hits+1 {
+		t.Fatalf("a miss between calls: master %+v (before %+v), want 1 miss, no skip, a hit after it", st0, pre)
+	}
 	for range 4 {
 		call()
 		time.Sleep(apart)
 	}
-	// The first wait after a call spun and missed; the next three slept at once.
+	// The first two waits after a call spun and missed; the next two slept at once.
 	st := srv.FastSpinCounts()
-	if st.Misses != st0.Misses+1 || st.Skips != st0.Skips+3 || st.Hits > st0.Hits+1 {
-		t.Fatalf("four calls %v apart: master %+v (before them %+v), want 1 miss and 3 skips", apart, st, st0)
+	if st.Misses != st0.Misses+spinIdleAfter || st.Skips != st0.Skips+4-spinIdleAfter || st.Hits > st0.Hits+1 {
+		t.Fatalf("four calls %v apart: master %+v (before them %+v), want %d misses and %d skips",
+			apart, st, st0, spinIdleAfter, 4-spinIdleAfter)
 	}
 	for range 20 { // back to back: the waits spin again
 		call()
