@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 29 run 1 (build1.sh at 6d2daf5+docs: session 28's final code, spinning
+# Session 29 run 1 (build1.sh at 9df9295: session 28's final code, spinning
 # waits yield the CPU, at least one spinner per process; and an idle
-# connection skips its spin). Session 28's
+# connection (two misses in a row) skips its spin). Session 28's
 # run5.sh with more rounds: spin against none, interleaved — go-remote
 # 4-64 KiB (x2), BenchmarkGetLatency fast-proc vs -nospin (x3), one get
 # from Python (x3; and with both ends spinning 200 us); then the goals table once (every path and size).
