@@ -1,0 +1,22 @@
+# Tabulates scripts/device-latency.sh logs (pylat-{spin,nospin,spin200}-N.log) of
+# the runs named: min-max of p50 and p99 per variant, size and row.
+# Usage (from this folder): python3 pylat.py run1
+import re,sys,glob,collections
+for run in sys.argv[1:]:
+    rows=collections.defaultdict(list)
+    for f in sorted(glob.glob(run+'/logs/pylat-*.log')):
+        var=re.search(r'pylat-(spin200|spin|nospin)-', f).group(1)
+        size=None
+        sec=None
+        for line in open(f):
+            m=re.match(r'(remote master, )?size (\d+)',line.strip())
+            if m:
+                size=int(m.group(2)); sec='remote' if m.group(1) else 'emb'; continue
+            m=re.match(r'\s+(\S+)\s+p50\s+([\d.]+) µs\s+p99\s+([\d.]+)\s+min\s+([\d.]+)',line)
+            if m and size:
+                rows[(var,size,m.group(1))].append((float(m.group(2)),float(m.group(3))))
+    print('==',run)
+    for k in sorted(rows):
+        v=rows[k]
+        p50=[a for a,b in v]; p99=[b for a,b in v]
+        print(f'{k[0]:7} {k[1]//1024:3}K {k[2]:22} n={len(v)} p50 {min(p50):.1f}-{max(p50):.1f}  p99 {min(p99):.1f}-{max(p99):.1f}')
