@@ -178,19 +178,11 @@ func (s *Server) SetFastSpin(d time.Duration) error {
 	return nil
 }
 
-// FastSpinStats counts the master's fast path waits for a connection's
-// next request after a small call (spin.go): Hits polled the socket and
-// found it; Misses polled for the whole spin in vain, then slept; Skips
-// slept at once, their connection idle (its last such waits outlasted
-// the spin: spinConn).
-type FastSpinStats struct {
-	Hits, Misses, Skips uint64
-}
-
-// FastSpinCounts returns the master's fast path spin counters.
-func (s *Server) FastSpinCounts() FastSpinStats {
-	c := &s.fast.spins
-	return FastSpinStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Skips: c.skips.Load()}
+// FastSpinCounts returns how many of the fast path's reads polled the
+// socket and found data (hits) and how many polled for the whole spin in
+// vain and slept (misses).
+func (s *Server) FastSpinCounts() (hits, misses uint64) {
+	return s.fast.spins.hits.Load(), s.fast.spins.misses.Load()
 }
 
 // spinFor is the spin of a connection accepted now.
@@ -207,74 +199,31 @@ func (f *fastServer) spinFor() time.Duration {
 
 // spinConn is a fast path connection whose reads, after a small call
 // (armed), first poll the socket for up to spin without sleeping (spin.go),
-// then wait in the netpoller — unless the connection is idle: its last
-// spinIdleAfter armed waits spun in vain. An idle connection's waits sleep
-// at once and are timed, and one that ends within spinIdleWake spins makes
-// it busy again. So a client that calls now and then (an engine's
-// occasional get) costs the master two spins in vain, not one per call,
-// while back-to-back calls, whose rare misses come one at a time, spin
-// after every call. Deadlines and Close are the connection's: a spinning
-// read sees them once its spin ends. Only the connection's goroutine uses
-// it.
+// then wait in the netpoller. Deadlines and Close are the connection's: a
+// spinning read sees them once its spin ends. Only the connection's
+// goroutine uses it.
 type spinConn struct {
 	net.Conn
 	raw    syscall.RawConn
 	spin   time.Duration
 	counts *spinCounts
 	armed  bool // the last request was small: its client may call again soon
-	missed int  // armed waits in a row that outlasted spin
-	idle   bool // missed reached spinIdleAfter: armed waits do not spin
 }
 
 func (c *spinConn) Read(p []byte) (int, error) {
 	if !c.armed {
 		return c.Conn.Read(p)
 	}
-	start := time.Now()
-	if c.idle {
-		c.counts.skips.Add(1)
-	} else {
-		var n int
-		var ok bool
-		if err := c.raw.Read(func(fd uintptr) bool {
-			n, ok = spinRecv(int(fd), p, c.spin, c.counts)
-			return true // never wait here: the netpoller wait is Conn.Read's
-		}); err == nil && ok {
-			c.missed = 0
-			return n, nil
-		}
+	var n int
+	var ok bool
+	if err := c.raw.Read(func(fd uintptr) bool {
+		n, ok = spinRecv(int(fd), p, c.spin, c.counts)
+		return true // never wait here: the netpoller wait is Conn.Read's
+	}); err == nil && ok {
+		return n, nil
 	}
-	n, err := c.Conn.Read(p)
-	switch waited := time.Since(start); {
-	case c.idle:
-		c.idle = waited > spinIdleWake*c.spin
-		if !c.idle {
-			c.missed = 0
-		}
-	case waited > c.spin:
-		c.missed++
-		c.idle = c.missed >= spinIdleAfter
-	default: // no spin slot was free, and the request came soon
-		c.missed = 0
-	}
-	return n, err
+	return c.Conn.Read(p)
 }
-
-const (
-	// spinIdleAfter armed waits in a row that outlast the spin make a
-	// connection idle. One is not enough: back-to-back calls miss now and
-	// then (~1 % on the lab's hosts), and a connection made idle by one
-	// such miss would sleep through the next wait too, doubling the slow
-	// calls that set a get's p99.
-	spinIdleAfter = 2
-	// spinIdleWake: an idle connection's wait that ends within this many
-	// spins makes it busy again. A sleeping wait is timed to when its
-	// goroutine runs again, a wake-up later than the request's arrival
-	// (tens of µs on the lab's virtual machines, the very cost spinning
-	// saves), so a bound of one spin would keep a connection idle under
-	// back-to-back calls.
-	spinIdleWake = 4
-)
 
 // ListenFast makes lis the fast path's listener and advertises its port to
 // clients in RegisterClient's answer, from now on; ServeFast serves it.

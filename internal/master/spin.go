@@ -95,11 +95,9 @@ func spinSlots() int32 {
 // spinning counts the waits spinning now, process-wide.
 var spinning atomic.Int32
 
-// spinCounts counts one end's spinning waits: those that found their
-// data while polling (hits), those that polled in vain (misses), and, on
-// the master, those that did not poll, their connection idle (skips).
+// spinCounts counts one end's spinning waits.
 type spinCounts struct {
-	hits, misses, skips atomic.Uint64
+	hits, misses atomic.Uint64
 }
 
 // spinRecv polls fd for up to d without sleeping, reading into p with
@@ -159,21 +157,20 @@ func recvNow(fd int, p []byte) (int, error) {
 
 // fastSpinDesc describes a master's fast path spin counters.
 var fastSpinDesc = prometheus.NewDesc("kvfabric_master_fast_spin_waits_total",
-	"Fast path waits for a connection's next request after a small call (--fast-spin), by result: hit (it came while polling the socket), miss (none came; the wait slept) or skip (the connection's last such wait outlasted the spin, so this one slept at once).",
+	"Fast path reads that polled the socket before sleeping (--fast-spin), by result: hit (data came while polling) or miss (none came; the read slept).",
 	[]string{"result"}, nil)
 
 // fastSpinCollector exports a Server's FastSpinCounts.
 type fastSpinCollector struct{ s *Server }
 
 // FastSpinCollector returns a Prometheus collector of s's fast path spin
-// counters (kvfabric_master_fast_spin_waits_total{result="hit"|"miss"|"skip"}).
+// counters (kvfabric_master_fast_spin_waits_total{result="hit"|"miss"}).
 func (s *Server) FastSpinCollector() prometheus.Collector { return fastSpinCollector{s} }
 
 func (c fastSpinCollector) Describe(ch chan<- *prometheus.Desc) { ch <- fastSpinDesc }
 
 func (c fastSpinCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.s.FastSpinCounts()
-	ch <- prometheus.MustNewConstMetric(fastSpinDesc, prometheus.CounterValue, float64(st.Hits), "hit")
-	ch <- prometheus.MustNewConstMetric(fastSpinDesc, prometheus.CounterValue, float64(st.Misses), "miss")
-	ch <- prometheus.MustNewConstMetric(fastSpinDesc, prometheus.CounterValue, float64(st.Skips), "skip")
+	hits, misses := c.s.FastSpinCounts()
+	ch <- prometheus.MustNewConstMetric(fastSpinDesc, prometheus.CounterValue, float64(hits), "hit")
+	ch <- prometheus.MustNewConstMetric(fastSpinDesc, prometheus.CounterValue, float64(misses), "miss")
 }
