@@ -1,11 +1,12 @@
-# Tabulates scripts/device-latency.sh logs (pylat-{spin,nospin}-N.log) of
+# Tabulates scripts/device-latency.sh logs (pylat-{spin,nospin,spin200}-N.log) of
 # the runs named: min-max of p50 and p99 per variant, size and row.
-# Usage (from this folder): python3 pylat.py run2 run4
+# Usage (from a session's logs folder): python3 pylat.py run2 run4 (s28),
+# python3 ../logs-2026-12-05-s28/pylat.py run1 (s29)
 import re,sys,glob,collections
 for run in sys.argv[1:]:
     rows=collections.defaultdict(list)
     for f in sorted(glob.glob(run+'/logs/pylat-*.log')):
-        var='spin' if '-spin-' in f else 'nospin'
+        var=re.search(r'pylat-(spin200|spin|nospin)-', f).group(1)
         size=None
         sec=None
         for line in open(f):
