@@ -127,7 +127,7 @@ func benchGetLatency(b *testing.B, kind string, locked bool) {
 		var tg getTags
 		if rel != nil {
 			metrics.Read(gcs)
-			tg.gc, tg.miss, tg.rel = gcs[0].Value.Uint64(), misses(), rel.started.Load()
+			tg.gc, tg.miss, tg.rel = gcs[0].Value.Uint64(), misses(), rel.calls.Load()
 			tg.relBusy = rel.inFlight.Load() > 0
 		}
 		t0 := time.Now()
@@ -138,7 +138,7 @@ func benchGetLatency(b *testing.B, kind string, locked bool) {
 		if rel != nil {
 			metrics.Read(gcs)
 			tg.gc, tg.miss = gcs[0].Value.Uint64()-tg.gc, misses()-tg.miss
-			tg.relBusy = tg.relBusy || rel.inFlight.Load() > 0 || rel.started.Load() != tg.rel
+			tg.relBusy = tg.relBusy || rel.inFlight.Load() > 0 || rel.calls.Load() != tg.rel
 			tags = append(tags, tg)
 		}
 	}
@@ -177,8 +177,9 @@ func benchGetLatency(b *testing.B, kind string, locked bool) {
 // that ended in a sleep; rel (while it runs: release calls started before
 // it) and relBusy, whether a lease release call was in flight.
 type getTags struct {
-	gc, miss, rel uint64
-	relBusy       bool
+	gc, miss uint64
+	rel      int64
+	relBusy  bool
 }
 
 // reportTail reports the fractions of the gets at or above p99 (lat[i],
@@ -216,17 +217,15 @@ func b2i(ok bool) int {
 }
 
 // countReleases counts the ReleaseLeases calls made through it and the
-// lease ids they carry; started counts calls begun, inFlight those not
-// yet returned.
+// lease ids they carry (calls counts them as they begin); inFlight counts
+// those not yet returned.
 type countReleases struct {
 	master.Client
 	calls, ids atomic.Int64
-	started    atomic.Uint64
 	inFlight   atomic.Int64
 }
 
 func (m *countReleases) ReleaseLeases(ctx context.Context, ids []uint64) error {
-	m.started.Add(1)
 	m.inFlight.Add(1)
 	defer m.inFlight.Add(-1)
 	m.calls.Add(1)
