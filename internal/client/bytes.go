@@ -132,7 +132,7 @@ func (s *Store) getBytes(ctx context.Context, key string, into func(size uint64)
 	if err != nil {
 		return 0, err
 	}
-	res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), []string{sk})
+	res, err := s.lookup(master.WithReader(ctx, s.clientID), []string{sk})
 	if err != nil {
 		return 0, mapErr(fmt.Errorf("get replicas: %w", err))
 	}

@@ -119,7 +119,7 @@ func (s *Store) Replicas(ctx context.Context, keys []string) ([]ObjectInfo, []er
 	if err != nil {
 		return out, fill(errs, err)
 	}
-	res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), sks)
+	res, err := s.lookup(master.WithReader(ctx, s.clientID), sks)
 	if err != nil {
 		return out, fill(errs, mapErr(fmt.Errorf("get replicas: %w", err)))
 	}

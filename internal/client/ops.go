@@ -1256,6 +1256,19 @@ func (s *Store) revoke(ctx context.Context, refs []master.PutRef) {
 	}
 }
 
+// lookup is the master's GetReplicas, carrying the lease releases queued
+// meanwhile (releaser.take): a get ends the leases of earlier ones.
+func (s *Store) lookup(ctx context.Context, keys []string) ([]master.GetResult, error) {
+	ids, done := s.rel.take()
+	if ids == nil {
+		return s.m.GetReplicas(ctx, keys)
+	}
+	c := &master.ReleaseCarry{IDs: ids}
+	res, err := s.m.GetReplicas(master.WithReleases(ctx, c), keys)
+	done(c.Released, err == nil && !c.Released)
+	return res, err
+}
+
 // releaseLeases ends the read leases res granted (their copies are
 // complete), in the background (releaser). A failure only delays
 // reclaiming: the leases then end at their TTL.
@@ -1612,7 +1625,7 @@ func (s *Store) prefetchReplicas(ctx context.Context, w *metaWorker, keys []stri
 // getReplicas asks the master for keys' replicas, named as the reader.
 func (s *Store) getReplicas(ctx context.Context, keys []string) getMeta {
 	t0 := time.Now()
-	res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), keys)
+	res, err := s.lookup(master.WithReader(ctx, s.clientID), keys)
 	since(&s.phases.get.master, t0)
 	return getMeta{res, err}
 }
@@ -1771,7 +1784,7 @@ func (s *Store) Size(ctx context.Context, key string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	res, err := s.m.GetReplicas(ctx, []string{sk})
+	res, err := s.lookup(ctx, []string{sk})
 	if err != nil {
 		return 0, mapErr(err)
 	}

@@ -181,7 +181,7 @@ func (s *Store) lease(ctx context.Context, keys []string) (*Views, error) {
 	chunk := s.pipeChunk()
 	for lo := 0; lo < len(q); lo += chunk {
 		hi := min(lo+chunk, len(q))
-		res, err := s.m.GetReplicas(master.WithReader(ctx, s.clientID), q[lo:hi])
+		res, err := s.lookup(master.WithReader(ctx, s.clientID), q[lo:hi])
 		if err != nil {
 			v.drop(ctx, false)
 			return nil, mapErr(fmt.Errorf("get replicas: %w", err))

@@ -276,6 +276,15 @@ func testAuthRefusesAttacks(t *testing.T, fast bool) {
 	if h := a.svc.rd.leasesHeld(); h != held {
 		t.Fatalf("mallory's release of cons's lease: %d leases held, want %d", h, held)
 	}
+	// Nor does a carried release (a GetReplicas naming it, ReleaseCarry):
+	// the master takes the carry, as ReleaseLeases ignores the id.
+	c := &ReleaseCarry{IDs: []uint64{g[0].LeaseID}}
+	if _, err := mal.GetReplicas(WithReleases(ctx, c), []string{"nope"}); err != nil || !c.Released {
+		t.Fatalf("mallory's get carrying cons's lease: released %v, %v", c.Released, err)
+	}
+	if h := a.svc.rd.leasesHeld(); h != held {
+		t.Fatalf("mallory's carried release of cons's lease: %d leases held, want %d", h, held)
+	}
 	wantErr(t, "ReleaseLeases by its reader", cons.ReleaseLeases(ctx, []uint64{g[0].LeaseID}), nil)
 	if h := a.svc.rd.leasesHeld(); h != held-1 {
 		t.Fatalf("cons's release of its lease: %d leases held, want %d", h, held-1)

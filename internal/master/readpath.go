@@ -45,6 +45,39 @@ type readPath struct {
 	sink      atomic.Uint64 // takes the loads of the batch finders' prefetches (once per call)
 }
 
+// ReleaseCarry is read leases a GetReplicas call carries to the master
+// (WithReleases): a client whose earlier gets' copies are complete has
+// their leases ended by its next get, after that get's lookup, instead of
+// by a ReleaseLeases call of their own beside it (which shares the
+// connection, the master and the CPUs with the get, and lengthened the
+// slowest gets). Released reports that the master ended them, as
+// ReleaseLeases would; false (the call failed, or a master that predates
+// the field ignored them) leaves their release to the caller — a lease
+// counts once however often it is released, so sending them again is
+// safe.
+type ReleaseCarry struct {
+	IDs      []uint64
+	Released bool
+}
+
+// done reports c.Released; false for a nil c.
+func (c *ReleaseCarry) done() bool { return c != nil && c.Released }
+
+type releasesKey struct{}
+
+// WithReleases returns ctx carrying c to the next GetReplicas (every Client
+// carries it: the embedded one ends the leases itself, the remote one
+// sends them with the request). c.Released is set by that call.
+func WithReleases(ctx context.Context, c *ReleaseCarry) context.Context {
+	return context.WithValue(ctx, releasesKey{}, c)
+}
+
+// releasesOf is the ReleaseCarry WithReleases put in ctx, or nil.
+func releasesOf(ctx context.Context) *ReleaseCarry {
+	c, _ := ctx.Value(releasesKey{}).(*ReleaseCarry)
+	return c
+}
+
 const (
 	nStripes = 256
 	// stripeSpan consecutive slots share a stripe: a batch's objects,

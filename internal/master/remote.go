@@ -415,8 +415,16 @@ func (r *remote) GetReplicas(ctx context.Context, keys []string) ([]GetResult, e
 	send, local := splitItems(len(keys), func(i int) error { return keyUTF8(keys[i]) })
 	n := len(keys) - len(local)
 	resp := resultsReply{get: true, descs: &r.descs, gets: make([]GetResult, 0, n), sent: time.Now()}
-	if err := r.invoke(ctx, fastGetReplicas, &keysRequest{keys: pick(keys, send), reader: readerOf(ctx), checked: true}, &resp); err != nil {
+	req := keysRequest{keys: pick(keys, send), reader: readerOf(ctx), checked: true}
+	c := releasesOf(ctx)
+	if c != nil {
+		req.release = c.IDs
+	}
+	if err := r.invoke(ctx, fastGetReplicas, &req, &resp); err != nil {
 		return nil, r.fail(err)
+	}
+	if c != nil {
+		c.Released = resp.released
 	}
 	if len(resp.gets) != n {
 		return nil, fmt.Errorf("master: malformed response: %d results for %d keys", len(resp.gets), n)

@@ -333,11 +333,24 @@ func (g *grpcService) PutRevoke(ctx context.Context, r *pb.PutRevokeRequest) (*p
 }
 
 func (g *grpcService) GetReplicas(ctx context.Context, r *pb.GetReplicasRequest) (*pb.GetReplicasResponse, error) {
-	res, err := g.svc.GetReplicas(WithReader(ctx, r.ClientId), r.Keys)
+	ctx, c := carrying(WithReader(ctx, r.ClientId), r.ReleaseLeaseIds)
+	res, err := g.svc.GetReplicas(ctx, r.Keys)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return getToPB(res), nil
+	out := getToPB(res)
+	out.LeasesReleased = c.done()
+	return out, nil
+}
+
+// carrying is ctx carrying the releases of a GetReplicas request
+// (ReleaseCarry), or ctx and nil when it carries none.
+func carrying(ctx context.Context, ids []uint64) (context.Context, *ReleaseCarry) {
+	if len(ids) == 0 {
+		return ctx, nil
+	}
+	c := &ReleaseCarry{IDs: ids}
+	return WithReleases(ctx, c), c
 }
 
 // getToPB converts GetReplicas results to the generated response (each
@@ -420,7 +433,7 @@ func serviceDesc() *grpc.ServiceDesc {
 			return g.putFinish(ctx, opPutRevoke, in.puts)
 		}),
 		"GetReplicas": fastHandler(pb.Master_ServiceDesc, "GetReplicas", func(g *grpcService, ctx context.Context, in *keysRequest) (any, error) {
-			return g.getReplicas(WithReader(ctx, in.reader), in.keys)
+			return g.getReplicas(WithReader(ctx, in.reader), in.keys, in.release)
 		}),
 	}
 	for i, m := range d.Methods {
@@ -524,10 +537,11 @@ func (g *grpcService) putFinish(ctx context.Context, op opKind, puts []PutRef) (
 	return &itemErrorList{errs: errs}, nil
 }
 
-func (g *grpcService) getReplicas(ctx context.Context, keys []string) (any, error) {
+func (g *grpcService) getReplicas(ctx context.Context, keys []string, release []uint64) (any, error) {
+	ctx, c := carrying(ctx, release)
 	res, err := g.svc.GetReplicas(ctx, keys)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &getResponse{res: res}, nil
+	return &getResponse{res: res, released: c.done()}, nil
 }

@@ -1278,8 +1278,18 @@ func fillErr(out []error, err error) []error {
 	return out
 }
 
-// GetReplicas implements Client.
-func (s *Service) GetReplicas(ctx context.Context, keys []string) (_ []GetResult, err error) {
+// GetReplicas implements Client. The leases a ReleaseCarry in ctx names
+// are ended after the lookup (and its lock) and only when it succeeded: a
+// call that fails leaves them to its caller.
+func (s *Service) GetReplicas(ctx context.Context, keys []string) ([]GetResult, error) {
+	out, err := s.getReplicas(ctx, keys)
+	if c := releasesOf(ctx); err == nil && c != nil && len(c.IDs) > 0 {
+		c.Released = s.releaseLeases(ctx, c.IDs) == nil
+	}
+	return out, err
+}
+
+func (s *Service) getReplicas(ctx context.Context, keys []string) (_ []GetResult, err error) {
 	defer s.met.op(opGet, time.Now(), &err)
 	if err := s.checkBatch(len(keys)); err != nil {
 		return nil, err
@@ -1796,6 +1806,12 @@ func (s *Service) endLeasePeriodLocked(slot uint32) {
 // it takes the lock exclusively.
 func (s *Service) ReleaseLeases(ctx context.Context, ids []uint64) (err error) {
 	defer s.met.op(opReleaseLeases, time.Now(), &err)
+	return s.releaseLeases(ctx, ids)
+}
+
+// releaseLeases is ReleaseLeases without its call metrics: a GetReplicas
+// carrying releases (ReleaseCarry) counts as a get.
+func (s *Service) releaseLeases(ctx context.Context, ids []uint64) error {
 	if err := s.checkBatch(len(ids)); err != nil {
 		return err
 	}

@@ -201,6 +201,19 @@ func appendFixed64NZ(b []byte, num protowire.Number, v uint64) []byte {
 	return protowire.AppendFixed64(append(b, tag(num, protowire.Fixed64Type)), v)
 }
 
+// appendPackedFixed64 appends vs as a packed repeated fixed64 field
+// (nothing when empty).
+func appendPackedFixed64(b []byte, num protowire.Number, vs []uint64) []byte {
+	if len(vs) == 0 {
+		return b
+	}
+	b = protowire.AppendVarint(append(b, tag(num, protowire.BytesType)), uint64(8*len(vs)))
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, v)
+	}
+	return b
+}
+
 func appendBool(b []byte, num protowire.Number, v bool) []byte {
 	if !v {
 		return b
@@ -849,9 +862,10 @@ func (*putStartResponse) unmarshalWire([]byte) error { return errWireDir }
 // getResponse is pb.GetReplicasResponse from the Service's results (the
 // server encodes it).
 type getResponse struct {
-	res  []GetResult
-	tab  descTable
-	scan bool
+	res      []GetResult
+	released bool // leases_released
+	tab      descTable
+	scan     bool
 }
 
 func (m *getResponse) fill() {
@@ -869,7 +883,7 @@ func (m *getResponse) fill() {
 
 func (m *getResponse) wireSize() int {
 	m.fill()
-	n := m.tab.wireSize()
+	n := m.tab.wireSize() + 2
 	for i := range m.res {
 		n += 3 + 11 + 11 + 11 + 9 + 40*len(m.res[i].Replicas) // size, expiry, TTL, lease id
 		if m.res[i].Err != nil {
@@ -901,7 +915,7 @@ func (m *getResponse) appendWire(b []byte) ([]byte, error) {
 		}
 		b = endMsg(b, r)
 	}
-	return b, nil
+	return appendBool(b, 3, m.released), nil
 }
 
 func (*getResponse) unmarshalWire([]byte) error { return errWireDir }
@@ -1084,15 +1098,16 @@ func decodeItemError(b []byte) (error, error) {
 // keysRequest is pb.GetReplicasRequest. Decoded keys share one string per
 // message: the Service does not keep them.
 type keysRequest struct {
-	keys   []string
-	reader string // client_id
+	keys    []string
+	reader  string   // client_id
+	release []uint64 // release_lease_ids (ReleaseCarry)
 	// checked: the keys are known to be valid UTF-8 (the remote Client
 	// checked them), so encoding does not check them again.
 	checked bool
 }
 
 func (m *keysRequest) wireSize() int {
-	n := 3 + len(m.reader)
+	n := 3 + len(m.reader) + 6 + 8*len(m.release)
 	for _, k := range m.keys {
 		n += 3 + len(k)
 	}
@@ -1106,7 +1121,10 @@ func (m *keysRequest) appendWire(b []byte) ([]byte, error) {
 			return b, err
 		}
 	}
-	return appendStringNZ(b, 2, m.reader)
+	if b, err = appendStringNZ(b, 2, m.reader); err != nil {
+		return b, err
+	}
+	return appendPackedFixed64(b, 3, m.release), nil
 }
 
 func (m *keysRequest) unmarshalWire(b []byte) error    { return m.decode(b, string(b)) }
@@ -1141,6 +1159,15 @@ func (m *keysRequest) decode(b []byte, all string) error {
 				return err
 			}
 			m.reader = strings.Clone(r) // kept in the context past the message
+		case f.is(3, protowire.Fixed64Type):
+			m.release = append(m.release, f.v)
+		case f.is(3, protowire.BytesType): // packed
+			if len(f.p)%8 != 0 {
+				return fmt.Errorf("packed release_lease_ids of %d bytes, not a multiple of 8", len(f.p))
+			}
+			for p := f.p; len(p) > 0; p = p[8:] {
+				m.release = append(m.release, binary.LittleEndian.Uint64(p))
+			}
 		}
 	}
 	return nil
@@ -1163,6 +1190,8 @@ type resultsReply struct {
 	// malformed is set when a replica names a descriptor the response
 	// does not hold (decoding itself succeeds, as proto.Unmarshal would).
 	malformed error
+	// released is GetReplicasResponse.leases_released.
+	released bool
 
 	segs    []*segment.Descriptor
 	backing []Replica     // the results' replicas, in order
@@ -1211,6 +1240,8 @@ func (m *resultsReply) unmarshalWire(b []byte) error {
 			if err := m.result(f.p); err != nil {
 				return err
 			}
+		case m.get && f.is(3, protowire.VarintType):
+			m.released = f.v != 0
 		}
 	}
 	for _, l := range m.late {

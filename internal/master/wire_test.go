@@ -1,6 +1,7 @@
 package master
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -244,6 +245,28 @@ func TestWireKeysAndRefs(t *testing.T) {
 	if err := k.unmarshalWire(mustMarshal(t, &pb.GetReplicasRequest{Keys: keys, ClientId: "reader-1"})); err != nil || k.reader != "reader-1" || !reflect.DeepEqual(k.keys, keys) {
 		t.Errorf("reader: hand decoding %q %q (%v)", k.reader, k.keys, err)
 	}
+	// Carried lease releases (field 3, packed fixed64) both ways, and
+	// unpacked as a peer may send them.
+	ids := []uint64{1, 1<<64 - 1, 0x0123456789abcdef}
+	g = pb.GetReplicasRequest{}
+	if err := proto.Unmarshal(encodeWire(t, &keysRequest{keys: keys, release: ids}), &g); err != nil || !reflect.DeepEqual(g.ReleaseLeaseIds, ids) || !reflect.DeepEqual(g.Keys, keys) {
+		t.Errorf("release: generated decoding %x %q (%v)", g.ReleaseLeaseIds, g.Keys, err)
+	}
+	k = keysRequest{}
+	if err := k.unmarshalWire(mustMarshal(t, &pb.GetReplicasRequest{Keys: keys, ReleaseLeaseIds: ids})); err != nil || !reflect.DeepEqual(k.release, ids) || !reflect.DeepEqual(k.keys, keys) {
+		t.Errorf("release: hand decoding %x %q (%v)", k.release, k.keys, err)
+	}
+	var unpacked []byte
+	for _, id := range ids {
+		unpacked = protowire.AppendFixed64(protowire.AppendTag(unpacked, 3, protowire.Fixed64Type), id)
+	}
+	k = keysRequest{}
+	if err := k.unmarshalWire(unpacked); err != nil || !reflect.DeepEqual(k.release, ids) {
+		t.Errorf("release, unpacked: hand decoding %x (%v)", k.release, err)
+	}
+	if b := encodeWire(t, &keysRequest{keys: keys}); !bytes.Equal(b, mustMarshal(t, &pb.GetReplicasRequest{Keys: keys})) {
+		t.Errorf("no releases: the request is not the one without field 3")
+	}
 
 	refs := []PutRef{{Key: "a", Token: 1, Hint: 7}, {Key: "", Token: 0}, {Key: "b", Token: 1<<64 - 1, Hint: 1<<32 - 1}}
 	var e pb.PutEndRequest
@@ -386,8 +409,19 @@ func TestWireResults(t *testing.T) {
 
 	t.Run("GetReplicas", func(t *testing.T) {
 		var p pb.GetReplicasResponse
-		if err := proto.Unmarshal(encodeWire(t, &getResponse{res: gets}), &p); err != nil {
-			t.Fatal(err)
+		if err := proto.Unmarshal(encodeWire(t, &getResponse{res: gets}), &p); err != nil || p.LeasesReleased {
+			t.Fatal(err, p.LeasesReleased)
+		}
+		var r pb.GetReplicasResponse
+		if err := proto.Unmarshal(encodeWire(t, &getResponse{res: gets, released: true}), &r); err != nil || !r.LeasesReleased || len(r.Results) != len(gets) {
+			t.Fatalf("leases_released: generated decoding %v, %d results (%v)", r.LeasesReleased, len(r.Results), err)
+		}
+		for _, released := range []bool{false, true} {
+			m := resultsReply{get: true, descs: &descCache{}}
+			r.LeasesReleased = released
+			if err := m.unmarshalWire(mustMarshal(t, &r)); err != nil || m.released != released || len(m.gets) != len(gets) {
+				t.Errorf("leases_released %v: hand decoding %v, %d results (%v)", released, m.released, len(m.gets), err)
+			}
 		}
 		for i, x := range p.Results {
 			g := gets[i]
@@ -477,9 +511,11 @@ func FuzzWireDecode(f *testing.F) {
 		&putStartRequest{reqs: wirePutStartReqs()[:2], uni: true, u: wireUniform()},
 		&putRefsRequest{puts: []PutRef{{Key: "a", Token: 1}, {Key: "b", Token: 2}}},
 		&keysRequest{keys: []string{"a", "b"}, reader: "r"},
+		&keysRequest{keys: []string{"a"}, release: []uint64{7, 1 << 63}},
 		&itemErrorList{errs: wireErrs()},
 		&putStartResponse{res: []PutStartResult{{Token: 1, Replicas: reps}, {Err: ErrNoSpace}}},
 		&getResponse{res: []GetResult{{Size: 1, Replicas: reps}, {Err: ErrNotFound}}},
+		&getResponse{res: []GetResult{{Size: 1, Replicas: reps}}, released: true},
 	} {
 		b := encodeWire(f, m)
 		for kind := range 6 {
@@ -513,6 +549,9 @@ func FuzzWireDecode(f *testing.F) {
 			if agree(t, proto.Unmarshal(b, &p), m.unmarshalWire(b)) {
 				if len(p.Keys) != len(m.keys) || len(m.keys) > 0 && !reflect.DeepEqual(p.Keys, m.keys) || p.ClientId != m.reader {
 					t.Errorf("hand %q %q, generated %q %q", m.keys, m.reader, p.Keys, p.ClientId)
+				}
+				if len(p.ReleaseLeaseIds) != len(m.release) || len(m.release) > 0 && !reflect.DeepEqual(p.ReleaseLeaseIds, m.release) {
+					t.Errorf("release: hand %x, generated %x", m.release, p.ReleaseLeaseIds)
 				}
 			}
 		case 3:
@@ -556,6 +595,9 @@ func FuzzWireDecode(f *testing.F) {
 			var segs []*pb.SegmentDescriptor
 			if get {
 				g := p.(*pb.GetReplicasResponse)
+				if g.LeasesReleased != m.released {
+					t.Errorf("leases_released: hand %v, generated %v", m.released, g.LeasesReleased)
+				}
 				segs = g.Segments
 				for _, x := range g.Results {
 					r := res{err: fromItemError(x.Error)}

@@ -1571,9 +1571,15 @@ type GetReplicasRequest struct {
 	// The reading client, when known: replicas it cannot import (POSIX-fd
 	// segments of another host, fabric segments of another fabric domain)
 	// are left out of its results.
-	ClientId      string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ClientId string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// Read leases of the caller's earlier gets whose copies are complete:
+	// the master ends them as ReleaseLeases would, after this call's
+	// lookup, so that a client reading again soon needs no release call of
+	// its own. Best effort: leases_released in the response says whether
+	// they were ended (a master that predates the field ignores it).
+	ReleaseLeaseIds []uint64 `protobuf:"fixed64,3,rep,packed,name=release_lease_ids,json=releaseLeaseIds,proto3" json:"release_lease_ids,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GetReplicasRequest) Reset() {
@@ -1618,6 +1624,13 @@ func (x *GetReplicasRequest) GetClientId() string {
 		return x.ClientId
 	}
 	return ""
+}
+
+func (x *GetReplicasRequest) GetReleaseLeaseIds() []uint64 {
+	if x != nil {
+		return x.ReleaseLeaseIds
+	}
+	return nil
 }
 
 type GetResult struct {
@@ -1710,11 +1723,15 @@ func (x *GetResult) GetLeaseId() uint64 {
 }
 
 type GetReplicasResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Segments      []*SegmentDescriptor   `protobuf:"bytes,1,rep,name=segments,proto3" json:"segments,omitempty"`
-	Results       []*GetResult           `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Segments []*SegmentDescriptor   `protobuf:"bytes,1,rep,name=segments,proto3" json:"segments,omitempty"`
+	Results  []*GetResult           `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	// The request's release_lease_ids were ended (as ReleaseLeases: unknown,
+	// ended and other principals' leases ignored). False: the caller still
+	// owes their release.
+	LeasesReleased bool `protobuf:"varint,3,opt,name=leases_released,json=leasesReleased,proto3" json:"leases_released,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetReplicasResponse) Reset() {
@@ -1759,6 +1776,13 @@ func (x *GetReplicasResponse) GetResults() []*GetResult {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *GetReplicasResponse) GetLeasesReleased() bool {
+	if x != nil {
+		return x.LeasesReleased
+	}
+	return false
 }
 
 type ExistsRequest struct {
@@ -2987,10 +3011,11 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x10PutRevokeRequest\x12'\n" +
 	"\x04puts\x18\x01 \x03(\v2\x13.kvfabric.v1.PutRefR\x04puts\"C\n" +
 	"\x11PutRevokeResponse\x12.\n" +
-	"\x06errors\x18\x01 \x03(\v2\x16.kvfabric.v1.ItemErrorR\x06errors\"E\n" +
+	"\x06errors\x18\x01 \x03(\v2\x16.kvfabric.v1.ItemErrorR\x06errors\"q\n" +
 	"\x12GetReplicasRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x1b\n" +
-	"\tclient_id\x18\x02 \x01(\tR\bclientId\"\xed\x01\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12*\n" +
+	"\x11release_lease_ids\x18\x03 \x03(\x06R\x0freleaseLeaseIds\"\xed\x01\n" +
 	"\tGetResult\x12,\n" +
 	"\x05error\x18\x01 \x01(\v2\x16.kvfabric.v1.ItemErrorR\x05error\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x120\n" +
@@ -2998,10 +3023,11 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x14lease_expiry_unix_ns\x18\x04 \x01(\x03R\x11leaseExpiryUnixNs\x12 \n" +
 	"\flease_ttl_ns\x18\x05 \x01(\x03R\n" +
 	"leaseTtlNs\x12\x19\n" +
-	"\blease_id\x18\x06 \x01(\x06R\aleaseId\"\x83\x01\n" +
+	"\blease_id\x18\x06 \x01(\x06R\aleaseId\"\xac\x01\n" +
 	"\x13GetReplicasResponse\x12:\n" +
 	"\bsegments\x18\x01 \x03(\v2\x1e.kvfabric.v1.SegmentDescriptorR\bsegments\x120\n" +
-	"\aresults\x18\x02 \x03(\v2\x16.kvfabric.v1.GetResultR\aresults\"9\n" +
+	"\aresults\x18\x02 \x03(\v2\x16.kvfabric.v1.GetResultR\aresults\x12'\n" +
+	"\x0fleases_released\x18\x03 \x01(\bR\x0eleasesReleased\"9\n" +
 	"\rExistsRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x14\n" +
 	"\x05lease\x18\x02 \x01(\bR\x05lease\"(\n" +
