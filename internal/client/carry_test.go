@@ -1,0 +1,179 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvfabric/kvfabric/internal/client"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim"
+	"github.com/kvfabric/kvfabric/internal/cuda/sim/simtest"
+	"github.com/kvfabric/kvfabric/internal/master"
+)
+
+// TestGetsCarryReleases: back-to-back gets make no lease release calls —
+// each get's GetReplicas carries the leases of the gets before it, and the
+// master ends them — with a remote master and an embedded one. The master
+// itself (not this Store, which would flush first) can then remove every
+// key but the last one read; a plain Remove through the Store sends that
+// last lease in one call. It fails if gets stop carrying, or the master
+// does not end what they carry.
+func TestGetsCarryReleases(t *testing.T) {
+	for _, kind := range []string{"remote", "embedded"} {
+		t.Run(kind, func(t *testing.T) {
+			defer client.SetReleaseDelay(time.Hour)() // only carries and flushes send
+			drv, err := sim.New(sim.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := master.Config{LeaseTTL: time.Hour}
+			var svc *master.Service
+			var mc master.Client
+			if kind == "remote" {
+				svc, mc = grpcMaster(t, cfg)
+			} else {
+				if svc, err = master.New(cfg); err != nil {
+					t.Fatal(err)
+				}
+				defer svc.Close()
+				mc = master.NewEmbedded(svc)
+			}
+			ctx := context.Background()
+			rel := &countReleases{Client: mc}
+			s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: rel, ClientID: "carry-" + kind})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kind == "embedded" {
+				client.ForceEmbedded(s)
+			}
+			buf, err := drv.MemAlloc(s.Context(), 4096)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := client.Bytes(uintptr(buf), 4096)
+			keys := []string{"a", "b", "c"}
+			for _, k := range keys {
+				if err := s.Put(ctx, k, r, 0, client.PutOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const n = 99 // the last get reads "c"
+			for i := range n {
+				if _, err := s.Get(ctx, keys[i%3], r, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c := rel.calls.Load(); c != 0 {
+				t.Fatalf("%d release calls after %d back-to-back gets, want 0 (carried)", c, n)
+			}
+			// The stored keys are the Store's keys with its namespace:
+			// remove them at the master as another client would.
+			for _, k := range []string{"a", "b"} {
+				if err := removeAtMaster(ctx, svc, k); err != nil {
+					t.Fatalf("the master's own plain remove of %q, whose leases were carried: %v", k, err)
+				}
+			}
+			if err := removeAtMaster(ctx, svc, "c"); !errors.Is(err, master.ErrHasLease) {
+				t.Fatalf("the master's own plain remove of the key read last: %v, want its lease held", err)
+			}
+			if err := s.Remove(ctx, "c", false); err != nil {
+				t.Fatalf("plain remove through the Store: %v", err)
+			}
+			if c, ids := rel.calls.Load(), rel.ids.Load(); c != 1 || ids != 1 {
+				t.Fatalf("after the remove's flush: %d calls with %d ids, want 1 with 1", c, ids)
+			}
+			if err := drv.MemFree(s.Context(), buf); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := svc.Stats(ctx); err != nil || st.Objects != 0 {
+				t.Fatalf("after close: %+v %v", st, err)
+			}
+			simtest.AssertNoLeaks(t, drv)
+		})
+	}
+}
+
+// removeAtMaster removes the Store's key k (default namespace) at the
+// master directly, as another client would: no flush of the Store's queued
+// releases first. A leased key is not removed: ErrHasLease.
+func removeAtMaster(ctx context.Context, svc *master.Service, k string) error {
+	n, err := svc.RemoveAll(ctx, master.Filter{Pattern: "^" + k + "$"}, false)
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: %d objects named %q removed", master.ErrHasLease, n, k)
+	}
+	return nil
+}
+
+// TestRemoveAfterGetWhileOthersCarry: a Store's plain Remove of a key it
+// just read succeeds while its other goroutines' gets carry releases — the
+// key's lease may be in flight on one of them, and the remove's flush waits
+// for it. Run with -race. It fails if flush returns before a carry in
+// flight has reached the master.
+func TestRemoveAfterGetWhileOthersCarry(t *testing.T) {
+	defer client.SetReleaseDelay(time.Hour)()
+	drv, err := sim.New(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, mc := grpcMaster(t, master.Config{LeaseTTL: time.Hour})
+	ctx := context.Background()
+	s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: mc, ClientID: "carry-remove"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers, rounds = 8, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf, err := drv.MemAlloc(s.Context(), 4096)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer drv.MemFree(s.Context(), buf)
+			r := client.Bytes(uintptr(buf), 4096)
+			for i := range rounds {
+				k := fmt.Sprintf("w%d/%d", w, i)
+				if err := s.Put(ctx, k, r, 0, client.PutOptions{}); err != nil {
+					errs <- err
+					return
+				}
+				for range 3 {
+					if _, err := s.Get(ctx, k, r, 0); err != nil {
+						errs <- err
+						return
+					}
+				}
+				if err := s.Remove(ctx, k, false); err != nil {
+					errs <- fmt.Errorf("plain remove of %q after its gets: %w", k, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := svc.Stats(ctx); err != nil || st.Objects != 0 {
+		t.Fatalf("after close: %+v %v", st, err)
+	}
+	simtest.AssertNoLeaks(t, drv)
+}
