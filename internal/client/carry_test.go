@@ -86,6 +86,36 @@ func TestGetsCarryReleases(t *testing.T) {
 			if c, ids := rel.calls.Load(), rel.ids.Load(); c != 1 || ids != 1 {
 				t.Fatalf("after the remove's flush: %d calls with %d ids, want 1 with 1", c, ids)
 			}
+
+			// A batch get's leases, more than a get carries, are left to the
+			// releaser's own call: the next get does not carry them.
+			batch := make([]string, client.CarryMax+1)
+			dsts := make([][]client.Region, len(batch))
+			for i := range batch {
+				batch[i] = fmt.Sprintf("batch/%d", i)
+				if err := s.Put(ctx, batch[i], r, 0, client.PutOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				dsts[i] = r
+			}
+			if _, errs := s.BatchGet(ctx, batch, dsts, 0); errs != nil && errors.Join(errs...) != nil {
+				t.Fatal(errors.Join(errs...))
+			}
+			if err := s.Put(ctx, "d", r, 0, client.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Get(ctx, "d", r, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := removeAtMaster(ctx, svc, batch[0]); !errors.Is(err, master.ErrHasLease) {
+				t.Fatalf("a batch get's lease after the next get: %v, want it held (not carried)", err)
+			}
+			if errs := s.BatchRemove(ctx, append(batch, "d"), false); errors.Join(errs...) != nil {
+				t.Fatalf("plain remove of the batch through the Store: %v", errors.Join(errs...))
+			}
+			if c, ids := rel.calls.Load(), rel.ids.Load(); c != 2 || ids != 1+int64(len(batch))+1 {
+				t.Fatalf("after the batch remove's flush: %d calls with %d ids, want 2 with %d", c, ids, 1+len(batch)+1)
+			}
 			if err := drv.MemFree(s.Context(), buf); err != nil {
 				t.Fatal(err)
 			}

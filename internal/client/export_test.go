@@ -20,6 +20,9 @@ func SetReleaseDelay(d time.Duration) (restore func()) {
 // ReleaseBatch is how many queued lease releases are sent without waiting.
 const ReleaseBatch = releaseBatch
 
+// CarryMax is the most queued lease releases a get carries.
+const CarryMax = carryMax
+
 // ForceEmbedded makes st treat its master as an embedded one, as it does a
 // master.NewEmbedded client: for tests whose master client wraps one. Call
 // it before st's first call.

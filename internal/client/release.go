@@ -14,15 +14,16 @@ import (
 // (which it slows down: the two calls share the connection, the master
 // and the CPUs); releaseBatch queued ids go out at once.
 //
-// Mostly, though, the next get carries them (take): its GetReplicas
-// request names the queued leases and the master ends them after its
-// lookup (master.ReleaseCarry), so that back-to-back gets make no release
-// calls at all — a release call beside a get was in flight during about
-// half of the slowest 1 % of remote gets (session 29). One get carries at
-// a time; the others leave the queue to the next. A carry the master did
-// not take (the call failed, or a master that predates carrying ignored
-// it) goes back on the queue; after an ignored one, gets carry nothing for
-// carryPause (an older master answers the same way every time).
+// Mostly, though, the next get carries them (take, up to carryMax): its
+// GetReplicas request names the queued leases and the master ends them
+// after its lookup (master.ReleaseCarry), so that back-to-back gets make
+// no release calls at all — a release call beside a get was in flight
+// during about half of the slowest 1 % of remote gets (session 29). One
+// get carries at a time; the others leave the queue to the next. A carry
+// the master did not take (the call failed, or a master that predates
+// carrying ignored it) goes back on the queue; after an ignored one, gets
+// carry nothing for carryPause (an older master answers the same way
+// every time).
 //
 // A client's own removals flush it first (flush), so a get followed by a
 // plain Remove of the same key by the same Store still finds the lease
@@ -63,6 +64,12 @@ type releaser struct {
 // carryPause is how long gets carry no releases after the master ignored
 // a carry.
 const carryPause = time.Minute
+
+// carryMax bounds what a get carries: the master ends carried leases
+// before it answers, so the get waits for them. More queued (the leases of
+// batch gets) are left to the goroutine, which sends them beside the gets,
+// as before carrying.
+const carryMax = 64
 
 // releaseDelay is how long a queued release waits for more: a few small
 // gets' worth, far below any lease TTL. A variable for tests
@@ -115,8 +122,8 @@ func (r *releaser) wakeUnlock() {
 	}
 }
 
-// take hands the queued releases (up to releaseBatch) to a GetReplicas
-// call that carries them (master.WithReleases); nil when there are none,
+// take hands the queued releases to a GetReplicas call that carries them
+// (master.WithReleases); nil when there are none or more than carryMax,
 // another get carries, a flush runs, carries pause, or the releaser does
 // not run. The caller calls done with whether the master ended them
 // (ReleaseCarry.Released); if not, they are queued again.
@@ -126,17 +133,11 @@ func (r *releaser) take() (ids []uint64, done func(released, ignored bool)) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.mu.ids) == 0 || r.mu.stopped || r.mu.carry != nil || r.mu.flushing > 0 ||
+	if len(r.mu.ids) == 0 || len(r.mu.ids) > carryMax || r.mu.stopped || r.mu.carry != nil || r.mu.flushing > 0 ||
 		!r.mu.noCarry.IsZero() && time.Now().Before(r.mu.noCarry) {
 		return nil, nil
 	}
-	n := min(len(r.mu.ids), releaseBatch)
-	ids = r.mu.ids[:n:n]
-	if n == len(r.mu.ids) {
-		r.mu.ids = nil
-	} else {
-		r.mu.ids = r.mu.ids[n:]
-	}
+	ids, r.mu.ids = r.mu.ids, nil
 	c := make(chan struct{})
 	r.mu.carry = c
 	return ids, func(released, ignored bool) {
