@@ -4,9 +4,7 @@
 # interleaved:
 #  - BenchmarkGetLatency embedded and fast-proc (x4 each; tail tags);
 #  - one get from Python, embedded and remote (scripts/device-latency.sh,
-#    N=10000, x4 each);
-#  - batch throughput through a remote master (go-remote, 4 KiB-16 MiB,
-#    x2 each) and the master's ReleaseLeases cost (x1 each);
+#    N=10000, x4 each; the remote master is head's kvfabric for both);
 #  - head's goals table once (every path and size).
 set -u
 L=$OUT/logs; mkdir -p "$L"
@@ -31,25 +29,15 @@ export KVFABRIC_LAT_N=10000
 for rep in 1 2 3 4; do
   for v in "" -prev; do
     mkdir -p "$L/pylat$v-$rep"
-    OUT=$L/pylat$v-$rep KVFABRIC_LIB=$D/libkvfabric$v.so KVFABRIC_BIN=$D/kvfabric$v st pylat$v-$rep scripts/device-latency.sh
+    OUT=$L/pylat$v-$rep KVFABRIC_LIB=$D/libkvfabric$v.so KVFABRIC_BIN=$D/kvfabric st pylat$v-$rep scripts/device-latency.sh
   done
   pack
 done
-for rep in 1 2; do
-  for v in "" -prev; do
-    KVFABRIC_LIB=$D/libkvfabric$v.so KVFABRIC_BIN=$D/kvfabric$v st remote$v-$rep "$D/kvfabric$v" bench --store --driver cuda --paths go-remote --json "$L/remote$v-$rep.json"
-  done
-done
-for v in "" -prev; do
-  (cd internal/master && st release$v "$D/master$v.test" -test.run XXX -test.bench 'BenchmarkReleaseLeases' -test.benchtime 300x -test.count 2)
-done
-pack
 KVFABRIC_LIB=$D/libkvfabric.so KVFABRIC_BIN=$D/kvfabric st all-1 "$D/kvfabric" bench --store --driver cuda --paths go-embedded,go-remote,python --json "$L/all-1.json"
 python3 docs/perf/logs-2026-12-04-s20/run1/summary.py "$L" > "$L/ranges.txt" 2>&1
 pack
 cat "$L/summary.txt"
 for f in "$L"/golat*.log; do echo "== $(basename $f .log)"; grep -E "^Bench" "$f" | sed 's/ *\t */ /g'; done
 for f in "$L"/pylat*.log; do echo "== $(basename $f .log)"; grep -E "remote-store-ptr|^ *store-ptr|torch-copy" "$f"; done
-for f in "$L"/release*.log; do echo "== $(basename $f .log)"; grep -E "^Bench" "$f" | sed 's/ *\t */ /g'; done
 grep -v "^$" "$L/ranges.txt" | sed 's/  merged.*//' | head -60
 grep -m1 "Product Name" "$L/nvidia-smi.log"
