@@ -1257,9 +1257,16 @@ func (s *Store) revoke(ctx context.Context, refs []master.PutRef) {
 }
 
 // lookup is the master's GetReplicas, carrying the lease releases queued
-// meanwhile (releaser.take): a get ends the leases of earlier ones.
+// meanwhile to a remote master (releaser.take): a get ends the leases of
+// earlier ones. An embedded master's releases stay on the releaser's
+// goroutine: a carry would add their work to the get, and spares no round
+// trip.
 func (s *Store) lookup(ctx context.Context, keys []string) ([]master.GetResult, error) {
-	ids, done := s.rel.take()
+	var ids []uint64
+	var done func(released, ignored bool)
+	if !s.embedded {
+		ids, done = s.rel.take()
+	}
 	if ids == nil {
 		return s.m.GetReplicas(ctx, keys)
 	}

@@ -58,6 +58,7 @@ type releaser struct {
 		carry    chan struct{}
 		flushing int
 		noCarry  time.Time
+		carries  uint64 // carries taken, ever
 	}
 }
 
@@ -140,6 +141,7 @@ func (r *releaser) take() (ids []uint64, done func(released, ignored bool)) {
 	ids, r.mu.ids = r.mu.ids, nil
 	c := make(chan struct{})
 	r.mu.carry = c
+	r.mu.carries++
 	return ids, func(released, ignored bool) {
 		r.mu.Lock()
 		r.mu.carry = nil
@@ -169,13 +171,22 @@ func (r *releaser) run() {
 			return
 		}
 		// Let the releases of the next gets join these, unless a batch is
-		// full. (The timer's channel holds no stale tick after Stop or
-		// Reset: Go 1.23 timers.)
+		// full; while gets carry releases, leave the queue to them (the
+		// last get's release is queued between its copy and the next
+		// get: sent from here, it would be a call beside that get).
+		// (The timer's channel holds no stale tick after Stop or Reset:
+		// Go 1.23 timers.)
 		t.Reset(r.delay)
+		mark := r.carried()
 	wait:
 		for !r.full() {
 			select {
 			case <-t.C:
+				if n := r.carried(); n != mark {
+					mark = n
+					t.Reset(r.delay)
+					continue
+				}
 				break wait
 			case <-r.wake: // more queued: see whether the batch is full
 			case <-r.quit: // stop sends what is queued
@@ -186,6 +197,13 @@ func (r *releaser) run() {
 		t.Stop()
 		r.sendQueued(context.Background())
 	}
+}
+
+// carried is how many carries gets have taken.
+func (r *releaser) carried() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.carries
 }
 
 func (r *releaser) full() bool {

@@ -788,3 +788,71 @@ func putShardRound(ctx context.Context, svc *Service, keys []string, size uint64
 	}
 	return nil
 }
+
+// BenchmarkGetCarry measures one single-key GetReplicas (100k objects) as
+// a reader makes it back to back, embedded and over the fast path on
+// loopback in this process: release=carried ends the previous get's lease
+// with it (ReleaseCarry); release=call ends it by a ReleaseLeases call of
+// its own after the get (both timed); release=apart releases every 1024
+// gets' leases in one untimed call: what a carry adds to a get, against
+// what it spares.
+func BenchmarkGetCarry(b *testing.B) {
+	const objects = 100_000
+	for _, bc := range []struct{ kind, mode string }{
+		{"embedded", "carried"}, {"embedded", "call"}, {"embedded", "apart"},
+		{"fast", "carried"}, {"fast", "call"}, {"fast", "apart"},
+	} {
+		mode := bc.mode
+		b.Run("client="+bc.kind+"/release="+mode, func(b *testing.B) {
+			svc, c := benchService(b, "embedded")
+			if bc.kind == "fast" {
+				c = dialFast(b, serveFast(b, NewServer(svc, nil), nil), FastPath{})
+				b.Cleanup(func() { _ = c.Close() })
+			}
+			fill(b, svc, objects)
+			ctx := context.Background()
+			keys := make([]string, 1024)
+			for i := range keys {
+				keys[i] = "key-" + strconv.Itoa(i*7919%objects)
+			}
+			var prev uint64
+			var apart []uint64
+			carry := &ReleaseCarry{IDs: make([]uint64, 1)}
+			cctx := WithReleases(ctx, carry)
+			i := 0
+			for b.Loop() {
+				k := keys[i%len(keys)]
+				i++
+				var res []GetResult
+				var err error
+				if mode == "carried" && prev != 0 {
+					carry.IDs[0], carry.Released = prev, false
+					res, err = c.GetReplicas(cctx, []string{k})
+					if err == nil && !carry.Released {
+						b.Fatal("carry not taken")
+					}
+				} else {
+					res, err = c.GetReplicas(ctx, []string{k})
+					if err == nil && mode == "call" && prev != 0 {
+						err = c.ReleaseLeases(ctx, []uint64{prev})
+					}
+				}
+				if err != nil || res[0].Err != nil {
+					b.Fatal(err, res[0].Err)
+				}
+				prev = res[0].LeaseID
+				if mode == "apart" {
+					prev, apart = 0, append(apart, res[0].LeaseID)
+					if len(apart) == 1024 {
+						b.StopTimer()
+						if err := c.ReleaseLeases(ctx, apart); err != nil {
+							b.Fatal(err)
+						}
+						apart = apart[:0]
+						b.StartTimer()
+					}
+				}
+			}
+		})
+	}
+}
