@@ -1263,16 +1263,15 @@ func (s *Store) revoke(ctx context.Context, refs []master.PutRef) {
 // trip.
 func (s *Store) lookup(ctx context.Context, keys []string) ([]master.GetResult, error) {
 	var ids []uint64
-	var done func(released, ignored bool)
 	if !s.embedded {
-		ids, done = s.rel.take()
+		ids = s.rel.take()
 	}
 	if ids == nil {
 		return s.m.GetReplicas(ctx, keys)
 	}
 	c := &master.ReleaseCarry{IDs: ids}
 	res, err := s.m.GetReplicas(master.WithReleases(ctx, c), keys)
-	done(c.Released, err == nil && !c.Released)
+	s.rel.carried(ids, c.Released, err == nil && !c.Released)
 	return res, err
 }
 

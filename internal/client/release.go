@@ -52,14 +52,18 @@ type releaser struct {
 		// armed: the goroutine was woken for the queued ids and has not
 		// sent them yet (later ids join them without waking it again).
 		armed bool
-		// carry is closed when the carry in flight is done (nil: none);
-		// flushing counts flushes, which hold new carries off; noCarry is
-		// when gets may carry again after a master ignored a carry.
-		carry    chan struct{}
+		// carrying: a get carries releases (idle is signalled when it is
+		// done); flushing counts flushes, which hold new carries off;
+		// noCarry is when gets may carry again after a master ignored a
+		// carry; spare is the slice of the last carry the master took,
+		// for the queue to reuse.
+		carrying bool
 		flushing int
 		noCarry  time.Time
 		carries  uint64 // carries taken, ever
+		spare    []uint64
 	}
+	idle sync.Cond // on mu: a carry is done
 }
 
 // carryPause is how long gets carry no releases after the master ignored
@@ -84,6 +88,7 @@ func (r *releaser) start(send func(context.Context, []uint64)) {
 	r.send = send
 	r.delay = releaseDelay
 	r.wake = make(chan struct{}, 1)
+	r.idle.L = &r.mu.Mutex
 	r.quit = make(chan struct{})
 	r.done = make(chan struct{})
 	go r.run()
@@ -126,38 +131,43 @@ func (r *releaser) wakeUnlock() {
 // take hands the queued releases to a GetReplicas call that carries them
 // (master.WithReleases); nil when there are none or more than carryMax,
 // another get carries, a flush runs, carries pause, or the releaser does
-// not run. The caller calls done with whether the master ended them
-// (ReleaseCarry.Released); if not, they are queued again.
-func (r *releaser) take() (ids []uint64, done func(released, ignored bool)) {
+// not run. A caller given ids calls carried once the call returns.
+func (r *releaser) take() []uint64 {
 	if r.wake == nil {
-		return nil, nil
+		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.mu.ids) == 0 || len(r.mu.ids) > carryMax || r.mu.stopped || r.mu.carry != nil || r.mu.flushing > 0 ||
+	if len(r.mu.ids) == 0 || len(r.mu.ids) > carryMax || r.mu.stopped || r.mu.carrying || r.mu.flushing > 0 ||
 		!r.mu.noCarry.IsZero() && time.Now().Before(r.mu.noCarry) {
-		return nil, nil
+		return nil
 	}
-	ids, r.mu.ids = r.mu.ids, nil
-	c := make(chan struct{})
-	r.mu.carry = c
+	ids := r.mu.ids
+	r.mu.ids, r.mu.spare = r.mu.spare[:0], nil
+	r.mu.carrying = true
 	r.mu.carries++
-	return ids, func(released, ignored bool) {
-		r.mu.Lock()
-		r.mu.carry = nil
-		close(c)
-		if ignored {
-			r.mu.noCarry = time.Now().Add(carryPause)
-		}
-		if released {
-			r.mu.Unlock()
-			return
-		}
-		// A flush waiting for this carry sends them (it takes the queue
-		// after c is closed); so does a stop.
-		r.mu.ids = append(r.mu.ids, ids...)
-		r.wakeUnlock()
+	return ids
+}
+
+// carried ends the carry of ids (take): released, the master ended them
+// (ReleaseCarry.Released); if not, they are queued again, and ignored (the
+// master answered without taking them) pauses carries.
+func (r *releaser) carried(ids []uint64, released, ignored bool) {
+	r.mu.Lock()
+	r.mu.carrying = false
+	r.idle.Broadcast()
+	if ignored {
+		r.mu.noCarry = time.Now().Add(carryPause)
 	}
+	if released {
+		r.mu.spare = ids[:0]
+		r.mu.Unlock()
+		return
+	}
+	// A flush waiting for this carry sends them (it takes the queue after
+	// this); so does a stop.
+	r.mu.ids = append(r.mu.ids, ids...)
+	r.wakeUnlock()
 }
 
 func (r *releaser) run() {
@@ -177,12 +187,12 @@ func (r *releaser) run() {
 		// (The timer's channel holds no stale tick after Stop or Reset:
 		// Go 1.23 timers.)
 		t.Reset(r.delay)
-		mark := r.carried()
+		mark := r.carries()
 	wait:
 		for !r.full() {
 			select {
 			case <-t.C:
-				if n := r.carried(); n != mark {
+				if n := r.carries(); n != mark {
 					mark = n
 					t.Reset(r.delay)
 					continue
@@ -199,8 +209,8 @@ func (r *releaser) run() {
 	}
 }
 
-// carried is how many carries gets have taken.
-func (r *releaser) carried() uint64 {
+// carries is how many carries gets have taken.
+func (r *releaser) carries() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.mu.carries
@@ -221,11 +231,10 @@ func (r *releaser) flush(ctx context.Context) {
 	}
 	r.mu.Lock()
 	r.mu.flushing++ // no get takes the queue from here on
-	c := r.mu.carry
-	r.mu.Unlock()
-	if c != nil {
-		<-c // the carry in flight ended (what the master did not take is queued again)
+	for r.mu.carrying {
+		r.idle.Wait() // until the carry in flight ends (what the master did not take is queued again)
 	}
+	r.mu.Unlock()
 	r.sendQueued(ctx)
 	r.mu.Lock()
 	r.mu.flushing--
