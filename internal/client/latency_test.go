@@ -399,10 +399,17 @@ func (m slowRelease) ReleaseLeases(ctx context.Context, ids []uint64) error {
 }
 
 // oldMaster is a master that predates carried releases: its GetReplicas
-// ignores them (master.ReleaseCarry stays unreleased).
-type oldMaster struct{ master.Client }
+// ignores them (master.ReleaseCarry stays unreleased). carries counts the
+// gets that carried some.
+type oldMaster struct {
+	master.Client
+	carries *atomic.Int64
+}
 
 func (m oldMaster) GetReplicas(ctx context.Context, keys []string) ([]master.GetResult, error) {
+	if c := master.ReleasesFrom(ctx); c != nil && len(c.IDs) > 0 {
+		m.carries.Add(1)
+	}
 	return m.Client.GetReplicas(master.WithReleases(ctx, nil), keys)
 }
 
@@ -420,7 +427,8 @@ func TestRemoteReleasesAreBatched(t *testing.T) {
 	}
 	svc, mc := grpcMaster(t, master.Config{LeaseTTL: time.Hour})
 	ctx := context.Background()
-	rel := &countReleases{Client: oldMaster{mc}}
+	var carries atomic.Int64
+	rel := &countReleases{Client: oldMaster{mc, &carries}}
 	s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: rel, ClientID: "batched"})
 	if err != nil {
 		t.Fatal(err)
@@ -448,6 +456,9 @@ func TestRemoteReleasesAreBatched(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // a release sent per get would be out by now
 	if c := rel.calls.Load(); c != 0 {
 		t.Fatalf("%d release calls before the delay with %d gets queued", c, n)
+	}
+	if c := carries.Load(); c != 1 {
+		t.Fatalf("%d gets carried releases to a master that ignores them, want 1 (then carrying pauses)", c)
 	}
 	if err := s.Remove(ctx, "a", false); err != nil {
 		t.Fatalf("plain remove after this Store's gets: %v", err)

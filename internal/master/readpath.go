@@ -72,8 +72,9 @@ func WithReleases(ctx context.Context, c *ReleaseCarry) context.Context {
 	return context.WithValue(ctx, releasesKey{}, c)
 }
 
-// releasesOf is the ReleaseCarry WithReleases put in ctx, or nil.
-func releasesOf(ctx context.Context) *ReleaseCarry {
+// ReleasesFrom is the ReleaseCarry WithReleases put in ctx, or nil (for
+// Clients and their wrappers).
+func ReleasesFrom(ctx context.Context) *ReleaseCarry {
 	c, _ := ctx.Value(releasesKey{}).(*ReleaseCarry)
 	return c
 }

@@ -416,7 +416,7 @@ func (r *remote) GetReplicas(ctx context.Context, keys []string) ([]GetResult, e
 	n := len(keys) - len(local)
 	resp := resultsReply{get: true, descs: &r.descs, gets: make([]GetResult, 0, n), sent: time.Now()}
 	req := keysRequest{keys: pick(keys, send), reader: readerOf(ctx), checked: true}
-	c := releasesOf(ctx)
+	c := ReleasesFrom(ctx)
 	if c != nil {
 		req.release = c.IDs
 	}

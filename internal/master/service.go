@@ -1283,7 +1283,7 @@ func fillErr(out []error, err error) []error {
 // call that fails leaves them to its caller.
 func (s *Service) GetReplicas(ctx context.Context, keys []string) ([]GetResult, error) {
 	out, err := s.getReplicas(ctx, keys)
-	if c := releasesOf(ctx); err == nil && c != nil && len(c.IDs) > 0 {
+	if c := ReleasesFrom(ctx); err == nil && c != nil && len(c.IDs) > 0 {
 		c.Released = s.releaseLeases(ctx, c.IDs) == nil
 	}
 	return out, err
