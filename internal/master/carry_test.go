@@ -3,6 +3,7 @@ package master
 import (
 	"testing"
 
+	pb "github.com/kvfabric/kvfabric/api/kvfabric/v1"
 	"github.com/kvfabric/kvfabric/internal/segment"
 )
 
@@ -78,4 +79,36 @@ func TestGetReplicasCarriesReleases(t *testing.T) {
 			t.Fatalf("at the end: %d objects, %d bytes used", st.Objects, e.tierUsed(segment.TierDRAM))
 		}
 	})
+}
+
+// TestGeneratedGetReplicasCarriesReleases: the generated gRPC handler (a
+// server with interceptors serves GetReplicas through it) ends carried
+// leases and answers leases_released as the hand codec's does.
+func TestGeneratedGetReplicasCarriesReleases(t *testing.T) {
+	e := newEnvWith(t, testConfig(), transports["embedded"])
+	p := e.register("p1", "host-a", 0, 0)
+	e.mount(desc("s0", p, "host-a", segment.TierDRAM, 0, 64*MiB))
+	e.put("k", 4096)
+	e.put("j", 4096)
+	rk := e.get("k")
+	g := &grpcService{svc: e.svc}
+	first, err := g.GetReplicas(e.ctx, &pb.GetReplicasRequest{Keys: []string{"j"}, ReleaseLeaseIds: []uint64{rk.LeaseID}})
+	if err != nil || !first.LeasesReleased || len(first.Results) != 1 || first.Results[0].LeaseId == 0 {
+		t.Fatalf("generated GetReplicas carrying k's lease: %+v, %v", first, err)
+	}
+	wantErr(t, "Remove of k after its carried release", e.c.Remove(e.ctx, []string{"k"}, false)[0], nil)
+	second, err := g.GetReplicas(e.ctx, &pb.GetReplicasRequest{Keys: []string{"j"}})
+	if err != nil || second.LeasesReleased || len(second.Results) != 1 {
+		t.Fatalf("generated GetReplicas carrying nothing: %+v, %v", second, err)
+	}
+	release(t, e, second.Results[0].LeaseId)
+	wantErr(t, "Remove of j while its first lease is held", e.c.Remove(e.ctx, []string{"j"}, false)[0], ErrHasLease)
+	third, err := g.GetReplicas(e.ctx, &pb.GetReplicasRequest{Keys: []string{"nope"}, ReleaseLeaseIds: []uint64{first.Results[0].LeaseId}})
+	if err != nil || !third.LeasesReleased {
+		t.Fatalf("generated GetReplicas of a missing key carrying j's lease: %+v, %v", third, err)
+	}
+	wantErr(t, "Remove of j after its carried release", e.c.Remove(e.ctx, []string{"j"}, false)[0], nil)
+	if h := e.svc.rd.leasesHeld(); h != 0 {
+		t.Fatalf("%d leases held at the end, want 0", h)
+	}
 }
