@@ -68,7 +68,9 @@ type Client interface {
 	// lease until GetResult.LeaseExpiry: until then the replicas are neither
 	// evicted nor freed. A missing or unfinished key is ErrNotFound. When
 	// ctx names the reader (WithReader), replicas it cannot reach are left
-	// out, and a key with none left is ErrNotFound.
+	// out, and a key with none left is ErrNotFound. When ctx carries
+	// releases (WithReleases), a successful call ends those leases after
+	// its lookup, as ReleaseLeases would, and sets ReleaseCarry.Released.
 	GetReplicas(ctx context.Context, keys []string) ([]GetResult, error)
 	// ReleaseLeases ends read leases (GetResult.LeaseID) whose copies are
 	// complete. When an object's last lease is released, its bytes are
