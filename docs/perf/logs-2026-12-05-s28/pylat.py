@@ -1,4 +1,4 @@
-# Tabulates scripts/device-latency.sh logs (pylat-{spin,nospin,spin200,prev}-N.log,
+# Tabulates scripts/device-latency.sh logs (pylat-{spin,nospin,spin200,prev,gogc100,gogcoff}-N.log,
 # and pylat-N.log as "head") of the runs named: min-max of p50 and p99 per
 # variant, size and row.
 # Usage (from a session's logs folder): python3 pylat.py run2 run4 (s28),
@@ -7,7 +7,7 @@ import re,sys,glob,collections
 for run in sys.argv[1:]:
     rows=collections.defaultdict(list)
     for f in sorted(glob.glob(run+'/logs/pylat-*.log')):
-        var=re.search(r'pylat-(?:(spin200|spin|nospin|prev)-)?\d', f).group(1) or 'head'
+        var=re.search(r'pylat-(?:(spin200|spin|nospin|prev|gogc100|gogcoff)-)?\d', f).group(1) or 'head'
         size=None
         sec=None
         for line in open(f):
