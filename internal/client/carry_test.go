@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,4 +230,80 @@ func TestRemoveAfterGetWhileOthersCarry(t *testing.T) {
 		t.Fatalf("after close: %+v %v", st, err)
 	}
 	simtest.AssertNoLeaks(t, drv)
+}
+
+// failingCarry fails the first GetReplicas that carries releases, before
+// the master sees it, and counts the gets that carried.
+type failingCarry struct {
+	master.Client
+	carries, failed atomic.Int64
+}
+
+func (m *failingCarry) GetReplicas(ctx context.Context, keys []string) ([]master.GetResult, error) {
+	if c := master.ReleasesFrom(ctx); c != nil && len(c.IDs) > 0 {
+		m.carries.Add(1)
+		if m.failed.CompareAndSwap(0, 1) {
+			return nil, fmt.Errorf("%w: injected failure of a carrying get", master.ErrClosed)
+		}
+	}
+	return m.Client.GetReplicas(ctx, keys)
+}
+
+// TestFailedCarryIsQueuedAgain: a get whose call fails while it carries
+// releases leaves them queued (the next get carries them, with its own),
+// and a failed call does not pause carrying as an ignored carry does. At
+// the end no lease is left and no release call was needed. It fails if
+// a failed carry's ids are dropped (the master's remove of that key would
+// find its lease) or if a failure pauses carrying.
+func TestFailedCarryIsQueuedAgain(t *testing.T) {
+	defer client.SetReleaseDelay(time.Hour)()
+	drv, err := sim.New(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, mc := grpcMaster(t, master.Config{LeaseTTL: time.Hour})
+	ctx := context.Background()
+	fail := &failingCarry{Client: mc}
+	rel := &countReleases{Client: fail}
+	s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: rel, ClientID: "carry-fail"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := drv.MemAlloc(s.Context(), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := client.Bytes(uintptr(buf), 4096)
+	for _, k := range []string{"a", "b", "c"} {
+		if err := s.Put(ctx, k, r, 0, client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Get(ctx, "a", r, 0); err != nil { // its lease is queued
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "b", r, 0); err == nil { // carries a's lease; fails
+		t.Fatal("the get whose carrying call failed succeeded")
+	}
+	if _, err := s.Get(ctx, "b", r, 0); err != nil { // carries a's lease again
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "c", r, 0); err != nil { // carries b's
+		t.Fatal(err)
+	}
+	if c := fail.carries.Load(); c != 3 {
+		t.Fatalf("%d gets carried releases, want 3 (a failure must not pause carrying)", c)
+	}
+	for _, k := range []string{"a", "b"} {
+		if err := removeAtMaster(ctx, svc, k); err != nil {
+			t.Fatalf("the master's own plain remove of %q after its lease was carried: %v", k, err)
+		}
+	}
+	if err := s.Remove(ctx, "c", false); err != nil {
+		t.Fatal(err)
+	}
+	if c, ids := rel.calls.Load(), rel.ids.Load(); c != 1 || ids != 1 {
+		t.Fatalf("release calls: %d with %d ids, want 1 with 1 (c's, at the remove's flush)", c, ids)
+	}
+	closeAndCheck(t, s, svc, drv, buf)
 }
