@@ -78,6 +78,10 @@ func TestGetReplicasCarriesReleases(t *testing.T) {
 		if st := e.stats(); st.Objects != 0 || e.tierUsed(segment.TierDRAM) != 0 {
 			t.Fatalf("at the end: %d objects, %d bytes used", st.Objects, e.tierUsed(segment.TierDRAM))
 		}
+		// Taken: k's (1), j's repeated and an unknown id (3), j's (1).
+		if n := counterValue(e.svc.met.carriedReleases); n != 5 {
+			t.Fatalf("kvfabric_master_carried_lease_releases_total %v, want 5", n)
+		}
 	})
 }
 

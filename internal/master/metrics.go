@@ -85,7 +85,10 @@ type metrics struct {
 	putTimeouts    prometheus.Counter
 	clientExpiries prometheus.Counter
 	// leaseReleases counts lease periods ended by their readers' releases.
-	leaseReleases      prometheus.Counter
+	leaseReleases prometheus.Counter
+	// carriedReleases counts lease ids that gets carried (ReleaseCarry)
+	// and the master ended, or found ended, instead of a release call.
+	carriedReleases    prometheus.Counter
 	unreachableReports prometheus.Counter
 	state              *stateCollector
 	flow               *flowCollector
@@ -120,6 +123,10 @@ func newMetrics(s *Service) *metrics {
 			Name: "kvfabric_master_lease_releases_total",
 			Help: "Lease periods ended early because every reader released its lease after its copy.",
 		}),
+		carriedReleases: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvfabric_master_carried_lease_releases_total",
+			Help: "Lease ids clients carried on a get for the master to release, instead of a release call of their own (clients that predate carrying send none).",
+		}),
 		unreachableReports: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvfabric_master_unreachable_reports_total",
 			Help: "Reports by clients that a segment's provider could not be reached.",
@@ -142,7 +149,7 @@ func newMetrics(s *Service) *metrics {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	var errs []error
-	for _, c := range []prometheus.Collector{m.opsVec, m.latVec, m.evictions, m.leaseExpiries, m.putTimeouts, m.clientExpiries, m.leaseReleases, m.unreachableReports, m.state, m.flow} {
+	for _, c := range []prometheus.Collector{m.opsVec, m.latVec, m.evictions, m.leaseExpiries, m.putTimeouts, m.clientExpiries, m.leaseReleases, m.carriedReleases, m.unreachableReports, m.state, m.flow} {
 		errs = append(errs, r.Register(c))
 	}
 	return errors.Join(errs...)

@@ -1284,7 +1284,9 @@ func fillErr(out []error, err error) []error {
 func (s *Service) GetReplicas(ctx context.Context, keys []string) ([]GetResult, error) {
 	out, err := s.getReplicas(ctx, keys)
 	if c := ReleasesFrom(ctx); err == nil && c != nil && len(c.IDs) > 0 {
-		c.Released = s.releaseLeases(ctx, c.IDs) == nil
+		if c.Released = s.releaseLeases(ctx, c.IDs) == nil; c.Released {
+			s.met.carriedReleases.Add(float64(len(c.IDs)))
+		}
 	}
 	return out, err
 }
