@@ -789,70 +789,77 @@ func putShardRound(ctx context.Context, svc *Service, keys []string, size uint64
 	return nil
 }
 
-// BenchmarkGetCarry measures one single-key GetReplicas (100k objects) as
-// a reader makes it back to back, embedded and over the fast path on
-// loopback in this process: release=carried ends the previous get's lease
-// with it (ReleaseCarry); release=call ends it by a ReleaseLeases call of
-// its own after the get (both timed); release=apart releases every 1024
-// gets' leases in one untimed call: what a carry adds to a get, against
-// what it spares.
+// BenchmarkGetCarry measures a GetReplicas of keys=n keys (100k objects)
+// as a reader makes it back to back, embedded and (one key) over the fast
+// path on loopback in this process: release=carried ends the previous
+// get's n leases with it (ReleaseCarry); release=call ends them by a
+// ReleaseLeases call of its own after the get (both timed); release=apart
+// releases every 1024 or more gets' leases in one untimed call: what a
+// carry adds to a get, against what it spares.
 func BenchmarkGetCarry(b *testing.B) {
 	const objects = 100_000
-	for _, bc := range []struct{ kind, mode string }{
-		{"embedded", "carried"}, {"embedded", "call"}, {"embedded", "apart"},
-		{"fast", "carried"}, {"fast", "call"}, {"fast", "apart"},
-	} {
-		mode := bc.mode
-		b.Run("client="+bc.kind+"/release="+mode, func(b *testing.B) {
-			svc, c := benchService(b, "embedded")
-			if bc.kind == "fast" {
-				c = dialFast(b, serveFast(b, NewServer(svc, nil), nil), FastPath{})
-				b.Cleanup(func() { _ = c.Close() })
-			}
-			fill(b, svc, objects)
-			ctx := context.Background()
-			keys := make([]string, 1024)
-			for i := range keys {
-				keys[i] = "key-" + strconv.Itoa(i*7919%objects)
-			}
-			var prev uint64
-			var apart []uint64
-			carry := &ReleaseCarry{IDs: make([]uint64, 1)}
-			cctx := WithReleases(ctx, carry)
-			i := 0
-			for b.Loop() {
-				k := keys[i%len(keys)]
-				i++
-				var res []GetResult
-				var err error
-				if mode == "carried" && prev != 0 {
-					carry.IDs[0], carry.Released = prev, false
-					res, err = c.GetReplicas(cctx, []string{k})
-					if err == nil && !carry.Released {
-						b.Fatal("carry not taken")
-					}
-				} else {
-					res, err = c.GetReplicas(ctx, []string{k})
-					if err == nil && mode == "call" && prev != 0 {
-						err = c.ReleaseLeases(ctx, []uint64{prev})
-					}
+	type bench struct {
+		kind string
+		keys int
+	}
+	for _, bc := range []bench{{"embedded", 1}, {"fast", 1}, {"embedded", 16}, {"embedded", 64}} {
+		for _, mode := range []string{"carried", "call", "apart"} {
+			b.Run(fmt.Sprintf("client=%s/keys=%d/release=%s", bc.kind, bc.keys, mode), func(b *testing.B) {
+				svc, c := benchService(b, "embedded")
+				if bc.kind == "fast" {
+					c = dialFast(b, serveFast(b, NewServer(svc, nil), nil), FastPath{})
+					b.Cleanup(func() { _ = c.Close() })
 				}
-				if err != nil || res[0].Err != nil {
-					b.Fatal(err, res[0].Err)
+				fill(b, svc, objects)
+				ctx := context.Background()
+				all := make([]string, 1024*bc.keys)
+				for i := range all {
+					all[i] = "key-" + strconv.Itoa(i*7919%objects)
 				}
-				prev = res[0].LeaseID
-				if mode == "apart" {
-					prev, apart = 0, append(apart, res[0].LeaseID)
-					if len(apart) == 1024 {
-						b.StopTimer()
-						if err := c.ReleaseLeases(ctx, apart); err != nil {
-							b.Fatal(err)
+				var prev, apart []uint64
+				carry := &ReleaseCarry{}
+				cctx := WithReleases(ctx, carry)
+				i := 0
+				for b.Loop() {
+					keys := all[i%1024*bc.keys:][:bc.keys]
+					i++
+					var res []GetResult
+					var err error
+					if mode == "carried" && len(prev) > 0 {
+						carry.IDs, carry.Released = prev, false
+						res, err = c.GetReplicas(cctx, keys)
+						if err == nil && !carry.Released {
+							b.Fatal("carry not taken")
 						}
-						apart = apart[:0]
-						b.StartTimer()
+					} else {
+						res, err = c.GetReplicas(ctx, keys)
+						if err == nil && mode == "call" && len(prev) > 0 {
+							err = c.ReleaseLeases(ctx, prev)
+						}
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					prev = prev[:0]
+					for _, r := range res {
+						if r.Err != nil {
+							b.Fatal(r.Err)
+						}
+						prev = append(prev, r.LeaseID)
+					}
+					if mode == "apart" {
+						apart, prev = append(apart, prev...), prev[:0]
+						if len(apart) >= 1024 {
+							b.StopTimer()
+							if err := c.ReleaseLeases(ctx, apart); err != nil {
+								b.Fatal(err)
+							}
+							apart = apart[:0]
+							b.StartTimer()
+						}
 					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
