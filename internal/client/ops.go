@@ -1262,16 +1262,15 @@ func (s *Store) revoke(ctx context.Context, refs []master.PutRef) {
 // goroutine: a carry would add their work to the get, and spares no round
 // trip.
 func (s *Store) lookup(ctx context.Context, keys []string) ([]master.GetResult, error) {
-	var ids []uint64
-	if !s.embedded {
-		ids = s.rel.take()
-	}
-	if ids == nil {
+	if s.embedded {
 		return s.m.GetReplicas(ctx, keys)
 	}
-	c := &master.ReleaseCarry{IDs: ids}
+	c := s.rel.take()
+	if c == nil {
+		return s.m.GetReplicas(ctx, keys)
+	}
 	res, err := s.m.GetReplicas(master.WithReleases(ctx, c), keys)
-	s.rel.carried(ids, c.Released, err == nil && !c.Released)
+	s.rel.carried(err)
 	return res, err
 }
 

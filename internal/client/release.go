@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/kvfabric/kvfabric/internal/master"
 )
 
 // releaser ends read leases in the background: a get's lease release needs
@@ -52,18 +54,21 @@ type releaser struct {
 		// armed: the goroutine was woken for the queued ids and has not
 		// sent them yet (later ids join them without waking it again).
 		armed bool
-		// carrying: a get carries releases (idle is signalled when it is
-		// done); flushing counts flushes, which hold new carries off;
-		// noCarry is when gets may carry again after a master ignored a
-		// carry; spare is the slice of the last carry the master took,
-		// for the queue to reuse.
+		// carrying: a get carries releases in carry (idle is signalled
+		// when it is done); flushing counts flushes, which hold new
+		// carries off; noCarry is when gets may carry again after a
+		// master ignored a carry; spare is the slice of the last carry
+		// the master took, for the queue to reuse.
 		carrying bool
 		flushing int
 		noCarry  time.Time
 		carries  uint64 // carries taken, ever
 		spare    []uint64
 	}
-	idle sync.Cond // on mu: a carry is done
+	// carry is the one carry in flight (mu.carrying): its get owns it
+	// from take until carried.
+	carry master.ReleaseCarry
+	idle  sync.Cond // on mu: a carry is done
 }
 
 // carryPause is how long gets carry no releases after the master ignored
@@ -131,8 +136,8 @@ func (r *releaser) wakeUnlock() {
 // take hands the queued releases to a GetReplicas call that carries them
 // (master.WithReleases); nil when there are none or more than carryMax,
 // another get carries, a flush runs, carries pause, or the releaser does
-// not run. A caller given ids calls carried once the call returns.
-func (r *releaser) take() []uint64 {
+// not run. A caller given a carry calls carried once the call returns.
+func (r *releaser) take() *master.ReleaseCarry {
 	if r.wake == nil {
 		return nil
 	}
@@ -142,21 +147,24 @@ func (r *releaser) take() []uint64 {
 		!r.mu.noCarry.IsZero() && time.Now().Before(r.mu.noCarry) {
 		return nil
 	}
-	ids := r.mu.ids
+	r.carry = master.ReleaseCarry{IDs: r.mu.ids}
 	r.mu.ids, r.mu.spare = r.mu.spare[:0], nil
 	r.mu.carrying = true
 	r.mu.carries++
-	return ids
+	return &r.carry
 }
 
-// carried ends the carry of ids (take): released, the master ended them
-// (ReleaseCarry.Released); if not, they are queued again, and ignored (the
-// master answered without taking them) pauses carries.
-func (r *releaser) carried(ids []uint64, released, ignored bool) {
+// carried ends the carry take handed out, whose call returned err: if the
+// master ended its leases (ReleaseCarry.Released) its slice is kept for
+// the queue; if not, they are queued again, and an answer without them
+// (err nil: a master that predates carrying) pauses carries.
+func (r *releaser) carried(err error) {
 	r.mu.Lock()
+	ids, released := r.carry.IDs, r.carry.Released
+	r.carry = master.ReleaseCarry{}
 	r.mu.carrying = false
 	r.idle.Broadcast()
-	if ignored {
+	if err == nil && !released {
 		r.mu.noCarry = time.Now().Add(carryPause)
 	}
 	if released {

@@ -67,7 +67,9 @@ type releasesKey struct{}
 
 // WithReleases returns ctx carrying c to the next GetReplicas (every Client
 // carries it: the embedded one ends the leases itself, the remote one
-// sends them with the request). c.Released is set by that call.
+// sends them with the request). c.Released is set by that call; c is the
+// caller's again once the call returns (a Client and its wrappers keep
+// neither c nor c.IDs past it).
 func WithReleases(ctx context.Context, c *ReleaseCarry) context.Context {
 	return context.WithValue(ctx, releasesKey{}, c)
 }
