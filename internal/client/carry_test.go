@@ -28,75 +28,44 @@ import (
 func TestGetsCarryReleases(t *testing.T) {
 	for _, kind := range []string{"remote", "embedded"} {
 		t.Run(kind, func(t *testing.T) {
-			defer client.SetReleaseDelay(time.Hour)() // only carries and flushes send
-			drv, err := sim.New(sim.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg := master.Config{LeaseTTL: time.Hour}
-			var svc *master.Service
-			var mc master.Client
-			if kind == "remote" {
-				svc, mc = grpcMaster(t, cfg)
-			} else {
-				if svc, err = master.New(cfg); err != nil {
-					t.Fatal(err)
-				}
-				defer svc.Close()
-				mc = master.NewEmbedded(svc)
-			}
-			ctx := context.Background()
-			rel := &countReleases{Client: mc}
-			s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: rel, ClientID: "carry-" + kind})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if kind == "embedded" {
-				client.ForceEmbedded(s)
-			}
-			buf, err := drv.MemAlloc(s.Context(), 4096)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := client.Bytes(uintptr(buf), 4096)
+			var rel *countReleases
+			count := func(mc master.Client) master.Client { rel = &countReleases{Client: mc}; return rel }
 			keys := []string{"a", "b", "c"}
-			for _, k := range keys {
-				if err := s.Put(ctx, k, r, 0, client.PutOptions{}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			e := openCarry(t, master.Config{}, kind == "embedded", count, "carry-"+kind, keys...)
+			ctx := context.Background()
 			const n = 99 // the last get reads "c"
 			for i := range n {
-				if _, err := s.Get(ctx, keys[i%3], r, 0); err != nil {
-					t.Fatal(err)
-				}
+				e.get(t, keys[i%3])
 			}
 			if c := rel.calls.Load(); c != 0 {
 				t.Fatalf("%d release calls after %d back-to-back gets, want 0 (carried or queued)", c, n)
 			}
 			if kind == "embedded" {
-				if err := removeAtMaster(ctx, svc, "a"); !errors.Is(err, master.ErrHasLease) {
+				if err := removeAtMaster(ctx, e.svc, "a"); !errors.Is(err, master.ErrHasLease) {
 					t.Fatalf("embedded: the master's own plain remove of a key read: %v, want its leases held (queued, not carried)", err)
 				}
-				if err := s.Remove(ctx, "a", false); err != nil {
+				if err := e.s.Remove(ctx, "a", false); err != nil {
 					t.Fatalf("plain remove through the Store: %v", err)
 				}
 				if c, ids := rel.calls.Load(), rel.ids.Load(); c != 1 || ids != n {
 					t.Fatalf("embedded: after the remove's flush: %d calls with %d ids, want 1 with %d", c, ids, n)
 				}
-				closeAndCheck(t, s, svc, drv, buf)
+				if errs := e.s.BatchRemove(ctx, []string{"b", "c"}, false); errors.Join(errs...) != nil {
+					t.Fatal(errors.Join(errs...))
+				}
+				e.close(t)
 				return
 			}
 			// Remove the keys at the master as another client would.
 			for _, k := range []string{"a", "b"} {
-				if err := removeAtMaster(ctx, svc, k); err != nil {
+				if err := removeAtMaster(ctx, e.svc, k); err != nil {
 					t.Fatalf("the master's own plain remove of %q, whose leases were carried: %v", k, err)
 				}
 			}
-			if err := removeAtMaster(ctx, svc, "c"); !errors.Is(err, master.ErrHasLease) {
+			if err := removeAtMaster(ctx, e.svc, "c"); !errors.Is(err, master.ErrHasLease) {
 				t.Fatalf("the master's own plain remove of the key read last: %v, want its lease held", err)
 			}
-			if err := s.Remove(ctx, "c", false); err != nil {
+			if err := e.s.Remove(ctx, "c", false); err != nil {
 				t.Fatalf("plain remove through the Store: %v", err)
 			}
 			if c, ids := rel.calls.Load(), rel.ids.Load(); c != 1 || ids != 1 {
@@ -109,49 +78,109 @@ func TestGetsCarryReleases(t *testing.T) {
 			dsts := make([][]client.Region, len(batch))
 			for i := range batch {
 				batch[i] = fmt.Sprintf("batch/%d", i)
-				if err := s.Put(ctx, batch[i], r, 0, client.PutOptions{}); err != nil {
+				if err := e.s.Put(ctx, batch[i], e.r, 0, client.PutOptions{}); err != nil {
 					t.Fatal(err)
 				}
-				dsts[i] = r
+				dsts[i] = e.r
 			}
-			if _, errs := s.BatchGet(ctx, batch, dsts, 0); errs != nil && errors.Join(errs...) != nil {
+			if _, errs := e.s.BatchGet(ctx, batch, dsts, 0); errs != nil && errors.Join(errs...) != nil {
 				t.Fatal(errors.Join(errs...))
 			}
-			if err := s.Put(ctx, "d", r, 0, client.PutOptions{}); err != nil {
+			if err := e.s.Put(ctx, "d", e.r, 0, client.PutOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Get(ctx, "d", r, 0); err != nil {
-				t.Fatal(err)
-			}
-			if err := removeAtMaster(ctx, svc, batch[0]); !errors.Is(err, master.ErrHasLease) {
+			e.get(t, "d")
+			if err := removeAtMaster(ctx, e.svc, batch[0]); !errors.Is(err, master.ErrHasLease) {
 				t.Fatalf("a batch get's lease after the next get: %v, want it held (not carried)", err)
 			}
-			if errs := s.BatchRemove(ctx, append(batch, "d"), false); errors.Join(errs...) != nil {
+			if errs := e.s.BatchRemove(ctx, append(batch, "d"), false); errors.Join(errs...) != nil {
 				t.Fatalf("plain remove of the batch through the Store: %v", errors.Join(errs...))
 			}
 			if c, ids := rel.calls.Load(), rel.ids.Load(); c != 2 || ids != 1+int64(len(batch))+1 {
 				t.Fatalf("after the batch remove's flush: %d calls with %d ids, want 2 with %d", c, ids, 1+len(batch)+1)
 			}
-			closeAndCheck(t, s, svc, drv, buf)
+			e.close(t)
 		})
 	}
 }
 
-// closeAndCheck frees buf, closes s and checks that the master holds no
-// object and the driver no resource.
-func closeAndCheck(t *testing.T, s *client.Store, svc *master.Service, drv *sim.Driver, buf cuda.DevicePtr) {
+// carryEnv is a Store (ClientID id) whose master is a Service over gRPC
+// (grpcMaster; embedded: in the process, and the Store told so), leases of
+// an hour unless cfg says otherwise, reached through wrap, with one 4 KiB
+// device buffer (r) and keys put from it. Releases go only by carries and
+// flushes (the release delay is an hour).
+type carryEnv struct {
+	svc *master.Service
+	drv *sim.Driver
+	s   *client.Store
+	buf cuda.DevicePtr
+	r   []client.Region
+}
+
+func openCarry(t *testing.T, cfg master.Config, embedded bool, wrap func(master.Client) master.Client, id string, keys ...string) *carryEnv {
 	t.Helper()
+	t.Cleanup(client.SetReleaseDelay(time.Hour))
+	drv, err := sim.New(sim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = time.Hour
+	}
+	var svc *master.Service
+	var mc master.Client
+	if embedded {
+		if svc, err = master.New(cfg); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { svc.Close() })
+		mc = master.NewEmbedded(svc)
+	} else {
+		svc, mc = grpcMaster(t, cfg)
+	}
 	ctx := context.Background()
-	if err := drv.MemFree(s.Context(), buf); err != nil {
+	s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: wrap(mc), ClientID: id})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Close(); err != nil {
+	if embedded {
+		client.ForceEmbedded(s) // wrap hides the embedded Client
+	}
+	buf, err := drv.MemAlloc(s.Context(), 4096)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := svc.Stats(ctx); err != nil || st.Objects != 0 {
+	e := &carryEnv{svc: svc, drv: drv, s: s, buf: buf, r: client.Bytes(uintptr(buf), 4096)}
+	for _, k := range keys {
+		if err := s.Put(ctx, k, e.r, 0, client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// get reads k into e's buffer.
+func (e *carryEnv) get(t *testing.T, k string) {
+	t.Helper()
+	if _, err := e.s.Get(context.Background(), k, e.r, 0); err != nil {
+		t.Fatalf("get %q: %v", k, err)
+	}
+}
+
+// close frees e's buffer, closes its Store and checks that the master
+// holds no object and the driver no resource.
+func (e *carryEnv) close(t *testing.T) {
+	t.Helper()
+	if err := e.drv.MemFree(e.s.Context(), e.buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e.svc.Stats(context.Background()); err != nil || st.Objects != 0 {
 		t.Fatalf("after close: %+v %v", st, err)
 	}
-	simtest.AssertNoLeaks(t, drv)
+	simtest.AssertNoLeaks(t, e.drv)
 }
 
 // removeAtMaster removes the Store's key k (default namespace) at the
@@ -174,17 +203,8 @@ func removeAtMaster(ctx context.Context, svc *master.Service, k string) error {
 // for it. Run with -race. It fails if flush returns before a carry in
 // flight has reached the master.
 func TestRemoveAfterGetWhileOthersCarry(t *testing.T) {
-	defer client.SetReleaseDelay(time.Hour)()
-	drv, err := sim.New(sim.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, mc := grpcMaster(t, master.Config{LeaseTTL: time.Hour})
-	ctx := context.Background()
-	s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: mc, ClientID: "carry-remove"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := openCarry(t, master.Config{}, false, func(mc master.Client) master.Client { return mc }, "carry-remove")
+	ctx, s, drv := context.Background(), e.s, e.drv
 	const workers, rounds = 8, 40
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
@@ -223,13 +243,7 @@ func TestRemoveAfterGetWhileOthersCarry(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if st, err := svc.Stats(ctx); err != nil || st.Objects != 0 {
-		t.Fatalf("after close: %+v %v", st, err)
-	}
-	simtest.AssertNoLeaks(t, drv)
+	e.close(t)
 }
 
 // failingCarry fails the first GetReplicas that carries releases, before
@@ -256,41 +270,21 @@ func (m *failingCarry) GetReplicas(ctx context.Context, keys []string) ([]master
 // a failed carry's ids are dropped (the master's remove of that key would
 // find its lease) or if a failure pauses carrying.
 func TestFailedCarryIsQueuedAgain(t *testing.T) {
-	defer client.SetReleaseDelay(time.Hour)()
-	drv, err := sim.New(sim.Config{})
-	if err != nil {
-		t.Fatal(err)
+	var fail *failingCarry
+	var rel *countReleases
+	wrap := func(mc master.Client) master.Client {
+		fail = &failingCarry{Client: mc}
+		rel = &countReleases{Client: fail}
+		return rel
 	}
-	svc, mc := grpcMaster(t, master.Config{LeaseTTL: time.Hour})
-	ctx := context.Background()
-	fail := &failingCarry{Client: mc}
-	rel := &countReleases{Client: fail}
-	s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: rel, ClientID: "carry-fail"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf, err := drv.MemAlloc(s.Context(), 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := client.Bytes(uintptr(buf), 4096)
-	for _, k := range []string{"a", "b", "c"} {
-		if err := s.Put(ctx, k, r, 0, client.PutOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := s.Get(ctx, "a", r, 0); err != nil { // its lease is queued
-		t.Fatal(err)
-	}
-	if _, err := s.Get(ctx, "b", r, 0); err == nil { // carries a's lease; fails
+	e := openCarry(t, master.Config{}, false, wrap, "carry-fail", "a", "b", "c")
+	ctx, s, svc := context.Background(), e.s, e.svc
+	e.get(t, "a")                                      // its lease is queued
+	if _, err := s.Get(ctx, "b", e.r, 0); err == nil { // carries a's lease; fails
 		t.Fatal("the get whose carrying call failed succeeded")
 	}
-	if _, err := s.Get(ctx, "b", r, 0); err != nil { // carries a's lease again
-		t.Fatal(err)
-	}
-	if _, err := s.Get(ctx, "c", r, 0); err != nil { // carries b's
-		t.Fatal(err)
-	}
+	e.get(t, "b") // carries a's lease again
+	e.get(t, "c") // carries b's
 	if c := fail.carries.Load(); c != 3 {
 		t.Fatalf("%d gets carried releases, want 3 (a failure must not pause carrying)", c)
 	}
@@ -305,5 +299,5 @@ func TestFailedCarryIsQueuedAgain(t *testing.T) {
 	if c, ids := rel.calls.Load(), rel.ids.Load(); c != 1 || ids != 1 {
 		t.Fatalf("release calls: %d with %d ids, want 1 with 1 (c's, at the remove's flush)", c, ids)
 	}
-	closeAndCheck(t, s, svc, drv, buf)
+	e.close(t)
 }

@@ -420,35 +420,18 @@ func (m oldMaster) GetReplicas(ctx context.Context, keys []string) ([]master.Get
 // without waiting, and the rest at Close. (The first carry the master
 // ignores pauses carrying, and its ids go back on the queue.)
 func TestRemoteReleasesAreBatched(t *testing.T) {
-	defer client.SetReleaseDelay(time.Hour)()
-	drv, err := sim.New(sim.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, mc := grpcMaster(t, master.Config{LeaseTTL: time.Hour})
-	ctx := context.Background()
 	var carries atomic.Int64
-	rel := &countReleases{Client: oldMaster{mc, &carries}}
-	s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: rel, ClientID: "batched"})
-	if err != nil {
-		t.Fatal(err)
+	var rel *countReleases
+	wrap := func(mc master.Client) master.Client {
+		rel = &countReleases{Client: oldMaster{mc, &carries}}
+		return rel
 	}
-	buf, err := drv.MemAlloc(s.Context(), 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := client.Bytes(uintptr(buf), 4096)
+	e := openCarry(t, master.Config{}, false, wrap, "batched", "a", "b")
+	ctx := context.Background()
 	gets := func(key string, n int) {
 		t.Helper()
 		for range n {
-			if _, err := s.Get(ctx, key, r, 0); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for _, k := range []string{"a", "b"} {
-		if err := s.Put(ctx, k, r, 0, client.PutOptions{}); err != nil {
-			t.Fatal(err)
+			e.get(t, key)
 		}
 	}
 	const n = 50
@@ -460,7 +443,7 @@ func TestRemoteReleasesAreBatched(t *testing.T) {
 	if c := carries.Load(); c != 1 {
 		t.Fatalf("%d gets carried releases to a master that ignores them, want 1 (then carrying pauses)", c)
 	}
-	if err := s.Remove(ctx, "a", false); err != nil {
+	if err := e.s.Remove(ctx, "a", false); err != nil {
 		t.Fatalf("plain remove after this Store's gets: %v", err)
 	}
 	if c, ids := rel.calls.Load(), rel.ids.Load(); c != 1 || ids != n {
@@ -476,18 +459,9 @@ func TestRemoteReleasesAreBatched(t *testing.T) {
 		t.Fatalf("after a full batch: %d calls with %d ids, want 2 with %d", c, ids, n+client.ReleaseBatch)
 	}
 	gets("b", 3)
-	if err := drv.MemFree(s.Context(), buf); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	e.close(t)
 	if c, ids := rel.calls.Load(), rel.ids.Load(); c != 3 || ids != n+client.ReleaseBatch+3 {
 		t.Fatalf("after Close: %d calls with %d ids, want 3 with %d", c, ids, n+client.ReleaseBatch+3)
-	}
-	st, err := svc.Stats(ctx)
-	if err != nil || st.Objects != 0 {
-		t.Fatalf("after close: %+v %v", st, err)
 	}
 }
 
