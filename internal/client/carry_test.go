@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,7 +32,7 @@ func TestGetsCarryReleases(t *testing.T) {
 			var rel *countReleases
 			count := func(mc master.Client) master.Client { rel = &countReleases{Client: mc}; return rel }
 			keys := []string{"a", "b", "c"}
-			e := openCarry(t, master.Config{}, kind == "embedded", count, "carry-"+kind, keys...)
+			e := openCarry(t, carryOpts{embedded: kind == "embedded", wrap: count}, "carry-"+kind, keys...)
 			ctx := context.Background()
 			const n = 99 // the last get reads "c"
 			for i := range n {
@@ -105,10 +106,9 @@ func TestGetsCarryReleases(t *testing.T) {
 }
 
 // carryEnv is a Store (ClientID id) whose master is a Service over gRPC
-// (grpcMaster; embedded: in the process, and the Store told so), leases of
-// an hour unless cfg says otherwise, reached through wrap, with one 4 KiB
-// device buffer (r) and keys put from it. Releases go only by carries and
-// flushes (the release delay is an hour).
+// (grpcMaster; carryOpts.embedded: in the process, and the Store told so),
+// with one 4 KiB device buffer (r) and keys put from it. Releases go only
+// by carries and flushes (the release delay is an hour).
 type carryEnv struct {
 	svc *master.Service
 	drv *sim.Driver
@@ -117,8 +117,23 @@ type carryEnv struct {
 	r   []client.Region
 }
 
-func openCarry(t *testing.T, cfg master.Config, embedded bool, wrap func(master.Client) master.Client, id string, keys ...string) *carryEnv {
+// carryOpts shape a carryEnv: the master's config (leases of an hour
+// unless it says otherwise), an embedded master, a wrapper of the
+// master's Client (nil: none) and the Store's configuration beside its
+// EGM pool (e.g. rpc_timeout).
+type carryOpts struct {
+	cfg      master.Config
+	embedded bool
+	wrap     func(master.Client) master.Client
+	store    map[string]any
+}
+
+func openCarry(t *testing.T, o carryOpts, id string, keys ...string) *carryEnv {
 	t.Helper()
+	cfg, embedded, wrap := o.cfg, o.embedded, o.wrap
+	if wrap == nil {
+		wrap = func(mc master.Client) master.Client { return mc }
+	}
 	t.Cleanup(client.SetReleaseDelay(time.Hour))
 	drv, err := sim.New(sim.Config{})
 	if err != nil {
@@ -139,7 +154,11 @@ func openCarry(t *testing.T, cfg master.Config, embedded bool, wrap func(master.
 		svc, mc = grpcMaster(t, cfg)
 	}
 	ctx := context.Background()
-	s, err := client.Open(ctx, cfgFor(t, egmProvider("16MiB")), client.Options{Driver: drv, Master: wrap(mc), ClientID: id})
+	sc := egmProvider("16MiB")
+	for k, v := range o.store {
+		sc[k] = v
+	}
+	s, err := client.Open(ctx, cfgFor(t, sc), client.Options{Driver: drv, Master: wrap(mc), ClientID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +222,7 @@ func removeAtMaster(ctx context.Context, svc *master.Service, k string) error {
 // for it. Run with -race. It fails if flush returns before a carry in
 // flight has reached the master.
 func TestRemoveAfterGetWhileOthersCarry(t *testing.T) {
-	e := openCarry(t, master.Config{}, false, func(mc master.Client) master.Client { return mc }, "carry-remove")
+	e := openCarry(t, carryOpts{}, "carry-remove")
 	ctx, s, drv := context.Background(), e.s, e.drv
 	const workers, rounds = 8, 40
 	var wg sync.WaitGroup
@@ -277,7 +296,7 @@ func TestFailedCarryIsQueuedAgain(t *testing.T) {
 		rel = &countReleases{Client: fail}
 		return rel
 	}
-	e := openCarry(t, master.Config{}, false, wrap, "carry-fail", "a", "b", "c")
+	e := openCarry(t, carryOpts{wrap: wrap}, "carry-fail", "a", "b", "c")
 	ctx, s, svc := context.Background(), e.s, e.svc
 	e.get(t, "a")                                      // its lease is queued
 	if _, err := s.Get(ctx, "b", e.r, 0); err == nil { // carries a's lease; fails
@@ -298,6 +317,87 @@ func TestFailedCarryIsQueuedAgain(t *testing.T) {
 	}
 	if c, ids := rel.calls.Load(), rel.ids.Load(); c != 1 || ids != 1 {
 		t.Fatalf("release calls: %d with %d ids, want 1 with 1 (c's, at the remove's flush)", c, ids)
+	}
+	e.close(t)
+}
+
+// pausedMaster stands for a master process stopped (SIGSTOP) while a get
+// carries releases: armed, the next carrying GetReplicas blocks past its
+// caller's deadline, and the request it "read" is served only when the
+// test resumes the master (late): after the caller gave up, as a resumed
+// process would.
+type pausedMaster struct {
+	master.Client
+	armed atomic.Bool
+	late  chan func() error
+}
+
+func (m *pausedMaster) GetReplicas(ctx context.Context, keys []string) ([]master.GetResult, error) {
+	if c := master.ReleasesFrom(ctx); c != nil && len(c.IDs) > 0 && m.armed.CompareAndSwap(true, false) {
+		// What the master read: the caller owns c again once this returns.
+		read := master.WithReleases(context.WithoutCancel(ctx), &master.ReleaseCarry{IDs: slices.Clone(c.IDs)})
+		keys = slices.Clone(keys)
+		<-ctx.Done()
+		m.late <- func() error {
+			_, err := m.Client.GetReplicas(read, keys)
+			return err
+		}
+		return nil, ctx.Err()
+	}
+	return m.Client.GetReplicas(ctx, keys)
+}
+
+// TestCarryPastRPCTimeout: the master stops while a get carries a lease
+// release, past the client's rpc_timeout. The get fails with ErrRPC and
+// its carry is queued again: the next get carries it and the lease ends
+// while the master's copy of the failed request still waits (another
+// reader's lease on the same object holds until that reader releases
+// it). When the master resumes it serves the stale request: the repeated
+// release is ignored, and the lease it grants the timed-out get (whose
+// caller is gone) holds that object until the lease TTL and no longer.
+// It fails if a failed carry's release is lost (a stays leased after the
+// other reader's release) or if the late lease outlives its TTL.
+func TestCarryPastRPCTimeout(t *testing.T) {
+	const ttl = 2 * time.Second
+	paused := &pausedMaster{late: make(chan func() error, 1)}
+	wrap := func(mc master.Client) master.Client { paused.Client = mc; return paused }
+	e := openCarry(t, carryOpts{cfg: master.Config{LeaseTTL: ttl}, wrap: wrap, store: map[string]any{"rpc_timeout": "200ms"}},
+		"carry-paused", "a", "b", "c")
+	ctx := context.Background()
+	other, err := e.svc.GetReplicas(ctx, []string{"a"}) // another reader's lease on a
+	if err != nil || other[0].Err != nil {
+		t.Fatal(err, other[0].Err)
+	}
+	e.get(t, "a") // its lease is queued
+	paused.armed.Store(true)
+	if _, err := e.s.Get(ctx, "b", e.r, 0); !errors.Is(err, client.ErrRPC) { // carries a's lease; the master stops
+		t.Fatalf("get while the master is stopped: %v, want ErrRPC", err)
+	}
+	e.get(t, "c") // carries a's lease again
+	if err := removeAtMaster(ctx, e.svc, "a"); !errors.Is(err, master.ErrHasLease) {
+		t.Fatalf("plain remove of a while another reader holds its lease: %v, want ErrHasLease", err)
+	}
+	if err := e.svc.ReleaseLeases(ctx, []uint64{other[0].LeaseID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeAtMaster(ctx, e.svc, "a"); err != nil {
+		t.Fatalf("plain remove of a after both readers released (the failed carry's release carried again): %v", err)
+	}
+	if err := (<-paused.late)(); err != nil { // the master resumes and serves the stale request
+		t.Fatalf("the stopped master's late get: %v", err)
+	}
+	if err := removeAtMaster(ctx, e.svc, "b"); !errors.Is(err, master.ErrHasLease) {
+		t.Fatalf("plain remove of b under the timed-out get's late lease: %v, want ErrHasLease until the TTL", err)
+	}
+	deadline := time.Now().Add(ttl + 10*time.Second)
+	for err := removeAtMaster(ctx, e.svc, "b"); err != nil; err = removeAtMaster(ctx, e.svc, "b") {
+		if time.Now().After(deadline) {
+			t.Fatalf("b still leased %v after the lease TTL: %v", ttl+10*time.Second, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := e.s.Remove(ctx, "c", false); err != nil {
+		t.Fatalf("plain remove of c through the Store: %v", err)
 	}
 	e.close(t)
 }

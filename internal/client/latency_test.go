@@ -426,7 +426,7 @@ func TestRemoteReleasesAreBatched(t *testing.T) {
 		rel = &countReleases{Client: oldMaster{mc, &carries}}
 		return rel
 	}
-	e := openCarry(t, master.Config{}, false, wrap, "batched", "a", "b")
+	e := openCarry(t, carryOpts{wrap: wrap}, "batched", "a", "b")
 	ctx := context.Background()
 	gets := func(key string, n int) {
 		t.Helper()
