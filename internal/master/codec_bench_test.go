@@ -48,7 +48,12 @@ type codecFixture struct {
 // replica on one of 4 segments (the descriptor table is shared by the
 // items, as the protocol does), sizes of a KV block, one placement for all
 // puts (as client.Store sends).
-func newCodecFixture() *codecFixture {
+func newCodecFixture() *codecFixture { return codecFixtureOf(false) }
+
+// codecFixtureOf returns newCodecFixture's keys; with adjoining, their
+// objects lie one after another in one segment and their leases are one
+// block's, as a Store's batch put together is answered.
+func codecFixtureOf(adjoining bool) *codecFixture {
 	f := &codecFixture{reader: "vllm-worker-3"}
 	for i := range 4 {
 		d := desc(fmt.Sprintf("gpu-node-%02d/egm-numa%d-chunk-%d", 16+i, i%2, i), "provider-"+fmt.Sprint(16+i),
@@ -71,9 +76,14 @@ func newCodecFixture() *codecFixture {
 		f.keys = append(f.keys, k)
 		size := uint64(512 << 10)
 		r := Replica{Segment: &f.descs[i%4], Offset: uint64(i) * size * 37 % (512 << 30), Length: size}
+		lease := x ^ 0x5555
+		if adjoining {
+			r = Replica{Segment: &f.descs[0], Offset: uint64(i) * size, Length: size}
+			lease = 1<<30 + uint64(i)<<4
+		}
 		f.reqs = append(f.reqs, PutStartReq{Key: k, Size: size, Placement: pl})
 		f.gets = append(f.gets, GetResult{Size: size, Replicas: []Replica{r}, LeaseExpiry: expiry,
-			LeaseTTL: time.Second, LeaseID: x ^ 0x5555})
+			LeaseTTL: time.Second, LeaseID: lease})
 		f.puts = append(f.puts, PutStartResult{Token: x ^ 0xaaaa, Replicas: []Replica{r}})
 	}
 	return f
@@ -119,6 +129,8 @@ var codecPaths = []codecPath{
 	{"hand", handGet, handPut},
 	// PutStart's puts as uniform puts (a Store's batch puts go so).
 	{"hand-uniform", handGet, handPutUniform},
+	// GetReplicas answered by column (pb.GetColumns).
+	{"hand-columns", handGetColumns, handPutUniform},
 	{"proto", func(f *codecFixture, c *codecClient) ([]GetResult, int, error) { return genGet(f, c, stdCodec) },
 		func(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) { return genPut(f, c, stdCodec) }},
 }
@@ -128,8 +140,16 @@ var stdCodec = encoding.GetCodecV2("proto")
 // ---- hand ----
 
 func handGet(f *codecFixture, c *codecClient) ([]GetResult, int, error) {
+	return handGetAs(f, c, false)
+}
+
+func handGetColumns(f *codecFixture, c *codecClient) ([]GetResult, int, error) {
+	return handGetAs(f, c, true)
+}
+
+func handGetAs(f *codecFixture, c *codecClient, columns bool) ([]GetResult, int, error) {
 	sent := time.Now()
-	req, err := codec.Marshal(&keysRequest{keys: f.keys, reader: f.reader, checked: true})
+	req, err := codec.Marshal(&keysRequest{keys: f.keys, reader: f.reader, columns: columns, checked: true})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -140,11 +160,11 @@ func handGet(f *codecFixture, c *codecClient) ([]GetResult, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(in.keys) != len(f.gets) || in.reader != f.reader {
+	if len(in.keys) != len(f.gets) || in.reader != f.reader || in.columns != columns {
 		return nil, 0, fmt.Errorf("server decoded %d keys", len(in.keys))
 	}
 	in.free() // the Service has answered
-	resp, err := codec.Marshal(&getResponse{res: f.gets})
+	resp, err := codec.Marshal(&getResponse{res: f.gets, columns: columns})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -358,25 +378,30 @@ func putFromPB(p *pb.PutStartResponse, c *codecClient) ([]PutStartResult, error)
 // TestCodecPaths: every benchmarked codec path delivers the Service's
 // answers to the client intact (the benchmarks below only count them).
 func TestCodecPaths(t *testing.T) {
-	f := newCodecFixture()
-	for _, p := range codecPaths {
-		t.Run(p.name, func(t *testing.T) {
-			c := newCodecClient()
-			for range 2 { // the second time with warm pools and caches
-				gets, _, err := p.get(f, c)
-				if err != nil {
-					t.Fatal(err)
+	for _, layout := range codecLayouts {
+		f := codecFixtureOf(layout == "adjoining")
+		for _, p := range codecPaths {
+			t.Run(p.name+"/"+layout, func(t *testing.T) {
+				c := newCodecClient()
+				for range 2 { // the second time with warm pools and caches
+					gets, _, err := p.get(f, c)
+					if err != nil {
+						t.Fatal(err)
+					}
+					checkCodecGets(t, gets, f.gets)
+					puts, _, err := p.put(f, c)
+					if err != nil {
+						t.Fatal(err)
+					}
+					checkCodecPuts(t, puts, f.puts)
 				}
-				checkCodecGets(t, gets, f.gets)
-				puts, _, err := p.put(f, c)
-				if err != nil {
-					t.Fatal(err)
-				}
-				checkCodecPuts(t, puts, f.puts)
-			}
-		})
+			})
+		}
 	}
 }
+
+// codecLayouts: where the answers' objects lie (codecFixtureOf).
+var codecLayouts = []string{"scattered", "adjoining"}
 
 func checkCodecGets(t *testing.T, got, want []GetResult) {
 	t.Helper()
@@ -410,40 +435,42 @@ func checkCodecPuts(t *testing.T, got, want []PutStartResult) {
 // of the process (GC included) over the keys; wireB/key the bytes of
 // request and response.
 func BenchmarkCodec(b *testing.B) {
-	f := newCodecFixture()
 	for _, rpc := range []string{"GetReplicas", "PutStart"} {
-		for _, p := range codecPaths {
-			b.Run(fmt.Sprintf("rpc=%s/codec=%s/keys=%d", rpc, p.name, codecKeys), func(b *testing.B) {
-				c := newCodecClient()
-				b.ReportAllocs()
-				wire := 0
-				cpu := -cpuTime()
-				for b.Loop() {
-					var n int
-					var err error
-					if rpc == "GetReplicas" {
-						var res []GetResult
-						res, n, err = p.get(f, c)
-						if err == nil && len(res) != codecKeys {
-							err = fmt.Errorf("%d results", len(res))
+		for _, layout := range codecLayouts {
+			f := codecFixtureOf(layout == "adjoining")
+			for _, p := range codecPaths {
+				b.Run(fmt.Sprintf("rpc=%s/codec=%s/layout=%s/keys=%d", rpc, p.name, layout, codecKeys), func(b *testing.B) {
+					c := newCodecClient()
+					b.ReportAllocs()
+					wire := 0
+					cpu := -cpuTime()
+					for b.Loop() {
+						var n int
+						var err error
+						if rpc == "GetReplicas" {
+							var res []GetResult
+							res, n, err = p.get(f, c)
+							if err == nil && len(res) != codecKeys {
+								err = fmt.Errorf("%d results", len(res))
+							}
+						} else {
+							var res []PutStartResult
+							res, n, err = p.put(f, c)
+							if err == nil && len(res) != codecKeys {
+								err = fmt.Errorf("%d results", len(res))
+							}
 						}
-					} else {
-						var res []PutStartResult
-						res, n, err = p.put(f, c)
-						if err == nil && len(res) != codecKeys {
-							err = fmt.Errorf("%d results", len(res))
+						if err != nil {
+							b.Fatal(err)
 						}
+						wire = n
 					}
-					if err != nil {
-						b.Fatal(err)
-					}
-					wire = n
-				}
-				cpu += cpuTime()
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/codecKeys, "ns/key")
-				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/codecKeys, "cpu-ns/key")
-				b.ReportMetric(float64(wire)/codecKeys, "wireB/key")
-			})
+					cpu += cpuTime()
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/codecKeys, "ns/key")
+					b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/codecKeys, "cpu-ns/key")
+					b.ReportMetric(float64(wire)/codecKeys, "wireB/key")
+				})
+			}
 		}
 	}
 }

@@ -559,7 +559,7 @@ func (g *grpcService) fastDo(ctx context.Context, m fastMethod, body, out []byte
 		if derr := in.unmarshalOwned(string(body)); derr != nil {
 			return out, toStatus(decodeError(m.String(), derr))
 		}
-		resp, err = g.getReplicas(WithReader(ctx, in.reader), in.keys, in.release)
+		resp, err = g.getReplicas(WithReader(ctx, in.reader), in)
 		in.free()
 	case fastPutStart:
 		in := new(putStartRequest)

@@ -258,8 +258,10 @@ func benchLoopback(b *testing.B, l *loopback, rpc string) {
 // latency of a call per key, not the throughput of eight callers. Over
 // gRPC and over the fast path. PutStartUniform is PutStart's puts sent as
 // uniform puts (UniformPutStarter), as a Store's batch puts go.
+// GetReplicasRows asks for GetReplicas' answer by result, as clients did
+// before answers by column (pb.GetColumns).
 func BenchmarkLoopbackOneCaller(b *testing.B) {
-	for _, rpc := range []string{"GetReplicas", "PutStart", "PutStartUniform"} {
+	for _, rpc := range []string{"GetReplicas", "GetReplicasRows", "PutStart", "PutStartUniform"} {
 		for _, n := range []int{64, 512, loopbackKeys} {
 			for _, client := range []string{"grpc", "fast"} {
 				b.Run(fmt.Sprintf("rpc=%s/client=%s/keys=%d", rpc, client, n), func(b *testing.B) {
@@ -267,6 +269,7 @@ func BenchmarkLoopbackOneCaller(b *testing.B) {
 					if client == "fast" {
 						l.c = dialFast(b, serveFast(b, NewServer(l.svc, nil), nil), FastPath{})
 					}
+					l.c.(*remote).noColumns = rpc == "GetReplicasRows"
 					ctx := context.Background()
 					gets, reqs := l.gets[0][:n], l.reqs(l.puts[0][:n])
 					// The same puts as reqs, as a Store's batch sends them.
@@ -280,7 +283,7 @@ func BenchmarkLoopbackOneCaller(b *testing.B) {
 					b.ResetTimer()
 					ac.start()
 					for b.Loop() {
-						if rpc == "GetReplicas" {
+						if rpc == "GetReplicas" || rpc == "GetReplicasRows" {
 							res, err := l.c.GetReplicas(ctx, gets)
 							if err == nil && res[n-1].Err != nil {
 								err = res[n-1].Err

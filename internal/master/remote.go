@@ -37,6 +37,10 @@ type remote struct {
 	oldMaster atomic.Bool
 	// uniformPuts counts the PutStart calls sent as uniform puts.
 	uniformPuts atomic.Uint64
+	// columnGets counts the GetReplicas answers read from columns;
+	// noColumns (tests and benchmarks) asks for results instead.
+	columnGets atomic.Uint64
+	noColumns  bool
 }
 
 // wireCall is the call option of the hand-coded calls (wire.go).
@@ -128,7 +132,7 @@ func (r *remote) Close() error {
 
 // Transports reports which transport carried the hot calls.
 func (r *remote) Transports() TransportStats {
-	st := TransportStats{GRPC: r.viaGRPC.Load(), UniformPuts: r.uniformPuts.Load()}
+	st := TransportStats{GRPC: r.viaGRPC.Load(), UniformPuts: r.uniformPuts.Load(), ColumnGets: r.columnGets.Load()}
 	if r.fast != nil {
 		r.fast.stats(&st)
 	}
@@ -415,7 +419,7 @@ func (r *remote) GetReplicas(ctx context.Context, keys []string) ([]GetResult, e
 	send, local := splitItems(len(keys), func(i int) error { return keyUTF8(keys[i]) })
 	n := len(keys) - len(local)
 	resp := resultsReply{get: true, descs: &r.descs, gets: make([]GetResult, 0, n), sent: time.Now()}
-	req := keysRequest{keys: pick(keys, send), reader: readerOf(ctx), checked: true}
+	req := keysRequest{keys: pick(keys, send), reader: readerOf(ctx), columns: !r.noColumns, checked: true}
 	c := ReleasesFrom(ctx)
 	if c != nil {
 		req.release = c.IDs
@@ -426,11 +430,14 @@ func (r *remote) GetReplicas(ctx context.Context, keys []string) ([]GetResult, e
 	if c != nil {
 		c.Released = resp.released
 	}
+	if resp.malformed != nil {
+		return nil, resp.malformed
+	}
 	if len(resp.gets) != n {
 		return nil, fmt.Errorf("master: malformed response: %d results for %d keys", len(resp.gets), n)
 	}
-	if resp.malformed != nil {
-		return nil, resp.malformed
+	if resp.columns {
+		r.columnGets.Add(1)
 	}
 	if local == nil {
 		return resp.gets, nil

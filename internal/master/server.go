@@ -433,7 +433,7 @@ func serviceDesc() *grpc.ServiceDesc {
 			return g.putFinish(ctx, opPutRevoke, in.puts)
 		}),
 		"GetReplicas": fastHandler(pb.Master_ServiceDesc, "GetReplicas", func(g *grpcService, ctx context.Context, in *keysRequest) (any, error) {
-			return g.getReplicas(WithReader(ctx, in.reader), in.keys, in.release)
+			return g.getReplicas(WithReader(ctx, in.reader), in)
 		}),
 	}
 	for i, m := range d.Methods {
@@ -537,11 +537,11 @@ func (g *grpcService) putFinish(ctx context.Context, op opKind, puts []PutRef) (
 	return &itemErrorList{errs: errs}, nil
 }
 
-func (g *grpcService) getReplicas(ctx context.Context, keys []string, release []uint64) (any, error) {
-	ctx, c := carrying(ctx, release)
-	res, err := g.svc.GetReplicas(ctx, keys)
+func (g *grpcService) getReplicas(ctx context.Context, in *keysRequest) (any, error) {
+	ctx, c := carrying(ctx, in.release)
+	res, err := g.svc.GetReplicas(ctx, in.keys)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &getResponse{res: res, released: c.done()}, nil
+	return &getResponse{res: res, released: c.done(), columns: in.columns}, nil
 }

@@ -864,6 +864,7 @@ func (*putStartResponse) unmarshalWire([]byte) error { return errWireDir }
 type getResponse struct {
 	res      []GetResult
 	released bool // leases_released
+	columns  bool // answer as GetColumns (the request asked)
 	tab      descTable
 	scan     bool
 }
@@ -884,6 +885,9 @@ func (m *getResponse) fill() {
 func (m *getResponse) wireSize() int {
 	m.fill()
 	n := m.tab.wireSize() + 2
+	if m.columns {
+		return n + columnsWireSize(m.res)
+	}
 	for i := range m.res {
 		n += 3 + 11 + 11 + 11 + 9 + 40*len(m.res[i].Replicas) // size, expiry, TTL, lease id
 		if m.res[i].Err != nil {
@@ -898,6 +902,12 @@ func (m *getResponse) appendWire(b []byte) ([]byte, error) {
 	b, err := m.tab.appendWire(b)
 	if err != nil {
 		return b, err
+	}
+	if m.columns {
+		if b, err = appendGetColumns(b, 4, &m.tab, m.res); err != nil {
+			return b, err
+		}
+		return appendBool(b, 3, m.released), nil
 	}
 	for i := range m.res {
 		x := &m.res[i]
@@ -1101,6 +1111,7 @@ type keysRequest struct {
 	keys    []string
 	reader  string   // client_id
 	release []uint64 // release_lease_ids (ReleaseCarry)
+	columns bool     // the caller reads GetColumns
 	// checked: the keys are known to be valid UTF-8 (the remote Client
 	// checked them), so encoding does not check them again.
 	checked bool
@@ -1124,7 +1135,8 @@ func (m *keysRequest) appendWire(b []byte) ([]byte, error) {
 	if b, err = appendStringNZ(b, 2, m.reader); err != nil {
 		return b, err
 	}
-	return appendPackedFixed64(b, 3, m.release), nil
+	b = appendPackedFixed64(b, 3, m.release)
+	return appendBool(b, 4, m.columns), nil
 }
 
 func (m *keysRequest) unmarshalWire(b []byte) error    { return m.decode(b, string(b)) }
@@ -1168,6 +1180,8 @@ func (m *keysRequest) decode(b []byte, all string) error {
 			for p := f.p; len(p) > 0; p = p[8:] {
 				m.release = append(m.release, binary.LittleEndian.Uint64(p))
 			}
+		case f.is(4, protowire.VarintType):
+			m.columns = f.v != 0
 		}
 	}
 	return nil
@@ -1192,6 +1206,8 @@ type resultsReply struct {
 	malformed error
 	// released is GetReplicasResponse.leases_released.
 	released bool
+	// columns: the results came as GetReplicasResponse.columns.
+	columns bool
 
 	segs    []*segment.Descriptor
 	backing []Replica     // the results' replicas, in order
@@ -1222,6 +1238,7 @@ func (m *resultsReply) unmarshalWire(b []byte) error {
 	if n := max(cap(m.gets), cap(m.puts)); cap(m.backing) == 0 && n > 0 {
 		m.backing = make([]Replica, 0, n) // one replica per item is usual
 	}
+	var cols *getColumns // GetReplicasResponse.columns, merged
 	for len(b) > 0 {
 		var f field
 		rest, err := f.next(b)
@@ -1242,7 +1259,21 @@ func (m *resultsReply) unmarshalWire(b []byte) error {
 			}
 		case m.get && f.is(3, protowire.VarintType):
 			m.released = f.v != 0
+		case m.get && f.is(4, protowire.BytesType):
+			if cols == nil {
+				if cols, _ = getColumnsPool.Get().(*getColumns); cols == nil {
+					cols = new(getColumns)
+				}
+				defer cols.free()
+			}
+			if err := cols.decode(f.p); err != nil {
+				return err
+			}
 		}
+	}
+	if cols != nil {
+		m.columns = true
+		return m.getsFromColumns(cols)
 	}
 	for _, l := range m.late {
 		if int(l.seg) >= len(m.segs) {

@@ -516,6 +516,9 @@ func FuzzWireDecode(f *testing.F) {
 		&putStartResponse{res: []PutStartResult{{Token: 1, Replicas: reps}, {Err: ErrNoSpace}}},
 		&getResponse{res: []GetResult{{Size: 1, Replicas: reps}, {Err: ErrNotFound}}},
 		&getResponse{res: []GetResult{{Size: 1, Replicas: reps}}, released: true},
+		&keysRequest{keys: []string{"a"}, columns: true},
+		&getResponse{res: wireColumnGets(), released: true, columns: true},
+		&getResponse{res: []GetResult{{Size: 1, Replicas: reps}, {Err: ErrNotFound}}, columns: true},
 	} {
 		b := encodeWire(f, m)
 		for kind := range 6 {
@@ -552,6 +555,9 @@ func FuzzWireDecode(f *testing.F) {
 				}
 				if len(p.ReleaseLeaseIds) != len(m.release) || len(m.release) > 0 && !reflect.DeepEqual(p.ReleaseLeaseIds, m.release) {
 					t.Errorf("release: hand %x, generated %x", m.release, p.ReleaseLeaseIds)
+				}
+				if p.Columns != m.columns {
+					t.Errorf("columns: hand %v, generated %v", m.columns, p.Columns)
 				}
 			}
 		case 3:
@@ -599,6 +605,21 @@ func FuzzWireDecode(f *testing.F) {
 					t.Errorf("leases_released: hand %v, generated %v", m.released, g.LeasesReleased)
 				}
 				segs = g.Segments
+				if g.Columns != nil {
+					// By column (GetColumns): held to the reference
+					// reading; columns that disagree, or come beside
+					// results, make the response malformed.
+					ref, ok := columnsFromPB(g.Columns, len(segs), sent)
+					if !ok || len(g.Results) > 0 {
+						if m.malformed == nil || len(m.gets) != len(g.Results) {
+							t.Fatalf("columns: hand malformed %v with %d results, generated %v with %d results", m.malformed, len(m.gets), !ok, len(g.Results))
+						}
+						return
+					}
+					for _, x := range ref {
+						want = append(want, res{err: x.err, size: x.size, expiry: x.expiry, ttl: x.ttl, leaseID: x.leaseID, replicas: x.replicas})
+					}
+				}
 				for _, x := range g.Results {
 					r := res{err: fromItemError(x.Error)}
 					if r.err == nil {

@@ -1578,8 +1578,13 @@ type GetReplicasRequest struct {
 	// its own. Best effort: leases_released in the response says whether
 	// they were ended (a master that predates the field ignores it).
 	ReleaseLeaseIds []uint64 `protobuf:"fixed64,3,rep,packed,name=release_lease_ids,json=releaseLeaseIds,proto3" json:"release_lease_ids,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// columns asks for the answer as GetReplicasResponse.columns instead of
+	// results. Best effort: a master may answer with results all the same
+	// (one that predates the field always does), so a caller that asks
+	// must read either.
+	Columns       bool `protobuf:"varint,4,opt,name=columns,proto3" json:"columns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetReplicasRequest) Reset() {
@@ -1631,6 +1636,13 @@ func (x *GetReplicasRequest) GetReleaseLeaseIds() []uint64 {
 		return x.ReleaseLeaseIds
 	}
 	return nil
+}
+
+func (x *GetReplicasRequest) GetColumns() bool {
+	if x != nil {
+		return x.Columns
+	}
+	return false
 }
 
 type GetResult struct {
@@ -1730,8 +1742,11 @@ type GetReplicasResponse struct {
 	// ended and other principals' leases ignored). False: the caller still
 	// owes their release.
 	LeasesReleased bool `protobuf:"varint,3,opt,name=leases_released,json=leasesReleased,proto3" json:"leases_released,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// columns holds the results, in the order of the request's keys, when
+	// the request asked for them; results is then empty.
+	Columns       *GetColumns `protobuf:"bytes,4,opt,name=columns,proto3" json:"columns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetReplicasResponse) Reset() {
@@ -1785,6 +1800,186 @@ func (x *GetReplicasResponse) GetLeasesReleased() bool {
 	return false
 }
 
+func (x *GetReplicasResponse) GetColumns() *GetColumns {
+	if x != nil {
+		return x.Columns
+	}
+	return nil
+}
+
+// GetColumns is a GetReplicasResponse's results by column: one entry per
+// result in each per-result column, one per replica in each per-replica
+// column, so a batch of similar results encodes without a field tag or a
+// length per item. A failed result has an entry of 0 in every per-result
+// column (and no replica), and its error in errors. Deltas are of the
+// two's-complement uint64 values: each value is the previous one's (0
+// before the first) plus its delta, modulo 2^64.
+type GetColumns struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Per result.
+	SizeDeltas              []int64  `protobuf:"zigzag64,1,rep,packed,name=size_deltas,json=sizeDeltas,proto3" json:"size_deltas,omitempty"`
+	ReplicaCounts           []uint32 `protobuf:"varint,2,rep,packed,name=replica_counts,json=replicaCounts,proto3" json:"replica_counts,omitempty"`
+	LeaseIdDeltas           []int64  `protobuf:"zigzag64,3,rep,packed,name=lease_id_deltas,json=leaseIdDeltas,proto3" json:"lease_id_deltas,omitempty"`
+	LeaseExpiryUnixNsDeltas []int64  `protobuf:"zigzag64,4,rep,packed,name=lease_expiry_unix_ns_deltas,json=leaseExpiryUnixNsDeltas,proto3" json:"lease_expiry_unix_ns_deltas,omitempty"`
+	LeaseTtlNsDeltas        []int64  `protobuf:"zigzag64,5,rep,packed,name=lease_ttl_ns_deltas,json=leaseTtlNsDeltas,proto3" json:"lease_ttl_ns_deltas,omitempty"`
+	// Per replica, the replicas of result 0 first. segments index the
+	// response's segments; an offset's delta is from the end (offset +
+	// length) of the replica before it.
+	Segments     []uint32 `protobuf:"varint,6,rep,packed,name=segments,proto3" json:"segments,omitempty"`
+	OffsetDeltas []int64  `protobuf:"zigzag64,7,rep,packed,name=offset_deltas,json=offsetDeltas,proto3" json:"offset_deltas,omitempty"`
+	LengthDeltas []int64  `protobuf:"zigzag64,8,rep,packed,name=length_deltas,json=lengthDeltas,proto3" json:"length_deltas,omitempty"`
+	// The failed results, by index in increasing order.
+	Errors        []*IndexedError `protobuf:"bytes,9,rep,name=errors,proto3" json:"errors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetColumns) Reset() {
+	*x = GetColumns{}
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetColumns) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetColumns) ProtoMessage() {}
+
+func (x *GetColumns) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetColumns.ProtoReflect.Descriptor instead.
+func (*GetColumns) Descriptor() ([]byte, []int) {
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetColumns) GetSizeDeltas() []int64 {
+	if x != nil {
+		return x.SizeDeltas
+	}
+	return nil
+}
+
+func (x *GetColumns) GetReplicaCounts() []uint32 {
+	if x != nil {
+		return x.ReplicaCounts
+	}
+	return nil
+}
+
+func (x *GetColumns) GetLeaseIdDeltas() []int64 {
+	if x != nil {
+		return x.LeaseIdDeltas
+	}
+	return nil
+}
+
+func (x *GetColumns) GetLeaseExpiryUnixNsDeltas() []int64 {
+	if x != nil {
+		return x.LeaseExpiryUnixNsDeltas
+	}
+	return nil
+}
+
+func (x *GetColumns) GetLeaseTtlNsDeltas() []int64 {
+	if x != nil {
+		return x.LeaseTtlNsDeltas
+	}
+	return nil
+}
+
+func (x *GetColumns) GetSegments() []uint32 {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+func (x *GetColumns) GetOffsetDeltas() []int64 {
+	if x != nil {
+		return x.OffsetDeltas
+	}
+	return nil
+}
+
+func (x *GetColumns) GetLengthDeltas() []int64 {
+	if x != nil {
+		return x.LengthDeltas
+	}
+	return nil
+}
+
+func (x *GetColumns) GetErrors() []*IndexedError {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+// IndexedError is the error of item index of a batch.
+type IndexedError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Error         *ItemError             `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IndexedError) Reset() {
+	*x = IndexedError{}
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IndexedError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IndexedError) ProtoMessage() {}
+
+func (x *IndexedError) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IndexedError.ProtoReflect.Descriptor instead.
+func (*IndexedError) Descriptor() ([]byte, []int) {
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *IndexedError) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *IndexedError) GetError() *ItemError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 type ExistsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Keys  []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
@@ -1798,7 +1993,7 @@ type ExistsRequest struct {
 
 func (x *ExistsRequest) Reset() {
 	*x = ExistsRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[26]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +2005,7 @@ func (x *ExistsRequest) String() string {
 func (*ExistsRequest) ProtoMessage() {}
 
 func (x *ExistsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[26]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +2018,7 @@ func (x *ExistsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistsRequest.ProtoReflect.Descriptor instead.
 func (*ExistsRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{26}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ExistsRequest) GetKeys() []string {
@@ -1849,7 +2044,7 @@ type ExistsResponse struct {
 
 func (x *ExistsResponse) Reset() {
 	*x = ExistsResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[27]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2056,7 @@ func (x *ExistsResponse) String() string {
 func (*ExistsResponse) ProtoMessage() {}
 
 func (x *ExistsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[27]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2069,7 @@ func (x *ExistsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistsResponse.ProtoReflect.Descriptor instead.
 func (*ExistsResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{27}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ExistsResponse) GetExists() []bool {
@@ -1894,7 +2089,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[28]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2101,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[28]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2114,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{28}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RemoveRequest) GetKeys() []string {
@@ -1945,7 +2140,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[29]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1957,7 +2152,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[29]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1970,7 +2165,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{29}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemoveResponse) GetErrors() []*ItemError {
@@ -1995,7 +2190,7 @@ type RemoveAllRequest struct {
 
 func (x *RemoveAllRequest) Reset() {
 	*x = RemoveAllRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[30]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2202,7 @@ func (x *RemoveAllRequest) String() string {
 func (*RemoveAllRequest) ProtoMessage() {}
 
 func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[30]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2215,7 @@ func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{30}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RemoveAllRequest) GetForce() bool {
@@ -2053,7 +2248,7 @@ type RemoveAllResponse struct {
 
 func (x *RemoveAllResponse) Reset() {
 	*x = RemoveAllResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[31]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2260,7 @@ func (x *RemoveAllResponse) String() string {
 func (*RemoveAllResponse) ProtoMessage() {}
 
 func (x *RemoveAllResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[31]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2273,7 @@ func (x *RemoveAllResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllResponse.ProtoReflect.Descriptor instead.
 func (*RemoveAllResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{31}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RemoveAllResponse) GetRemoved() uint64 {
@@ -2096,7 +2291,7 @@ type ListSegmentsRequest struct {
 
 func (x *ListSegmentsRequest) Reset() {
 	*x = ListSegmentsRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[32]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2303,7 @@ func (x *ListSegmentsRequest) String() string {
 func (*ListSegmentsRequest) ProtoMessage() {}
 
 func (x *ListSegmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[32]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2316,7 @@ func (x *ListSegmentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSegmentsRequest.ProtoReflect.Descriptor instead.
 func (*ListSegmentsRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{32}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{34}
 }
 
 type ListSegmentsResponse struct {
@@ -2133,7 +2328,7 @@ type ListSegmentsResponse struct {
 
 func (x *ListSegmentsResponse) Reset() {
 	*x = ListSegmentsResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2340,7 @@ func (x *ListSegmentsResponse) String() string {
 func (*ListSegmentsResponse) ProtoMessage() {}
 
 func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2353,7 @@ func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSegmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListSegmentsResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{33}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSegmentsResponse) GetSegments() []*SegmentDescriptor {
@@ -2180,7 +2375,7 @@ type ReleaseLeasesRequest struct {
 
 func (x *ReleaseLeasesRequest) Reset() {
 	*x = ReleaseLeasesRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2387,7 @@ func (x *ReleaseLeasesRequest) String() string {
 func (*ReleaseLeasesRequest) ProtoMessage() {}
 
 func (x *ReleaseLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2400,7 @@ func (x *ReleaseLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{34}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReleaseLeasesRequest) GetLeaseIds() []uint64 {
@@ -2223,7 +2418,7 @@ type ReleaseLeasesResponse struct {
 
 func (x *ReleaseLeasesResponse) Reset() {
 	*x = ReleaseLeasesResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2430,7 @@ func (x *ReleaseLeasesResponse) String() string {
 func (*ReleaseLeasesResponse) ProtoMessage() {}
 
 func (x *ReleaseLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2443,7 @@ func (x *ReleaseLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{35}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{37}
 }
 
 // HoldLeasesRequest manages the read leases a client holds as views
@@ -2268,7 +2463,7 @@ type HoldLeasesRequest struct {
 
 func (x *HoldLeasesRequest) Reset() {
 	*x = HoldLeasesRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2475,7 @@ func (x *HoldLeasesRequest) String() string {
 func (*HoldLeasesRequest) ProtoMessage() {}
 
 func (x *HoldLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2488,7 @@ func (x *HoldLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldLeasesRequest.ProtoReflect.Descriptor instead.
 func (*HoldLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{36}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HoldLeasesRequest) GetClientId() string {
@@ -2337,7 +2532,7 @@ type HoldLeasesResponse struct {
 
 func (x *HoldLeasesResponse) Reset() {
 	*x = HoldLeasesResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2544,7 @@ func (x *HoldLeasesResponse) String() string {
 func (*HoldLeasesResponse) ProtoMessage() {}
 
 func (x *HoldLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2557,7 @@ func (x *HoldLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldLeasesResponse.ProtoReflect.Descriptor instead.
 func (*HoldLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{37}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HoldLeasesResponse) GetErrors() []*ItemError {
@@ -2395,7 +2590,7 @@ type ReportUnreachableRequest struct {
 
 func (x *ReportUnreachableRequest) Reset() {
 	*x = ReportUnreachableRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2602,7 @@ func (x *ReportUnreachableRequest) String() string {
 func (*ReportUnreachableRequest) ProtoMessage() {}
 
 func (x *ReportUnreachableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2615,7 @@ func (x *ReportUnreachableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnreachableRequest.ProtoReflect.Descriptor instead.
 func (*ReportUnreachableRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{38}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReportUnreachableRequest) GetClientId() string {
@@ -2459,7 +2654,7 @@ type ReportUnreachableResponse struct {
 
 func (x *ReportUnreachableResponse) Reset() {
 	*x = ReportUnreachableResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2666,7 @@ func (x *ReportUnreachableResponse) String() string {
 func (*ReportUnreachableResponse) ProtoMessage() {}
 
 func (x *ReportUnreachableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2679,7 @@ func (x *ReportUnreachableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnreachableResponse.ProtoReflect.Descriptor instead.
 func (*ReportUnreachableResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{39}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{41}
 }
 
 // UnregisterClientRequest ends a registration at once (a client closing
@@ -2499,7 +2694,7 @@ type UnregisterClientRequest struct {
 
 func (x *UnregisterClientRequest) Reset() {
 	*x = UnregisterClientRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2511,7 +2706,7 @@ func (x *UnregisterClientRequest) String() string {
 func (*UnregisterClientRequest) ProtoMessage() {}
 
 func (x *UnregisterClientRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2524,7 +2719,7 @@ func (x *UnregisterClientRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterClientRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterClientRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{40}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UnregisterClientRequest) GetClientId() string {
@@ -2542,7 +2737,7 @@ type UnregisterClientResponse struct {
 
 func (x *UnregisterClientResponse) Reset() {
 	*x = UnregisterClientResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +2749,7 @@ func (x *UnregisterClientResponse) String() string {
 func (*UnregisterClientResponse) ProtoMessage() {}
 
 func (x *UnregisterClientResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +2762,7 @@ func (x *UnregisterClientResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterClientResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterClientResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{41}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{43}
 }
 
 type UsageStats struct {
@@ -2584,7 +2779,7 @@ type UsageStats struct {
 
 func (x *UsageStats) Reset() {
 	*x = UsageStats{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2596,7 +2791,7 @@ func (x *UsageStats) String() string {
 func (*UsageStats) ProtoMessage() {}
 
 func (x *UsageStats) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2609,7 +2804,7 @@ func (x *UsageStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageStats.ProtoReflect.Descriptor instead.
 func (*UsageStats) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{42}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UsageStats) GetNode() string {
@@ -2662,7 +2857,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[43]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2869,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[43]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2882,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{43}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{45}
 }
 
 type StatsResponse struct {
@@ -2707,7 +2902,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[44]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2719,7 +2914,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[44]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2732,7 +2927,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{44}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StatsResponse) GetObjects() uint64 {
@@ -2816,7 +3011,7 @@ type ClientStats struct {
 
 func (x *ClientStats) Reset() {
 	*x = ClientStats{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[45]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +3023,7 @@ func (x *ClientStats) String() string {
 func (*ClientStats) ProtoMessage() {}
 
 func (x *ClientStats) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[45]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +3036,7 @@ func (x *ClientStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientStats.ProtoReflect.Descriptor instead.
 func (*ClientStats) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{45}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ClientStats) GetId() string {
@@ -3011,11 +3206,12 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x10PutRevokeRequest\x12'\n" +
 	"\x04puts\x18\x01 \x03(\v2\x13.kvfabric.v1.PutRefR\x04puts\"C\n" +
 	"\x11PutRevokeResponse\x12.\n" +
-	"\x06errors\x18\x01 \x03(\v2\x16.kvfabric.v1.ItemErrorR\x06errors\"q\n" +
+	"\x06errors\x18\x01 \x03(\v2\x16.kvfabric.v1.ItemErrorR\x06errors\"\x8b\x01\n" +
 	"\x12GetReplicasRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12*\n" +
-	"\x11release_lease_ids\x18\x03 \x03(\x06R\x0freleaseLeaseIds\"\xed\x01\n" +
+	"\x11release_lease_ids\x18\x03 \x03(\x06R\x0freleaseLeaseIds\x12\x18\n" +
+	"\acolumns\x18\x04 \x01(\bR\acolumns\"\xed\x01\n" +
 	"\tGetResult\x12,\n" +
 	"\x05error\x18\x01 \x01(\v2\x16.kvfabric.v1.ItemErrorR\x05error\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x120\n" +
@@ -3023,11 +3219,27 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x14lease_expiry_unix_ns\x18\x04 \x01(\x03R\x11leaseExpiryUnixNs\x12 \n" +
 	"\flease_ttl_ns\x18\x05 \x01(\x03R\n" +
 	"leaseTtlNs\x12\x19\n" +
-	"\blease_id\x18\x06 \x01(\x06R\aleaseId\"\xac\x01\n" +
+	"\blease_id\x18\x06 \x01(\x06R\aleaseId\"\xdf\x01\n" +
 	"\x13GetReplicasResponse\x12:\n" +
 	"\bsegments\x18\x01 \x03(\v2\x1e.kvfabric.v1.SegmentDescriptorR\bsegments\x120\n" +
 	"\aresults\x18\x02 \x03(\v2\x16.kvfabric.v1.GetResultR\aresults\x12'\n" +
-	"\x0fleases_released\x18\x03 \x01(\bR\x0eleasesReleased\"9\n" +
+	"\x0fleases_released\x18\x03 \x01(\bR\x0eleasesReleased\x121\n" +
+	"\acolumns\x18\x04 \x01(\v2\x17.kvfabric.v1.GetColumnsR\acolumns\"\x82\x03\n" +
+	"\n" +
+	"GetColumns\x12\x1f\n" +
+	"\vsize_deltas\x18\x01 \x03(\x12R\n" +
+	"sizeDeltas\x12%\n" +
+	"\x0ereplica_counts\x18\x02 \x03(\rR\rreplicaCounts\x12&\n" +
+	"\x0flease_id_deltas\x18\x03 \x03(\x12R\rleaseIdDeltas\x12<\n" +
+	"\x1blease_expiry_unix_ns_deltas\x18\x04 \x03(\x12R\x17leaseExpiryUnixNsDeltas\x12-\n" +
+	"\x13lease_ttl_ns_deltas\x18\x05 \x03(\x12R\x10leaseTtlNsDeltas\x12\x1a\n" +
+	"\bsegments\x18\x06 \x03(\rR\bsegments\x12#\n" +
+	"\roffset_deltas\x18\a \x03(\x12R\foffsetDeltas\x12#\n" +
+	"\rlength_deltas\x18\b \x03(\x12R\flengthDeltas\x121\n" +
+	"\x06errors\x18\t \x03(\v2\x19.kvfabric.v1.IndexedErrorR\x06errors\"R\n" +
+	"\fIndexedError\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12,\n" +
+	"\x05error\x18\x02 \x01(\v2\x16.kvfabric.v1.ItemErrorR\x05error\"9\n" +
 	"\rExistsRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x14\n" +
 	"\x05lease\x18\x02 \x01(\bR\x05lease\"(\n" +
@@ -3143,7 +3355,7 @@ func file_kvfabric_v1_kvfabric_proto_rawDescGZIP() []byte {
 }
 
 var file_kvfabric_v1_kvfabric_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kvfabric_v1_kvfabric_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_kvfabric_v1_kvfabric_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_kvfabric_v1_kvfabric_proto_goTypes = []any{
 	(Tier)(0),                         // 0: kvfabric.v1.Tier
 	(HandleKind)(0),                   // 1: kvfabric.v1.HandleKind
@@ -3173,26 +3385,28 @@ var file_kvfabric_v1_kvfabric_proto_goTypes = []any{
 	(*GetReplicasRequest)(nil),        // 25: kvfabric.v1.GetReplicasRequest
 	(*GetResult)(nil),                 // 26: kvfabric.v1.GetResult
 	(*GetReplicasResponse)(nil),       // 27: kvfabric.v1.GetReplicasResponse
-	(*ExistsRequest)(nil),             // 28: kvfabric.v1.ExistsRequest
-	(*ExistsResponse)(nil),            // 29: kvfabric.v1.ExistsResponse
-	(*RemoveRequest)(nil),             // 30: kvfabric.v1.RemoveRequest
-	(*RemoveResponse)(nil),            // 31: kvfabric.v1.RemoveResponse
-	(*RemoveAllRequest)(nil),          // 32: kvfabric.v1.RemoveAllRequest
-	(*RemoveAllResponse)(nil),         // 33: kvfabric.v1.RemoveAllResponse
-	(*ListSegmentsRequest)(nil),       // 34: kvfabric.v1.ListSegmentsRequest
-	(*ListSegmentsResponse)(nil),      // 35: kvfabric.v1.ListSegmentsResponse
-	(*ReleaseLeasesRequest)(nil),      // 36: kvfabric.v1.ReleaseLeasesRequest
-	(*ReleaseLeasesResponse)(nil),     // 37: kvfabric.v1.ReleaseLeasesResponse
-	(*HoldLeasesRequest)(nil),         // 38: kvfabric.v1.HoldLeasesRequest
-	(*HoldLeasesResponse)(nil),        // 39: kvfabric.v1.HoldLeasesResponse
-	(*ReportUnreachableRequest)(nil),  // 40: kvfabric.v1.ReportUnreachableRequest
-	(*ReportUnreachableResponse)(nil), // 41: kvfabric.v1.ReportUnreachableResponse
-	(*UnregisterClientRequest)(nil),   // 42: kvfabric.v1.UnregisterClientRequest
-	(*UnregisterClientResponse)(nil),  // 43: kvfabric.v1.UnregisterClientResponse
-	(*UsageStats)(nil),                // 44: kvfabric.v1.UsageStats
-	(*StatsRequest)(nil),              // 45: kvfabric.v1.StatsRequest
-	(*StatsResponse)(nil),             // 46: kvfabric.v1.StatsResponse
-	(*ClientStats)(nil),               // 47: kvfabric.v1.ClientStats
+	(*GetColumns)(nil),                // 28: kvfabric.v1.GetColumns
+	(*IndexedError)(nil),              // 29: kvfabric.v1.IndexedError
+	(*ExistsRequest)(nil),             // 30: kvfabric.v1.ExistsRequest
+	(*ExistsResponse)(nil),            // 31: kvfabric.v1.ExistsResponse
+	(*RemoveRequest)(nil),             // 32: kvfabric.v1.RemoveRequest
+	(*RemoveResponse)(nil),            // 33: kvfabric.v1.RemoveResponse
+	(*RemoveAllRequest)(nil),          // 34: kvfabric.v1.RemoveAllRequest
+	(*RemoveAllResponse)(nil),         // 35: kvfabric.v1.RemoveAllResponse
+	(*ListSegmentsRequest)(nil),       // 36: kvfabric.v1.ListSegmentsRequest
+	(*ListSegmentsResponse)(nil),      // 37: kvfabric.v1.ListSegmentsResponse
+	(*ReleaseLeasesRequest)(nil),      // 38: kvfabric.v1.ReleaseLeasesRequest
+	(*ReleaseLeasesResponse)(nil),     // 39: kvfabric.v1.ReleaseLeasesResponse
+	(*HoldLeasesRequest)(nil),         // 40: kvfabric.v1.HoldLeasesRequest
+	(*HoldLeasesResponse)(nil),        // 41: kvfabric.v1.HoldLeasesResponse
+	(*ReportUnreachableRequest)(nil),  // 42: kvfabric.v1.ReportUnreachableRequest
+	(*ReportUnreachableResponse)(nil), // 43: kvfabric.v1.ReportUnreachableResponse
+	(*UnregisterClientRequest)(nil),   // 44: kvfabric.v1.UnregisterClientRequest
+	(*UnregisterClientResponse)(nil),  // 45: kvfabric.v1.UnregisterClientResponse
+	(*UsageStats)(nil),                // 46: kvfabric.v1.UsageStats
+	(*StatsRequest)(nil),              // 47: kvfabric.v1.StatsRequest
+	(*StatsResponse)(nil),             // 48: kvfabric.v1.StatsResponse
+	(*ClientStats)(nil),               // 49: kvfabric.v1.ClientStats
 }
 var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	1,  // 0: kvfabric.v1.Handle.kind:type_name -> kvfabric.v1.HandleKind
@@ -3216,53 +3430,56 @@ var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	17, // 18: kvfabric.v1.GetResult.replicas:type_name -> kvfabric.v1.Replica
 	3,  // 19: kvfabric.v1.GetReplicasResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
 	26, // 20: kvfabric.v1.GetReplicasResponse.results:type_name -> kvfabric.v1.GetResult
-	4,  // 21: kvfabric.v1.RemoveResponse.errors:type_name -> kvfabric.v1.ItemError
-	3,  // 22: kvfabric.v1.ListSegmentsResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
-	4,  // 23: kvfabric.v1.HoldLeasesResponse.errors:type_name -> kvfabric.v1.ItemError
-	0,  // 24: kvfabric.v1.UsageStats.tier:type_name -> kvfabric.v1.Tier
-	44, // 25: kvfabric.v1.StatsResponse.tiers:type_name -> kvfabric.v1.UsageStats
-	44, // 26: kvfabric.v1.StatsResponse.locations:type_name -> kvfabric.v1.UsageStats
-	47, // 27: kvfabric.v1.StatsResponse.client_stats:type_name -> kvfabric.v1.ClientStats
-	1,  // 28: kvfabric.v1.ClientStats.handle_kinds:type_name -> kvfabric.v1.HandleKind
-	5,  // 29: kvfabric.v1.Master.RegisterClient:input_type -> kvfabric.v1.RegisterClientRequest
-	7,  // 30: kvfabric.v1.Master.Heartbeat:input_type -> kvfabric.v1.HeartbeatRequest
-	9,  // 31: kvfabric.v1.Master.MountSegment:input_type -> kvfabric.v1.MountSegmentRequest
-	11, // 32: kvfabric.v1.Master.UnmountSegment:input_type -> kvfabric.v1.UnmountSegmentRequest
-	15, // 33: kvfabric.v1.Master.PutStart:input_type -> kvfabric.v1.PutStartRequest
-	21, // 34: kvfabric.v1.Master.PutEnd:input_type -> kvfabric.v1.PutEndRequest
-	23, // 35: kvfabric.v1.Master.PutRevoke:input_type -> kvfabric.v1.PutRevokeRequest
-	25, // 36: kvfabric.v1.Master.GetReplicas:input_type -> kvfabric.v1.GetReplicasRequest
-	28, // 37: kvfabric.v1.Master.Exists:input_type -> kvfabric.v1.ExistsRequest
-	30, // 38: kvfabric.v1.Master.Remove:input_type -> kvfabric.v1.RemoveRequest
-	32, // 39: kvfabric.v1.Master.RemoveAll:input_type -> kvfabric.v1.RemoveAllRequest
-	34, // 40: kvfabric.v1.Master.ListSegments:input_type -> kvfabric.v1.ListSegmentsRequest
-	45, // 41: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
-	36, // 42: kvfabric.v1.Master.ReleaseLeases:input_type -> kvfabric.v1.ReleaseLeasesRequest
-	38, // 43: kvfabric.v1.Master.HoldLeases:input_type -> kvfabric.v1.HoldLeasesRequest
-	40, // 44: kvfabric.v1.Master.ReportUnreachable:input_type -> kvfabric.v1.ReportUnreachableRequest
-	42, // 45: kvfabric.v1.Master.UnregisterClient:input_type -> kvfabric.v1.UnregisterClientRequest
-	6,  // 46: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
-	8,  // 47: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
-	10, // 48: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
-	12, // 49: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
-	19, // 50: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
-	22, // 51: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
-	24, // 52: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
-	27, // 53: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
-	29, // 54: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
-	31, // 55: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
-	33, // 56: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
-	35, // 57: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
-	46, // 58: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
-	37, // 59: kvfabric.v1.Master.ReleaseLeases:output_type -> kvfabric.v1.ReleaseLeasesResponse
-	39, // 60: kvfabric.v1.Master.HoldLeases:output_type -> kvfabric.v1.HoldLeasesResponse
-	41, // 61: kvfabric.v1.Master.ReportUnreachable:output_type -> kvfabric.v1.ReportUnreachableResponse
-	43, // 62: kvfabric.v1.Master.UnregisterClient:output_type -> kvfabric.v1.UnregisterClientResponse
-	46, // [46:63] is the sub-list for method output_type
-	29, // [29:46] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	28, // 21: kvfabric.v1.GetReplicasResponse.columns:type_name -> kvfabric.v1.GetColumns
+	29, // 22: kvfabric.v1.GetColumns.errors:type_name -> kvfabric.v1.IndexedError
+	4,  // 23: kvfabric.v1.IndexedError.error:type_name -> kvfabric.v1.ItemError
+	4,  // 24: kvfabric.v1.RemoveResponse.errors:type_name -> kvfabric.v1.ItemError
+	3,  // 25: kvfabric.v1.ListSegmentsResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
+	4,  // 26: kvfabric.v1.HoldLeasesResponse.errors:type_name -> kvfabric.v1.ItemError
+	0,  // 27: kvfabric.v1.UsageStats.tier:type_name -> kvfabric.v1.Tier
+	46, // 28: kvfabric.v1.StatsResponse.tiers:type_name -> kvfabric.v1.UsageStats
+	46, // 29: kvfabric.v1.StatsResponse.locations:type_name -> kvfabric.v1.UsageStats
+	49, // 30: kvfabric.v1.StatsResponse.client_stats:type_name -> kvfabric.v1.ClientStats
+	1,  // 31: kvfabric.v1.ClientStats.handle_kinds:type_name -> kvfabric.v1.HandleKind
+	5,  // 32: kvfabric.v1.Master.RegisterClient:input_type -> kvfabric.v1.RegisterClientRequest
+	7,  // 33: kvfabric.v1.Master.Heartbeat:input_type -> kvfabric.v1.HeartbeatRequest
+	9,  // 34: kvfabric.v1.Master.MountSegment:input_type -> kvfabric.v1.MountSegmentRequest
+	11, // 35: kvfabric.v1.Master.UnmountSegment:input_type -> kvfabric.v1.UnmountSegmentRequest
+	15, // 36: kvfabric.v1.Master.PutStart:input_type -> kvfabric.v1.PutStartRequest
+	21, // 37: kvfabric.v1.Master.PutEnd:input_type -> kvfabric.v1.PutEndRequest
+	23, // 38: kvfabric.v1.Master.PutRevoke:input_type -> kvfabric.v1.PutRevokeRequest
+	25, // 39: kvfabric.v1.Master.GetReplicas:input_type -> kvfabric.v1.GetReplicasRequest
+	30, // 40: kvfabric.v1.Master.Exists:input_type -> kvfabric.v1.ExistsRequest
+	32, // 41: kvfabric.v1.Master.Remove:input_type -> kvfabric.v1.RemoveRequest
+	34, // 42: kvfabric.v1.Master.RemoveAll:input_type -> kvfabric.v1.RemoveAllRequest
+	36, // 43: kvfabric.v1.Master.ListSegments:input_type -> kvfabric.v1.ListSegmentsRequest
+	47, // 44: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
+	38, // 45: kvfabric.v1.Master.ReleaseLeases:input_type -> kvfabric.v1.ReleaseLeasesRequest
+	40, // 46: kvfabric.v1.Master.HoldLeases:input_type -> kvfabric.v1.HoldLeasesRequest
+	42, // 47: kvfabric.v1.Master.ReportUnreachable:input_type -> kvfabric.v1.ReportUnreachableRequest
+	44, // 48: kvfabric.v1.Master.UnregisterClient:input_type -> kvfabric.v1.UnregisterClientRequest
+	6,  // 49: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
+	8,  // 50: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
+	10, // 51: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
+	12, // 52: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
+	19, // 53: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
+	22, // 54: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
+	24, // 55: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
+	27, // 56: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
+	31, // 57: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
+	33, // 58: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
+	35, // 59: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
+	37, // 60: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
+	48, // 61: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
+	39, // 62: kvfabric.v1.Master.ReleaseLeases:output_type -> kvfabric.v1.ReleaseLeasesResponse
+	41, // 63: kvfabric.v1.Master.HoldLeases:output_type -> kvfabric.v1.HoldLeasesResponse
+	43, // 64: kvfabric.v1.Master.ReportUnreachable:output_type -> kvfabric.v1.ReportUnreachableResponse
+	45, // 65: kvfabric.v1.Master.UnregisterClient:output_type -> kvfabric.v1.UnregisterClientResponse
+	49, // [49:66] is the sub-list for method output_type
+	32, // [32:49] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_kvfabric_v1_kvfabric_proto_init() }
@@ -3276,7 +3493,7 @@ func file_kvfabric_v1_kvfabric_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvfabric_v1_kvfabric_proto_rawDesc), len(file_kvfabric_v1_kvfabric_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   46,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
