@@ -76,15 +76,15 @@ func codecFixtureOf(adjoining bool) *codecFixture {
 		f.keys = append(f.keys, k)
 		size := uint64(512 << 10)
 		r := Replica{Segment: &f.descs[i%4], Offset: uint64(i) * size * 37 % (512 << 30), Length: size}
-		lease := x ^ 0x5555
+		lease, hint := x^0x5555, uint32(x>>40)
 		if adjoining {
 			r = Replica{Segment: &f.descs[0], Offset: uint64(i) * size, Length: size}
-			lease = 1<<30 + uint64(i)<<4
+			lease, hint = 1<<30+uint64(i)<<4, uint32(1000+i)
 		}
 		f.reqs = append(f.reqs, PutStartReq{Key: k, Size: size, Placement: pl})
 		f.gets = append(f.gets, GetResult{Size: size, Replicas: []Replica{r}, LeaseExpiry: expiry,
 			LeaseTTL: time.Second, LeaseID: lease})
-		f.puts = append(f.puts, PutStartResult{Token: x ^ 0xaaaa, Replicas: []Replica{r}})
+		f.puts = append(f.puts, PutStartResult{Token: x ^ 0xaaaa, Replicas: []Replica{r}, Hint: hint})
 	}
 	return f
 }
@@ -129,8 +129,9 @@ var codecPaths = []codecPath{
 	{"hand", handGet, handPut},
 	// PutStart's puts as uniform puts (a Store's batch puts go so).
 	{"hand-uniform", handGet, handPutUniform},
-	// GetReplicas answered by column (pb.GetColumns).
-	{"hand-columns", handGetColumns, handPutUniform},
+	// Answered by column (pb.GetColumns, pb.PutStartColumns); puts as
+	// uniform puts.
+	{"hand-columns", handGetColumns, handPutUniformColumns},
 	{"proto", func(f *codecFixture, c *codecClient) ([]GetResult, int, error) { return genGet(f, c, stdCodec) },
 		func(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) { return genPut(f, c, stdCodec) }},
 }
@@ -183,11 +184,20 @@ func handPut(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) {
 }
 
 func handPutUniform(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) {
+	return handPutMsg(f, c, &putStartRequest{uni: true, u: f.uniform(), checked: true})
+}
+
+func handPutUniformColumns(f *codecFixture, c *codecClient) ([]PutStartResult, int, error) {
+	return handPutMsg(f, c, &putStartRequest{uni: true, u: f.uniform(), columns: true, checked: true})
+}
+
+// uniform returns f.reqs as uniform puts.
+func (f *codecFixture) uniform() UniformPuts {
 	u := UniformPuts{Keys: f.keys, Sizes: make([]uint64, len(f.reqs)), Req: f.reqs[0]}
 	for i := range f.reqs {
 		u.Sizes[i] = f.reqs[i].Size
 	}
-	return handPutMsg(f, c, &putStartRequest{uni: true, u: u, checked: true})
+	return u
 }
 
 // handPutMsg is a PutStart of out's puts (f.reqs as items or uniform puts)
@@ -208,7 +218,7 @@ func handPutMsg(f *codecFixture, c *codecClient, out *putStartRequest) ([]PutSta
 		return nil, 0, fmt.Errorf("server decoded %d puts", n)
 	}
 	in.free() // the Service has answered
-	resp, err := codec.Marshal(&putStartResponse{res: f.puts})
+	resp, err := codec.Marshal(&putStartResponse{res: f.puts, columns: out.columns})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -360,7 +370,7 @@ func putFromPB(p *pb.PutStartResponse, c *codecClient) ([]PutStartResult, error)
 	}
 	backing := make([]Replica, 0, n)
 	for i, x := range p.Results {
-		out[i].Err, out[i].Token = fromItemError(x.Error), x.Token
+		out[i].Err, out[i].Token, out[i].Hint = fromItemError(x.Error), x.Token, x.Hint
 		start := len(backing)
 		for _, r := range x.Replicas {
 			if int(r.Segment) >= len(segs) {
@@ -423,7 +433,7 @@ func checkCodecPuts(t *testing.T, got, want []PutStartResult) {
 		t.Fatalf("%d results, want %d", len(got), len(want))
 	}
 	for i := range got {
-		if got[i].Err != nil || got[i].Token != want[i].Token {
+		if got[i].Err != nil || got[i].Token != want[i].Token || got[i].Hint != want[i].Hint {
 			t.Fatalf("result %d: %+v, want %+v", i, got[i], want[i])
 		}
 		checkReplicas(t, i, got[i].Replicas, want[i].Replicas)

@@ -1,6 +1,7 @@
 package master
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"sync"
@@ -9,126 +10,178 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// GetReplicas answers by column (pb.GetColumns) when the request asks for
-// it: each column is one packed field of deltas, so a batch of similar
-// results — a Store's batch, whose objects lie one after another in one
-// segment, leased in one block — costs about a byte per value and no field
-// tag or length per item, where pb.GetResult costs ~50 bytes and a
-// decoder's pass over six fields per key. The generated handler (a server
-// with interceptors) and masters that predate the field answer with
-// results, so a client reads either.
+// GetReplicas and PutStart answer by column (pb.GetColumns,
+// pb.PutStartColumns) when the request asks for it: each column is one
+// packed field, of deltas where values follow one another, so a batch of
+// similar results — a Store's batch, whose objects lie one after another
+// in one segment, leased in one block — costs a byte or so per value and
+// no field tag or length per item (a pb.GetResult costs ~45 bytes and a
+// decoder's pass over six fields). The generated handlers (a server with
+// interceptors) and masters that predate the fields answer with results,
+// so a client reads either.
 
-// Field numbers of pb.GetColumns.
+// Field numbers of pb.GetColumns and pb.PutStartColumns: the replicas'
+// columns and the errors have the same numbers in both.
 const (
-	colSize = iota + 1
-	colReplicas
-	colLeaseID
-	colExpiry
-	colTTL
-	colSegment
-	colOffset
-	colLength
-	colErrors
-	nColumns = colLength // the packed ones
+	colSize    = 1 // gets: sint64 deltas
+	colToken   = 1 // puts: fixed64
+	colCount   = 2 // replicas per result
+	colLeaseID = 3 // gets
+	colHint    = 3 // puts
+	colExpiry  = 4 // gets
+	colTTL     = 5 // gets
+	colSegment = 6
+	colOffset  = 7
+	colLength  = 8
+	colErrors  = 9
+	nPacked    = colLength // fields 1..nPacked are packed columns
 )
 
-// columnBufs are one response's columns while they are encoded, before
-// their lengths are known; pooled.
-type columnBufs [colErrors + 1][]byte // [0] unused; [colErrors] the errors
+// colEncoder collects one answer's columns before their lengths are
+// known. Pooled (colEncoders).
+type colEncoder struct {
+	c        [colErrors + 1][]byte // [0] unused; [colErrors] the errors
+	off, len uint64                // the last replica's end and length
+}
 
-var columnBufPool sync.Pool // *columnBufs
+var colEncoders sync.Pool // *colEncoder
 
-// appendDelta appends v as the zigzag delta from *prev and makes it *prev.
-func appendDelta(b []byte, prev *uint64, v uint64) []byte {
-	d := int64(v - *prev)
+func newColEncoder() *colEncoder {
+	if e, ok := colEncoders.Get().(*colEncoder); ok {
+		return e
+	}
+	return new(colEncoder)
+}
+
+func (e *colEncoder) free() {
+	for i := range e.c {
+		e.c[i] = e.c[i][:0]
+	}
+	e.off, e.len = 0, 0
+	colEncoders.Put(e)
+}
+
+// delta appends v to column f as the zigzag delta from *prev, and makes
+// it *prev.
+func (e *colEncoder) delta(f int, prev *uint64, v uint64) {
+	d := protowire.EncodeZigZag(int64(v - *prev))
 	*prev = v
-	return protowire.AppendVarint(b, protowire.EncodeZigZag(d))
+	if d < 0x80 {
+		e.c[f] = append(e.c[f], byte(d))
+		return
+	}
+	e.c[f] = protowire.AppendVarint(e.c[f], d)
 }
 
-// unzig is the delta a zigzag varint v encodes, as a uint64 to add.
-func unzig(v uint64) uint64 { return uint64(protowire.DecodeZigZag(v)) }
-
-// columnsWireSize bounds the encoding of res as GetColumns, its field tag
-// and length included.
-func columnsWireSize(res []GetResult) int {
-	n := 12 + 9*4
-	for i := range res {
-		n += 5 * 10
-		if res[i].Err != nil {
-			n += 128 + 16
-		}
-		n += 3 * 10 * len(res[i].Replicas)
+// replicas appends rs: their count, and each one's segment (numbered in
+// t), offset (from the last replica's end) and length (from the last's).
+func (e *colEncoder) replicas(t *descTable, rs []Replica) {
+	e.c[colCount] = protowire.AppendVarint(e.c[colCount], uint64(len(rs)))
+	for _, r := range rs {
+		e.c[colSegment] = protowire.AppendVarint(e.c[colSegment], uint64(t.add(r.Segment)))
+		end := e.off
+		e.delta(colOffset, &end, r.Offset)
+		e.delta(colLength, &e.len, r.Length)
+		e.off = r.Offset + r.Length
 	}
-	return n
 }
 
-// appendGetColumns appends res as field num (pb.GetColumns), numbering
-// the replicas' segments in t.
-func appendGetColumns(b []byte, num protowire.Number, t *descTable, res []GetResult) ([]byte, error) {
-	c, _ := columnBufPool.Get().(*columnBufs)
-	if c == nil {
-		c = new(columnBufs)
+// fail appends result i's error (pb.IndexedError).
+func (e *colEncoder) fail(i int, err error) error {
+	m := beginMsg(&e.c[colErrors], colErrors)
+	e.c[colErrors] = appendVarintNZ(e.c[colErrors], 1, uint64(i))
+	var werr error
+	if e.c[colErrors], werr = appendItemError(e.c[colErrors], 2, err); werr != nil {
+		return werr
 	}
-	defer func() {
-		for i := range c {
-			c[i] = c[i][:0]
-		}
-		columnBufPool.Put(c)
-	}()
-	var size, id, expiry, ttl, off, length uint64
-	var err error
-	for i := range res {
-		x := &res[i]
-		if x.Err != nil {
-			c[colSize] = appendDelta(c[colSize], &size, 0)
-			c[colReplicas] = protowire.AppendVarint(c[colReplicas], 0)
-			c[colLeaseID] = appendDelta(c[colLeaseID], &id, 0)
-			c[colExpiry] = appendDelta(c[colExpiry], &expiry, 0)
-			c[colTTL] = appendDelta(c[colTTL], &ttl, 0)
-			m := beginMsg(&c[colErrors], colErrors)
-			c[colErrors] = appendVarintNZ(c[colErrors], 1, uint64(i))
-			if c[colErrors], err = appendItemError(c[colErrors], 2, x.Err); err != nil {
-				return b, err
-			}
-			c[colErrors] = endMsg(c[colErrors], m)
-			continue
-		}
-		c[colSize] = appendDelta(c[colSize], &size, x.Size)
-		c[colReplicas] = protowire.AppendVarint(c[colReplicas], uint64(len(x.Replicas)))
-		c[colLeaseID] = appendDelta(c[colLeaseID], &id, x.LeaseID)
-		c[colExpiry] = appendDelta(c[colExpiry], &expiry, uint64(x.LeaseExpiry.UnixNano()))
-		c[colTTL] = appendDelta(c[colTTL], &ttl, uint64(max(0, x.LeaseTTL)))
-		for _, r := range x.Replicas {
-			c[colSegment] = protowire.AppendVarint(c[colSegment], uint64(t.add(r.Segment)))
-			end := off
-			c[colOffset] = appendDelta(c[colOffset], &end, r.Offset)
-			c[colLength] = appendDelta(c[colLength], &length, r.Length)
-			off = r.Offset + r.Length
-		}
-	}
-	body := len(c[colErrors])
-	for f := colSize; f <= nColumns; f++ {
-		if n := len(c[f]); n > 0 {
+	e.c[colErrors] = endMsg(e.c[colErrors], m)
+	return nil
+}
+
+// appendTo appends the columns as message field num.
+func (e *colEncoder) appendTo(b []byte, num protowire.Number) []byte {
+	body := len(e.c[colErrors])
+	for f := 1; f <= nPacked; f++ {
+		if n := len(e.c[f]); n > 0 {
 			body += 1 + protowire.SizeVarint(uint64(n)) + n
 		}
 	}
 	b = append(b, tag(num, protowire.BytesType))
 	b = protowire.AppendVarint(b, uint64(body))
-	for f := colSize; f <= nColumns; f++ {
-		if len(c[f]) > 0 {
+	for f := 1; f <= nPacked; f++ {
+		if len(e.c[f]) > 0 {
 			b = append(b, tag(protowire.Number(f), protowire.BytesType))
-			b = protowire.AppendBytes(b, c[f])
+			b = protowire.AppendBytes(b, e.c[f])
 		}
 	}
-	return append(b, c[colErrors]...), nil
+	return append(b, e.c[colErrors]...)
 }
 
-// getColumns is a decoded pb.GetColumns before it becomes results: the
-// packed columns' values (packed or not on the wire, in order of
-// appearance), and the errors by index. Pooled.
-type getColumns struct {
-	v    [nColumns + 1][]uint64 // [0] unused
+// columnsWireSize bounds the encoding by column of n results with reps
+// replicas in all, fails of them failed, its field tag and length
+// included.
+func columnsWireSize(n, reps, fails int) int {
+	return 12 + 10*4 + n*5*10 + reps*3*10 + fails*(128+16)
+}
+
+// appendGetColumns appends res as field num (pb.GetColumns), numbering
+// the replicas' segments in t. A failed result's entries are 0, and it
+// has no replica.
+func appendGetColumns(b []byte, num protowire.Number, t *descTable, res []GetResult) ([]byte, error) {
+	e := newColEncoder()
+	defer e.free()
+	var size, id, expiry, ttl uint64
+	for i := range res {
+		x := &res[i]
+		if x.Err != nil {
+			e.delta(colSize, &size, 0)
+			e.delta(colLeaseID, &id, 0)
+			e.delta(colExpiry, &expiry, 0)
+			e.delta(colTTL, &ttl, 0)
+			e.replicas(t, nil)
+			if err := e.fail(i, x.Err); err != nil {
+				return b, err
+			}
+			continue
+		}
+		e.delta(colSize, &size, x.Size)
+		e.delta(colLeaseID, &id, x.LeaseID)
+		e.delta(colExpiry, &expiry, uint64(x.LeaseExpiry.UnixNano()))
+		e.delta(colTTL, &ttl, uint64(max(0, x.LeaseTTL)))
+		e.replicas(t, x.Replicas)
+	}
+	return e.appendTo(b, num), nil
+}
+
+// appendPutColumns appends res as field num (pb.PutStartColumns),
+// numbering the replicas' segments in t. A failed result keeps its other
+// fields, as pb.PutStartResult does.
+func appendPutColumns(b []byte, num protowire.Number, t *descTable, res []PutStartResult) ([]byte, error) {
+	e := newColEncoder()
+	defer e.free()
+	var hint uint64
+	for i := range res {
+		x := &res[i]
+		e.c[colToken] = binary.LittleEndian.AppendUint64(e.c[colToken], x.Token)
+		e.delta(colHint, &hint, uint64(x.Hint))
+		e.replicas(t, x.Replicas)
+		if x.Err != nil {
+			if err := e.fail(i, x.Err); err != nil {
+				return b, err
+			}
+		}
+	}
+	return e.appendTo(b, num), nil
+}
+
+// columns is a decoded pb.GetColumns or pb.PutStartColumns before it
+// becomes results: each column's values (packed or not on the wire, in
+// order of appearance), and the errors by index. Pooled (colDecoders).
+type columns struct {
+	v    [nPacked + 1][]uint64 // [0] unused
 	errs []indexedError
+	// fixed1: field 1 is fixed64 (PutStartColumns.tokens), not a varint.
+	fixed1 bool
 }
 
 type indexedError struct {
@@ -136,10 +189,27 @@ type indexedError struct {
 	err   error // nil: code OK
 }
 
-var getColumnsPool sync.Pool // *getColumns
+var colDecoders sync.Pool // *columns
 
-// decode merges the encoded GetColumns b into c (b need not outlive it).
-func (c *getColumns) decode(b []byte) error {
+func newColumns(fixed1 bool) *columns {
+	c, ok := colDecoders.Get().(*columns)
+	if !ok {
+		c = new(columns)
+	}
+	c.fixed1 = fixed1
+	return c
+}
+
+func (c *columns) free() {
+	for i := range c.v {
+		c.v[i] = c.v[i][:0]
+	}
+	c.errs = c.errs[:0]
+	colDecoders.Put(c)
+}
+
+// decode merges the encoded columns b into c (b need not outlive it).
+func (c *columns) decode(b []byte) error {
 	for len(b) > 0 {
 		var f field
 		rest, err := f.next(b)
@@ -147,10 +217,19 @@ func (c *getColumns) decode(b []byte) error {
 			return err
 		}
 		b = rest
+		packed := f.num >= 1 && f.num <= nPacked
+		fixed := packed && f.num == 1 && c.fixed1
 		switch {
-		case f.num >= colSize && f.num <= nColumns && f.typ == protowire.VarintType:
+		case fixed && f.typ == protowire.Fixed64Type, packed && !fixed && f.typ == protowire.VarintType:
 			c.v[f.num] = append(c.v[f.num], f.v)
-		case f.num >= colSize && f.num <= nColumns && f.typ == protowire.BytesType:
+		case fixed && f.typ == protowire.BytesType:
+			if len(f.p)%8 != 0 {
+				return fmt.Errorf("packed fixed64 field %d of %d bytes, not a multiple of 8", f.num, len(f.p))
+			}
+			for p := f.p; len(p) > 0; p = p[8:] {
+				c.v[1] = append(c.v[1], binary.LittleEndian.Uint64(p))
+			}
+		case packed && f.typ == protowire.BytesType:
 			vs := slices.Grow(c.v[f.num], len(f.p)) // at least a byte per value
 			for p := f.p; len(p) > 0; {
 				if p[0] < 0x80 { // most deltas of a batch
@@ -195,88 +274,126 @@ func (c *getColumns) decode(b []byte) error {
 	return nil
 }
 
-func (c *getColumns) free() {
-	for i := range c.v {
-		c.v[i] = c.v[i][:0]
-	}
-	c.errs = c.errs[:0]
-	getColumnsPool.Put(c)
-}
-
-// getsFromColumns appends the results c holds to m.gets. A response whose
-// columns disagree (lengths, counts, indices) or name a segment it does
-// not hold is malformed: m.malformed says why and no result is appended.
-func (m *resultsReply) getsFromColumns(c *getColumns) error {
-	malformed := func(format string, args ...any) error {
-		m.malformed = fmt.Errorf("master: malformed response: columns: "+format, args...)
-		return nil
-	}
-	if len(m.gets) > 0 {
-		return malformed("sent beside %d results", len(m.gets))
-	}
-	n := len(c.v[colSize])
-	for f := colReplicas; f <= colTTL; f++ {
+// check returns why c is not n results with perResult columns, one entry
+// per result each (besides the counts), or "" when it is; reps is the
+// number of replicas. A failed result must have no replica when bare.
+func (c *columns) check(perResult []int, nsegs int, bare bool) (n, reps int, why string) {
+	n = len(c.v[perResult[0]])
+	for _, f := range append(perResult[1:], colCount) {
 		if len(c.v[f]) != n {
-			return malformed("column %d has %d entries for %d results", f, len(c.v[f]), n)
+			return 0, 0, fmt.Sprintf("column %d has %d entries for %d results", f, len(c.v[f]), n)
 		}
 	}
-	reps := 0
-	for _, k := range c.v[colReplicas] {
+	for _, k := range c.v[colCount] {
 		reps += int(uint32(k)) // at most 2^32 · n: no overflow
 	}
 	for f := colSegment; f <= colLength; f++ {
 		if len(c.v[f]) != reps {
-			return malformed("column %d has %d entries for %d replicas", f, len(c.v[f]), reps)
+			return 0, 0, fmt.Sprintf("column %d has %d entries for %d replicas", f, len(c.v[f]), reps)
 		}
 	}
 	for j, e := range c.errs {
 		switch {
 		case e.index >= uint64(n):
-			return malformed("error of result %d of %d", e.index, n)
+			return 0, 0, fmt.Sprintf("error of result %d of %d", e.index, n)
 		case j > 0 && e.index <= c.errs[j-1].index:
-			return malformed("errors out of order (%d after %d)", e.index, c.errs[j-1].index)
-		case c.v[colReplicas][e.index] != 0:
-			return malformed("failed result %d has replicas", e.index)
+			return 0, 0, fmt.Sprintf("errors out of order (%d after %d)", e.index, c.errs[j-1].index)
+		case bare && c.v[colCount][e.index] != 0:
+			return 0, 0, fmt.Sprintf("failed result %d has replicas", e.index)
 		case e.err == nil:
-			return malformed("error of result %d has code OK", e.index)
+			return 0, 0, fmt.Sprintf("error of result %d has code OK", e.index)
 		}
 	}
 	for _, s := range c.v[colSegment] {
-		if uint64(uint32(s)) >= uint64(len(m.segs)) {
-			return malformed("replica names segment %d of %d", s, len(m.segs))
+		if uint64(uint32(s)) >= uint64(nsegs) {
+			return 0, 0, fmt.Sprintf("replica names segment %d of %d", uint32(s), nsegs)
 		}
+	}
+	return n, reps, ""
+}
+
+// unzig is the delta a zigzag varint v encodes, as a uint64 to add.
+func unzig(v uint64) uint64 { return uint64(protowire.DecodeZigZag(v)) }
+
+// colReader walks the replica columns of checked columns.
+type colReader struct {
+	c        *columns
+	r        int    // the next replica
+	off, len uint64 // the last replica's end and length
+}
+
+// replicas appends result i's replicas to m.backing and returns them
+// (nil when none).
+func (d *colReader) replicas(m *resultsReply, i int) []Replica {
+	k := int(uint32(d.c.v[colCount][i]))
+	if k == 0 {
+		return nil
+	}
+	start := len(m.backing)
+	for range k {
+		d.off += unzig(d.c.v[colOffset][d.r])
+		d.len += unzig(d.c.v[colLength][d.r])
+		m.backing = append(m.backing, Replica{Segment: m.segs[uint32(d.c.v[colSegment][d.r])], Offset: d.off, Length: d.len})
+		d.off += d.len
+		d.r++
+	}
+	return m.backing[start:len(m.backing):len(m.backing)]
+}
+
+// fromColumns appends the results c holds to m.gets or m.puts. A response
+// whose columns disagree (lengths, counts, indices) or name a segment it
+// does not hold is malformed: m.malformed says why and no result is
+// appended.
+func (m *resultsReply) fromColumns(c *columns) {
+	m.columns = true
+	perResult := []int{colToken, colHint}
+	if m.get {
+		perResult = []int{colSize, colLeaseID, colExpiry, colTTL}
+	}
+	n, reps, why := c.check(perResult, len(m.segs), m.get)
+	if got := m.results(); why == "" && got > 0 {
+		why = fmt.Sprintf("sent beside %d results", got)
+	}
+	if why != "" {
+		m.malformed = fmt.Errorf("master: malformed response: columns: %s", why)
+		return
 	}
 	if cap(m.backing)-len(m.backing) < reps {
 		m.backing = make([]Replica, 0, reps)
 	}
-	var size, id, expiry, ttl, off, length uint64
-	r, next := 0, 0
-	base := len(m.gets)
-	m.gets = slices.Grow(m.gets, n)[:base+n]
+	d := colReader{c: c}
+	next := 0 // the next failed result
+	failed := func(i int) error {
+		if next < len(c.errs) && c.errs[next].index == uint64(i) {
+			next++
+			return c.errs[next-1].err
+		}
+		return nil
+	}
+	// Each result is written in place, every field set: the slices may
+	// hold old results past their length.
+	if !m.get {
+		m.puts = slices.Grow(m.puts, n)[:n]
+		var hint uint64
+		for i := range n {
+			hint += unzig(c.v[colHint][i])
+			m.puts[i] = PutStartResult{Err: failed(i), Token: c.v[colToken][i], Hint: uint32(hint), Replicas: d.replicas(m, i)}
+		}
+		return
+	}
+	m.gets = slices.Grow(m.gets, n)[:n]
+	var size, id, expiry, ttl uint64
 	for i := range n {
 		size += unzig(c.v[colSize][i])
 		id += unzig(c.v[colLeaseID][i])
 		expiry += unzig(c.v[colExpiry][i])
 		ttl += unzig(c.v[colTTL][i])
-		k := int(uint32(c.v[colReplicas][i]))
-		g := &m.gets[base+i] // every field is set: the slice may hold old results
-		if next < len(c.errs) && c.errs[next].index == uint64(i) {
-			*g = GetResult{Err: c.errs[next].err}
-			next++
+		g := &m.gets[i]
+		if err := failed(i); err != nil {
+			*g = GetResult{Err: err}
 			continue
 		}
-		start := len(m.backing)
-		for range k {
-			off += unzig(c.v[colOffset][r])
-			length += unzig(c.v[colLength][r])
-			m.backing = append(m.backing, Replica{Segment: m.segs[uint32(c.v[colSegment][r])], Offset: off, Length: length})
-			off += length
-			r++
-		}
-		g.Err, g.Size, g.LeaseID, g.Replicas = nil, size, id, nil
-		if k > 0 {
-			g.Replicas = m.backing[start:len(m.backing):len(m.backing)]
-		}
+		g.Err, g.Size, g.LeaseID, g.Replicas = nil, size, id, d.replicas(m, i)
 		if lt := int64(ttl); lt > 0 {
 			if lt != m.ttl {
 				m.ttl, m.expiry = lt, m.sent.Add(time.Duration(lt))
@@ -286,5 +403,4 @@ func (m *resultsReply) getsFromColumns(c *getColumns) error {
 			g.LeaseTTL, g.LeaseExpiry = 0, unixNS(int64(expiry))
 		}
 	}
-	return nil
 }

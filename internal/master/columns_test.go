@@ -87,6 +87,135 @@ func columnsFromPB(c *pb.GetColumns, nsegs int, sent time.Time) (out []colResult
 	return out, true
 }
 
+// putColumnsFromPB reads c as PutStartColumns documents it, plainly: ok
+// is false when the columns disagree with one another or with the nsegs
+// descriptors of the response.
+func putColumnsFromPB(c *pb.PutStartColumns, nsegs int) (out []PutStartResult, replicas [][]*pb.Replica, ok bool) {
+	n := len(c.Tokens)
+	if len(c.ReplicaCounts) != n || len(c.HintDeltas) != n {
+		return nil, nil, false
+	}
+	total := 0
+	for _, k := range c.ReplicaCounts {
+		total += int(k)
+	}
+	if len(c.Segments) != total || len(c.OffsetDeltas) != total || len(c.LengthDeltas) != total {
+		return nil, nil, false
+	}
+	failed := map[int]error{}
+	last := -1
+	for _, e := range c.Errors {
+		i := int(e.Index)
+		err := fromItemError(e.Error)
+		if i >= n || i <= last || err == nil {
+			return nil, nil, false
+		}
+		failed[i], last = err, i
+	}
+	for _, s := range c.Segments {
+		if int(s) >= nsegs {
+			return nil, nil, false
+		}
+	}
+	var hint, end, length uint64
+	r := 0
+	for i := range n {
+		hint += uint64(c.HintDeltas[i])
+		out = append(out, PutStartResult{Err: failed[i], Token: c.Tokens[i], Hint: uint32(hint)})
+		var reps []*pb.Replica
+		for range c.ReplicaCounts[i] {
+			off := end + uint64(c.OffsetDeltas[r])
+			length += uint64(c.LengthDeltas[r])
+			reps = append(reps, &pb.Replica{Segment: c.Segments[r], Offset: off, Length: length})
+			end = off + length
+			r++
+		}
+		replicas = append(replicas, reps)
+	}
+	return out, replicas, true
+}
+
+// wireColumnPuts: PutStart results of every shape a column must carry.
+func wireColumnPuts() []PutStartResult {
+	ds := wireDescs()
+	return []PutStartResult{
+		{Err: fmt.Errorf("x: %w", ErrAlreadyExists)},
+		{Token: 7, Replicas: []Replica{{&ds[0], 0, 4096}}, Hint: 9},
+		{Token: 1<<64 - 1, Replicas: []Replica{{&ds[0], 4096, 4096}}, Hint: 10},
+		{Token: 3, Replicas: []Replica{{&ds[1], 1 << 40, 64}, {&ds[2], 0, 1<<64 - 1}}, Hint: 1<<32 - 1},
+		{Err: fmt.Errorf("%w: quota", ErrQuota), Token: 5, Replicas: []Replica{{&ds[0], 8, 8}}, Hint: 2},
+		{Token: 0, Replicas: nil},
+	}
+}
+
+// TestWirePutColumns: a PutStart answer by column carries every result as
+// results would (a failed one keeps its other fields), to a
+// generated-code reader and to the Client's hand decoder.
+func TestWirePutColumns(t *testing.T) {
+	puts := wireColumnPuts()
+	check := func(t *testing.T, got []PutStartResult, reps func(i int) []Replica) {
+		t.Helper()
+		if len(got) != len(puts) {
+			t.Fatalf("%d results, want %d", len(got), len(puts))
+		}
+		for i, w := range puts {
+			if x := got[i]; !sameSentinel(x.Err, w.Err) || x.Token != w.Token || x.Hint != w.Hint {
+				t.Errorf("result %d: %+v; sent %+v", i, x, w)
+			}
+			checkReplicas(t, i, reps(i), w.Replicas)
+		}
+	}
+	b := encodeWire(t, &putStartResponse{res: puts, columns: true})
+	var p pb.PutStartResponse
+	if err := proto.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Results) != 0 || p.Columns == nil {
+		t.Fatalf("generated decoding: %d results, columns %v", len(p.Results), p.Columns != nil)
+	}
+	ref, reps, ok := putColumnsFromPB(p.Columns, len(p.Segments))
+	if !ok {
+		t.Fatalf("columns do not agree: %v", p.Columns)
+	}
+	check(t, ref, func(i int) []Replica { return pbReplicas(p.Segments, reps[i]) })
+	m := resultsReply{descs: &descCache{}}
+	if err := m.unmarshalWire(b); err != nil || m.malformed != nil || !m.columns {
+		t.Fatalf("hand decoding: %v, malformed %v, columns %v", err, m.malformed, m.columns)
+	}
+	check(t, m.puts, func(i int) []Replica { return m.puts[i].Replicas })
+
+	// Malformed columns: no results, and the reference reading agrees.
+	for name, edit := range map[string]func(*pb.PutStartColumns){
+		"short hints":         func(c *pb.PutStartColumns) { c.HintDeltas = c.HintDeltas[1:] },
+		"count past replicas": func(c *pb.PutStartColumns) { c.ReplicaCounts[5] = 1 },
+		"unknown segment":     func(c *pb.PutStartColumns) { c.Segments[0] = 9 },
+		"error past results":  func(c *pb.PutStartColumns) { c.Errors[1].Index = 6 },
+		"errors out of order": func(c *pb.PutStartColumns) {
+			c.Errors[0], c.Errors[1] = c.Errors[1], c.Errors[0]
+		},
+	} {
+		q := proto.Clone(&p).(*pb.PutStartResponse)
+		edit(q.Columns)
+		if _, _, ok := putColumnsFromPB(q.Columns, len(q.Segments)); ok {
+			t.Fatalf("%s: reference reading accepts it", name)
+		}
+		m := resultsReply{descs: &descCache{}}
+		if err := m.unmarshalWire(mustMarshal(t, q)); err != nil || m.malformed == nil || len(m.puts) != 0 {
+			t.Errorf("%s: hand decoding %v, malformed %v, %d results", name, err, m.malformed, len(m.puts))
+		}
+	}
+	// A packed fixed64 column of a length not a multiple of 8 does not
+	// decode, as with proto.Unmarshal.
+	bad := protowire.AppendTag(nil, 3, protowire.BytesType)
+	bad = protowire.AppendBytes(bad, protowire.AppendBytes(protowire.AppendTag(nil, colToken, protowire.BytesType), make([]byte, 7)))
+	if err := proto.Unmarshal(bad, &pb.PutStartResponse{}); err == nil {
+		t.Fatal("generated decoding accepts 7 bytes of fixed64")
+	}
+	if err := (&resultsReply{descs: &descCache{}}).unmarshalWire(bad); err == nil {
+		t.Fatal("hand decoding accepts 7 bytes of fixed64")
+	}
+}
+
 // wireColumnGets: results of every shape a column must carry — failed
 // ones between others, several replicas on several segments, values that
 // wrap around when taken as deltas, a lease TTL and an absolute expiry.
@@ -241,7 +370,7 @@ func TestWireGetColumnsMalformed(t *testing.T) {
 		b = protowire.AppendTag(b, f, protowire.BytesType)
 		b = protowire.AppendBytes(b, protowire.AppendVarint(nil, protowire.EncodeZigZag(4)))
 	}
-	for j, f := range []protowire.Number{colReplicas, colReplicas, colLeaseID, colLeaseID, colExpiry, colExpiry, colTTL, colTTL, colSegment, colOffset} {
+	for j, f := range []protowire.Number{colCount, colCount, colLeaseID, colLeaseID, colExpiry, colExpiry, colTTL, colTTL, colSegment, colOffset} {
 		v := uint64(0)
 		if j == 0 {
 			v = 1 // result 0's one replica
@@ -249,7 +378,7 @@ func TestWireGetColumnsMalformed(t *testing.T) {
 		b = protowire.AppendTag(b, f, protowire.VarintType)
 		b = protowire.AppendVarint(b, v)
 	}
-	b = protowire.AppendTag(b, colReplicas, protowire.VarintType) // a third count: 3 entries for 2 results
+	b = protowire.AppendTag(b, colCount, protowire.VarintType) // a third count: 3 entries for 2 results
 	b = protowire.AppendVarint(b, 0)
 	var resp []byte
 	resp = protowire.AppendTag(resp, 4, protowire.BytesType)
@@ -270,11 +399,13 @@ func TestWireGetColumnsMalformed(t *testing.T) {
 	}
 }
 
-// TestGetColumnsOverTheWire: a remote Client asks for columns on both
-// transports and reads them (TransportStats.ColumnGets counts them); one
+// TestColumnsOverTheWire: a remote Client asks for columns on both
+// transports and reads them (TransportStats.Columns counts them); one
 // that asks for results, and a server whose generated handlers answer
-// (an interceptor is set), give the same results by result.
-func TestGetColumnsOverTheWire(t *testing.T) {
+// (an interceptor is set), give the same results by result. Each case
+// starts puts as items and as uniform puts (one of them failing), ends
+// them, and reads them back beside missing keys.
+func TestColumnsOverTheWire(t *testing.T) {
 	ctx := context.Background()
 	svc, err := New(Config{})
 	if err != nil {
@@ -290,16 +421,9 @@ func TestGetColumnsOverTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	pl := Placement{Client: reg.ID, NUMANode: -1, Device: -1}
-	var keys []string
-	var reqs []PutStartReq
-	for i := range 300 {
-		k := fmt.Sprintf("k%03d", i)
-		keys = append(keys, k)
-		reqs = append(reqs, PutStartReq{Key: k, Size: uint64(512 + i), Placement: pl})
+	if _, err := NewEmbedded(svc).PutStart(ctx, []PutStartReq{{Key: "taken", Size: 64, Placement: pl}}); err != nil {
+		t.Fatal(err)
 	}
-	putBatch(t, ctx, NewEmbedded(svc), reqs, nil)
-	ask := append([]string{"missing"}, keys...)
-	ask = append(ask, "", "missing-too")
 
 	serve := func(t *testing.T, icpt bool) fastServed {
 		if !icpt {
@@ -317,6 +441,7 @@ func TestGetColumnsOverTheWire(t *testing.T) {
 		t.Cleanup(func() { srv.Shutdown(ctx) })
 		return fastServed{srv: srv, addr: lis.Addr().String()}
 	}
+	var all []string
 	for _, tc := range []struct {
 		name            string
 		fast, icpt, off bool
@@ -343,6 +468,51 @@ func TestGetColumnsOverTheWire(t *testing.T) {
 			defer r.Close()
 			r.noColumns = tc.off
 			var c Client = r
+
+			var keys []string
+			var reqs []PutStartReq
+			uni := UniformPuts{Req: PutStartReq{Placement: pl}}
+			for i := range 200 {
+				k := fmt.Sprintf("%s/k%03d", tc.name, i)
+				keys = append(keys, k)
+				if i < 100 {
+					reqs = append(reqs, PutStartReq{Key: k, Size: uint64(512 + i), Placement: pl})
+				} else {
+					uni.Keys, uni.Sizes = append(uni.Keys, k), append(uni.Sizes, uint64(4096+i))
+				}
+			}
+			uni.Keys[50] = "taken" // fails: a put of it is in progress
+			var refs []PutRef
+			for call, start := range []func() ([]PutStartResult, error){
+				func() ([]PutStartResult, error) { return c.PutStart(ctx, reqs) },
+				func() ([]PutStartResult, error) { return r.PutStartUniform(ctx, uni) },
+			} {
+				res, err := start()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j, x := range res {
+					if x.Err != nil {
+						if !errors.Is(x.Err, ErrAlreadyExists) {
+							t.Fatalf("PutStart: %v", x.Err)
+						}
+						continue
+					}
+					if x.Token == 0 || x.Hint == 0 || len(x.Replicas) != 1 || *x.Replicas[0].Segment != d {
+						t.Fatalf("PutStart result %+v", x)
+					}
+					refs = append(refs, x.Ref(keys[100*call+j]))
+				}
+			}
+			if len(refs) != 199 {
+				t.Fatalf("%d puts started, want 199", len(refs))
+			}
+			keys = append(keys[:150], keys[151:]...) // the failed one
+			endRefs(t, ctx, c, refs)
+			all = append(all, keys...)
+
+			ask := append([]string{"missing"}, keys...)
+			ask = append(ask, "", "missing-too")
 			got, err := c.GetReplicas(ctx, ask)
 			if err != nil {
 				t.Fatal(err)
@@ -362,18 +532,13 @@ func TestGetColumnsOverTheWire(t *testing.T) {
 				checkReplicas(t, i, g.Replicas, w.Replicas)
 			}
 			st := r.Transports()
-			if want := uint64(0); tc.columns {
-				want = 1
-				if st.ColumnGets != want {
-					t.Errorf("%d answers by column, want %d", st.ColumnGets, want)
-				}
-			} else if st.ColumnGets != 0 {
-				t.Errorf("%d answers by column, want none", st.ColumnGets)
+			if wantCols := map[bool]uint64{true: 3}[tc.columns]; st.Columns != wantCols {
+				t.Errorf("%d answers by column, want %d", st.Columns, wantCols)
 			}
-			if tc.fast && st.Fast == 0 {
+			if tc.fast && (st.Fast == 0 || st.GRPC != 0) {
 				t.Errorf("fast path not used: %+v", st)
 			}
-			// Every lease the two lookups granted ends: nothing is left.
+			// Every lease the two lookups granted ends.
 			var ids []uint64
 			for i := range got {
 				if got[i].Err == nil {
@@ -385,10 +550,10 @@ func TestGetColumnsOverTheWire(t *testing.T) {
 			}
 		})
 	}
-	if errs := svc.Remove(ctx, keys, false); errors.Join(errs...) != nil {
+	if errs := svc.Remove(ctx, all, false); errors.Join(errs...) != nil {
 		t.Fatalf("remove after every lease ended: %v", errors.Join(errs...))
 	}
-	if st, err := svc.Stats(ctx); err != nil || st.Objects != 0 {
-		t.Fatalf("%d objects left (%v)", st.Objects, err)
+	if st, err := svc.Stats(ctx); err != nil || st.Objects != 0 || st.PendingPuts != 1 {
+		t.Fatalf("%d objects, %d pending puts left, want 0 and 1 (%v)", st.Objects, st.PendingPuts, err)
 	}
 }

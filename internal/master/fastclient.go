@@ -82,9 +82,9 @@ type TransportStats struct {
 	// UniformPuts: PutStart calls sent as uniform puts
 	// (pb.UniformPutStart), among Fast and GRPC.
 	UniformPuts uint64
-	// ColumnGets: GetReplicas calls answered by column (pb.GetColumns),
-	// among Fast and GRPC.
-	ColumnGets uint64
+	// Columns: GetReplicas and PutStart calls answered by column
+	// (pb.GetColumns, pb.PutStartColumns), among Fast and GRPC.
+	Columns uint64
 	// SpinHits: fast path reads that polled the socket without sleeping
 	// (FastPath.Spin) and found data; SpinMisses: those that polled for
 	// the whole spin in vain, then slept.

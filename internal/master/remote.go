@@ -37,10 +37,10 @@ type remote struct {
 	oldMaster atomic.Bool
 	// uniformPuts counts the PutStart calls sent as uniform puts.
 	uniformPuts atomic.Uint64
-	// columnGets counts the GetReplicas answers read from columns;
+	// columns counts the GetReplicas and PutStart answers read by column;
 	// noColumns (tests and benchmarks) asks for results instead.
-	columnGets atomic.Uint64
-	noColumns  bool
+	columns   atomic.Uint64
+	noColumns bool
 }
 
 // wireCall is the call option of the hand-coded calls (wire.go).
@@ -132,7 +132,7 @@ func (r *remote) Close() error {
 
 // Transports reports which transport carried the hot calls.
 func (r *remote) Transports() TransportStats {
-	st := TransportStats{GRPC: r.viaGRPC.Load(), UniformPuts: r.uniformPuts.Load(), ColumnGets: r.columnGets.Load()}
+	st := TransportStats{GRPC: r.viaGRPC.Load(), UniformPuts: r.uniformPuts.Load(), Columns: r.columns.Load()}
 	if r.fast != nil {
 		r.fast.stats(&st)
 	}
@@ -350,8 +350,12 @@ var errIgnoredUniform = errors.New("master: uniform puts ignored")
 func (r *remote) putStart(ctx context.Context, n int, send []int, local map[int]error, msg *putStartRequest) ([]PutStartResult, error) {
 	sent := n - len(local)
 	resp := resultsReply{descs: &r.descs, puts: make([]PutStartResult, 0, sent)}
+	msg.columns = !r.noColumns
 	if err := r.invoke(ctx, fastPutStart, msg, &resp); err != nil {
 		return nil, r.fail(err)
+	}
+	if resp.malformed != nil {
+		return nil, resp.malformed
 	}
 	if msg.uni && len(msg.reqs) == 0 && sent > 0 && len(resp.puts) == 0 {
 		return nil, errIgnoredUniform
@@ -359,8 +363,8 @@ func (r *remote) putStart(ctx context.Context, n int, send []int, local map[int]
 	if len(resp.puts) != sent {
 		return nil, fmt.Errorf("master: malformed response: %d results for %d items", len(resp.puts), sent)
 	}
-	if resp.malformed != nil {
-		return nil, resp.malformed
+	if resp.columns {
+		r.columns.Add(1)
 	}
 	if local == nil {
 		return resp.puts, nil
@@ -437,7 +441,7 @@ func (r *remote) GetReplicas(ctx context.Context, keys []string) ([]GetResult, e
 		return nil, fmt.Errorf("master: malformed response: %d results for %d keys", len(resp.gets), n)
 	}
 	if resp.columns {
-		r.columnGets.Add(1)
+		r.columns.Add(1)
 	}
 	if local == nil {
 		return resp.gets, nil

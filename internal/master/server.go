@@ -526,7 +526,7 @@ func (g *grpcService) putStart(ctx context.Context, in *putStartRequest) (any, e
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &putStartResponse{res: res}, nil
+	return &putStartResponse{res: res, columns: in.columns}, nil
 }
 
 func (g *grpcService) putFinish(ctx context.Context, op opKind, puts []PutRef) (any, error) {

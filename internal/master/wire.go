@@ -356,6 +356,8 @@ type putStartRequest struct {
 	// carries none, as for an item).
 	uni bool
 	u   UniformPuts
+	// columns: the caller reads PutStartColumns.
+	columns bool
 	// checked: the strings are known to be valid UTF-8 (the remote Client
 	// checked them), so encoding does not check them again.
 	checked bool
@@ -425,9 +427,11 @@ func (m *putStartRequest) appendWire(b []byte) ([]byte, error) {
 		pl1 += len(b) - n
 	}
 	if m.uni {
-		return m.appendUniform(b)
+		if b, err = m.appendUniform(b); err != nil {
+			return b, err
+		}
 	}
-	return b, nil
+	return appendBool(b, 3, m.columns), nil
 }
 
 // appendItemFields appends q's fields as a PutStartItem's, its placement
@@ -570,6 +574,8 @@ func (m *putStartRequest) decode(b []byte, all string) error {
 			if err := m.decodeUniform(f.p, all, base, &lastPl, &last, &uniPl); err != nil {
 				return err
 			}
+		case f.is(3, protowire.VarintType):
+			m.columns = f.v != 0
 		}
 	}
 	return nil
@@ -807,9 +813,10 @@ func appendItemError(b []byte, num protowire.Number, err error) ([]byte, error) 
 // putStartResponse is pb.PutStartResponse from the Service's results (the
 // server encodes it).
 type putStartResponse struct {
-	res  []PutStartResult
-	tab  descTable
-	scan bool // tab filled
+	res     []PutStartResult
+	columns bool // answer as PutStartColumns (the request asked)
+	tab     descTable
+	scan    bool // tab filled
 }
 
 func (m *putStartResponse) fill() {
@@ -825,12 +832,17 @@ func (m *putStartResponse) fill() {
 
 func (m *putStartResponse) wireSize() int {
 	m.fill()
-	n := m.tab.wireSize()
+	n, reps, fails := m.tab.wireSize(), 0, 0
 	for i := range m.res {
 		n += 3 + 9 + 6 + 40*len(m.res[i].Replicas)
+		reps += len(m.res[i].Replicas)
 		if m.res[i].Err != nil {
 			n += 128
+			fails++
 		}
+	}
+	if m.columns {
+		return m.tab.wireSize() + columnsWireSize(len(m.res), reps, fails)
 	}
 	return n
 }
@@ -840,6 +852,9 @@ func (m *putStartResponse) appendWire(b []byte) ([]byte, error) {
 	b, err := m.tab.appendWire(b)
 	if err != nil {
 		return b, err
+	}
+	if m.columns {
+		return appendPutColumns(b, 3, &m.tab, m.res)
 	}
 	for i := range m.res {
 		x := &m.res[i]
@@ -884,15 +899,17 @@ func (m *getResponse) fill() {
 
 func (m *getResponse) wireSize() int {
 	m.fill()
-	n := m.tab.wireSize() + 2
-	if m.columns {
-		return n + columnsWireSize(m.res)
-	}
+	n, reps, fails := m.tab.wireSize()+2, 0, 0
 	for i := range m.res {
 		n += 3 + 11 + 11 + 11 + 9 + 40*len(m.res[i].Replicas) // size, expiry, TTL, lease id
+		reps += len(m.res[i].Replicas)
 		if m.res[i].Err != nil {
 			n += 128
+			fails++
 		}
+	}
+	if m.columns {
+		return m.tab.wireSize() + 2 + columnsWireSize(len(m.res), reps, fails)
 	}
 	return n
 }
@@ -1206,7 +1223,7 @@ type resultsReply struct {
 	malformed error
 	// released is GetReplicasResponse.leases_released.
 	released bool
-	// columns: the results came as GetReplicasResponse.columns.
+	// columns: the results came by column (the response's columns field).
 	columns bool
 
 	segs    []*segment.Descriptor
@@ -1238,7 +1255,7 @@ func (m *resultsReply) unmarshalWire(b []byte) error {
 	if n := max(cap(m.gets), cap(m.puts)); cap(m.backing) == 0 && n > 0 {
 		m.backing = make([]Replica, 0, n) // one replica per item is usual
 	}
-	var cols *getColumns // GetReplicasResponse.columns, merged
+	var cols *columns // the response's columns field, merged
 	for len(b) > 0 {
 		var f field
 		rest, err := f.next(b)
@@ -1259,11 +1276,9 @@ func (m *resultsReply) unmarshalWire(b []byte) error {
 			}
 		case m.get && f.is(3, protowire.VarintType):
 			m.released = f.v != 0
-		case m.get && f.is(4, protowire.BytesType):
+		case m.get && f.is(4, protowire.BytesType), !m.get && f.is(3, protowire.BytesType):
 			if cols == nil {
-				if cols, _ = getColumnsPool.Get().(*getColumns); cols == nil {
-					cols = new(getColumns)
-				}
+				cols = newColumns(!m.get)
 				defer cols.free()
 			}
 			if err := cols.decode(f.p); err != nil {
@@ -1272,8 +1287,8 @@ func (m *resultsReply) unmarshalWire(b []byte) error {
 		}
 	}
 	if cols != nil {
-		m.columns = true
-		return m.getsFromColumns(cols)
+		m.fromColumns(cols)
+		return nil
 	}
 	for _, l := range m.late {
 		if int(l.seg) >= len(m.segs) {

@@ -519,6 +519,8 @@ func FuzzWireDecode(f *testing.F) {
 		&keysRequest{keys: []string{"a"}, columns: true},
 		&getResponse{res: wireColumnGets(), released: true, columns: true},
 		&getResponse{res: []GetResult{{Size: 1, Replicas: reps}, {Err: ErrNotFound}}, columns: true},
+		&putStartRequest{reqs: wirePutStartReqs()[:1], columns: true},
+		&putStartResponse{res: wireColumnPuts(), columns: true},
 	} {
 		b := encodeWire(f, m)
 		for kind := range 6 {
@@ -536,6 +538,9 @@ func FuzzWireDecode(f *testing.F) {
 				}
 				if u, uni := uniformFromPB(&p); uni != m.uni || !sameUniform(u, m.u) {
 					t.Errorf("uniform: hand %v %+v, generated %v %+v", m.uni, m.u, uni, u)
+				}
+				if p.Columns != m.columns {
+					t.Errorf("columns: hand %v, generated %v", m.columns, p.Columns)
 				}
 			}
 		case 1:
@@ -591,6 +596,7 @@ func FuzzWireDecode(f *testing.F) {
 			type res struct {
 				err      error
 				token    uint64
+				hint     uint32
 				size     uint64
 				expiry   time.Time
 				ttl      time.Duration
@@ -636,8 +642,20 @@ func FuzzWireDecode(f *testing.F) {
 			} else {
 				g := p.(*pb.PutStartResponse)
 				segs = g.Segments
+				if g.Columns != nil {
+					ref, reps, ok := putColumnsFromPB(g.Columns, len(segs))
+					if !ok || len(g.Results) > 0 {
+						if m.malformed == nil || len(m.puts) != len(g.Results) {
+							t.Fatalf("columns: hand malformed %v with %d results, generated %v with %d results", m.malformed, len(m.puts), !ok, len(g.Results))
+						}
+						return
+					}
+					for i, x := range ref {
+						want = append(want, res{err: x.Err, token: x.Token, hint: x.Hint, replicas: reps[i]})
+					}
+				}
 				for _, x := range g.Results {
-					want = append(want, res{err: fromItemError(x.Error), token: x.Token, replicas: x.Replicas})
+					want = append(want, res{err: fromItemError(x.Error), token: x.Token, hint: x.Hint, replicas: x.Replicas})
 				}
 			}
 			if len(segs) != len(m.segs) || len(want) != m.results() {
@@ -662,7 +680,7 @@ func FuzzWireDecode(f *testing.F) {
 					reps = x.Replicas
 				} else {
 					x := &m.puts[i]
-					if !sameErr(x.Err, w.err) || x.Token != w.token {
+					if !sameErr(x.Err, w.err) || x.Token != w.token || x.Hint != w.hint {
 						t.Errorf("result %d: hand %+v, generated %+v", i, *x, w)
 						continue
 					}

@@ -1030,7 +1030,11 @@ type PutStartRequest struct {
 	// and two arrays instead of one whole item each. A master older than
 	// this field answers none of them (it starts no put for them): a
 	// client then sends them as items.
-	Uniform       *UniformPutStart `protobuf:"bytes,2,opt,name=uniform,proto3" json:"uniform,omitempty"`
+	Uniform *UniformPutStart `protobuf:"bytes,2,opt,name=uniform,proto3" json:"uniform,omitempty"`
+	// columns asks for the answer as PutStartResponse.columns instead of
+	// results. Best effort, as GetReplicasRequest.columns: a caller that
+	// asks must read either.
+	Columns       bool `protobuf:"varint,3,opt,name=columns,proto3" json:"columns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1077,6 +1081,13 @@ func (x *PutStartRequest) GetUniform() *UniformPutStart {
 		return x.Uniform
 	}
 	return nil
+}
+
+func (x *PutStartRequest) GetColumns() bool {
+	if x != nil {
+		return x.Columns
+	}
+	return false
 }
 
 // UniformPutStart is one PutStartItem per key: item with keys[i] and
@@ -1277,9 +1288,13 @@ func (x *PutStartResult) GetHint() uint32 {
 }
 
 type PutStartResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Segments      []*SegmentDescriptor   `protobuf:"bytes,1,rep,name=segments,proto3" json:"segments,omitempty"`
-	Results       []*PutStartResult      `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Segments []*SegmentDescriptor   `protobuf:"bytes,1,rep,name=segments,proto3" json:"segments,omitempty"`
+	Results  []*PutStartResult      `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	// columns holds the results, in the order of the request's puts (items
+	// first, then uniform), when the request asked for them; results is
+	// then empty.
+	Columns       *PutStartColumns `protobuf:"bytes,3,opt,name=columns,proto3" json:"columns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1328,6 +1343,112 @@ func (x *PutStartResponse) GetResults() []*PutStartResult {
 	return nil
 }
 
+func (x *PutStartResponse) GetColumns() *PutStartColumns {
+	if x != nil {
+		return x.Columns
+	}
+	return nil
+}
+
+// PutStartColumns is a PutStartResponse's results by column, as
+// GetColumns is GetReplicasResponse's (the replicas' columns and the
+// errors are numbered alike). A failed result keeps its other fields, as a
+// PutStartResult does.
+type PutStartColumns struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Per result.
+	Tokens        []uint64 `protobuf:"fixed64,1,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	ReplicaCounts []uint32 `protobuf:"varint,2,rep,packed,name=replica_counts,json=replicaCounts,proto3" json:"replica_counts,omitempty"`
+	HintDeltas    []int64  `protobuf:"zigzag64,3,rep,packed,name=hint_deltas,json=hintDeltas,proto3" json:"hint_deltas,omitempty"`
+	// Per replica, as in GetColumns.
+	Segments     []uint32 `protobuf:"varint,6,rep,packed,name=segments,proto3" json:"segments,omitempty"`
+	OffsetDeltas []int64  `protobuf:"zigzag64,7,rep,packed,name=offset_deltas,json=offsetDeltas,proto3" json:"offset_deltas,omitempty"`
+	LengthDeltas []int64  `protobuf:"zigzag64,8,rep,packed,name=length_deltas,json=lengthDeltas,proto3" json:"length_deltas,omitempty"`
+	// The failed results, by index in increasing order.
+	Errors        []*IndexedError `protobuf:"bytes,9,rep,name=errors,proto3" json:"errors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutStartColumns) Reset() {
+	*x = PutStartColumns{}
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutStartColumns) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutStartColumns) ProtoMessage() {}
+
+func (x *PutStartColumns) ProtoReflect() protoreflect.Message {
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutStartColumns.ProtoReflect.Descriptor instead.
+func (*PutStartColumns) Descriptor() ([]byte, []int) {
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PutStartColumns) GetTokens() []uint64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *PutStartColumns) GetReplicaCounts() []uint32 {
+	if x != nil {
+		return x.ReplicaCounts
+	}
+	return nil
+}
+
+func (x *PutStartColumns) GetHintDeltas() []int64 {
+	if x != nil {
+		return x.HintDeltas
+	}
+	return nil
+}
+
+func (x *PutStartColumns) GetSegments() []uint32 {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+func (x *PutStartColumns) GetOffsetDeltas() []int64 {
+	if x != nil {
+		return x.OffsetDeltas
+	}
+	return nil
+}
+
+func (x *PutStartColumns) GetLengthDeltas() []int64 {
+	if x != nil {
+		return x.LengthDeltas
+	}
+	return nil
+}
+
+func (x *PutStartColumns) GetErrors() []*IndexedError {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
 type PutRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1340,7 +1461,7 @@ type PutRef struct {
 
 func (x *PutRef) Reset() {
 	*x = PutRef{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[18]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1473,7 @@ func (x *PutRef) String() string {
 func (*PutRef) ProtoMessage() {}
 
 func (x *PutRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[18]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1486,7 @@ func (x *PutRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRef.ProtoReflect.Descriptor instead.
 func (*PutRef) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{18}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PutRef) GetKey() string {
@@ -1398,7 +1519,7 @@ type PutEndRequest struct {
 
 func (x *PutEndRequest) Reset() {
 	*x = PutEndRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[19]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1531,7 @@ func (x *PutEndRequest) String() string {
 func (*PutEndRequest) ProtoMessage() {}
 
 func (x *PutEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[19]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1544,7 @@ func (x *PutEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutEndRequest.ProtoReflect.Descriptor instead.
 func (*PutEndRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{19}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PutEndRequest) GetPuts() []*PutRef {
@@ -1442,7 +1563,7 @@ type PutEndResponse struct {
 
 func (x *PutEndResponse) Reset() {
 	*x = PutEndResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[20]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1575,7 @@ func (x *PutEndResponse) String() string {
 func (*PutEndResponse) ProtoMessage() {}
 
 func (x *PutEndResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[20]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1588,7 @@ func (x *PutEndResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutEndResponse.ProtoReflect.Descriptor instead.
 func (*PutEndResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{20}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PutEndResponse) GetErrors() []*ItemError {
@@ -1486,7 +1607,7 @@ type PutRevokeRequest struct {
 
 func (x *PutRevokeRequest) Reset() {
 	*x = PutRevokeRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[21]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1619,7 @@ func (x *PutRevokeRequest) String() string {
 func (*PutRevokeRequest) ProtoMessage() {}
 
 func (x *PutRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[21]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1632,7 @@ func (x *PutRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRevokeRequest.ProtoReflect.Descriptor instead.
 func (*PutRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{21}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PutRevokeRequest) GetPuts() []*PutRef {
@@ -1530,7 +1651,7 @@ type PutRevokeResponse struct {
 
 func (x *PutRevokeResponse) Reset() {
 	*x = PutRevokeResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[22]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1663,7 @@ func (x *PutRevokeResponse) String() string {
 func (*PutRevokeResponse) ProtoMessage() {}
 
 func (x *PutRevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[22]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1676,7 @@ func (x *PutRevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRevokeResponse.ProtoReflect.Descriptor instead.
 func (*PutRevokeResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{22}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PutRevokeResponse) GetErrors() []*ItemError {
@@ -1589,7 +1710,7 @@ type GetReplicasRequest struct {
 
 func (x *GetReplicasRequest) Reset() {
 	*x = GetReplicasRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[23]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1722,7 @@ func (x *GetReplicasRequest) String() string {
 func (*GetReplicasRequest) ProtoMessage() {}
 
 func (x *GetReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[23]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1735,7 @@ func (x *GetReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplicasRequest.ProtoReflect.Descriptor instead.
 func (*GetReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{23}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetReplicasRequest) GetKeys() []string {
@@ -1664,7 +1785,7 @@ type GetResult struct {
 
 func (x *GetResult) Reset() {
 	*x = GetResult{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[24]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1797,7 @@ func (x *GetResult) String() string {
 func (*GetResult) ProtoMessage() {}
 
 func (x *GetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[24]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1810,7 @@ func (x *GetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResult.ProtoReflect.Descriptor instead.
 func (*GetResult) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{24}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetResult) GetError() *ItemError {
@@ -1751,7 +1872,7 @@ type GetReplicasResponse struct {
 
 func (x *GetReplicasResponse) Reset() {
 	*x = GetReplicasResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[25]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +1884,7 @@ func (x *GetReplicasResponse) String() string {
 func (*GetReplicasResponse) ProtoMessage() {}
 
 func (x *GetReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[25]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +1897,7 @@ func (x *GetReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplicasResponse.ProtoReflect.Descriptor instead.
 func (*GetReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{25}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetReplicasResponse) GetSegments() []*SegmentDescriptor {
@@ -1836,7 +1957,7 @@ type GetColumns struct {
 
 func (x *GetColumns) Reset() {
 	*x = GetColumns{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[26]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +1969,7 @@ func (x *GetColumns) String() string {
 func (*GetColumns) ProtoMessage() {}
 
 func (x *GetColumns) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[26]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +1982,7 @@ func (x *GetColumns) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetColumns.ProtoReflect.Descriptor instead.
 func (*GetColumns) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{26}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetColumns) GetSizeDeltas() []int64 {
@@ -1938,7 +2059,7 @@ type IndexedError struct {
 
 func (x *IndexedError) Reset() {
 	*x = IndexedError{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[27]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2071,7 @@ func (x *IndexedError) String() string {
 func (*IndexedError) ProtoMessage() {}
 
 func (x *IndexedError) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[27]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2084,7 @@ func (x *IndexedError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexedError.ProtoReflect.Descriptor instead.
 func (*IndexedError) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{27}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *IndexedError) GetIndex() uint32 {
@@ -1993,7 +2114,7 @@ type ExistsRequest struct {
 
 func (x *ExistsRequest) Reset() {
 	*x = ExistsRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[28]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2126,7 @@ func (x *ExistsRequest) String() string {
 func (*ExistsRequest) ProtoMessage() {}
 
 func (x *ExistsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[28]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2139,7 @@ func (x *ExistsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistsRequest.ProtoReflect.Descriptor instead.
 func (*ExistsRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{28}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ExistsRequest) GetKeys() []string {
@@ -2044,7 +2165,7 @@ type ExistsResponse struct {
 
 func (x *ExistsResponse) Reset() {
 	*x = ExistsResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[29]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2177,7 @@ func (x *ExistsResponse) String() string {
 func (*ExistsResponse) ProtoMessage() {}
 
 func (x *ExistsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[29]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2190,7 @@ func (x *ExistsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistsResponse.ProtoReflect.Descriptor instead.
 func (*ExistsResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{29}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ExistsResponse) GetExists() []bool {
@@ -2089,7 +2210,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[30]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2222,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[30]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2235,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{30}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemoveRequest) GetKeys() []string {
@@ -2140,7 +2261,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[31]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2273,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[31]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2286,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{31}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RemoveResponse) GetErrors() []*ItemError {
@@ -2190,7 +2311,7 @@ type RemoveAllRequest struct {
 
 func (x *RemoveAllRequest) Reset() {
 	*x = RemoveAllRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[32]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2202,7 +2323,7 @@ func (x *RemoveAllRequest) String() string {
 func (*RemoveAllRequest) ProtoMessage() {}
 
 func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[32]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2215,7 +2336,7 @@ func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{32}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RemoveAllRequest) GetForce() bool {
@@ -2248,7 +2369,7 @@ type RemoveAllResponse struct {
 
 func (x *RemoveAllResponse) Reset() {
 	*x = RemoveAllResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2381,7 @@ func (x *RemoveAllResponse) String() string {
 func (*RemoveAllResponse) ProtoMessage() {}
 
 func (x *RemoveAllResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[33]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2394,7 @@ func (x *RemoveAllResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllResponse.ProtoReflect.Descriptor instead.
 func (*RemoveAllResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{33}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RemoveAllResponse) GetRemoved() uint64 {
@@ -2291,7 +2412,7 @@ type ListSegmentsRequest struct {
 
 func (x *ListSegmentsRequest) Reset() {
 	*x = ListSegmentsRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2303,7 +2424,7 @@ func (x *ListSegmentsRequest) String() string {
 func (*ListSegmentsRequest) ProtoMessage() {}
 
 func (x *ListSegmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[34]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2316,7 +2437,7 @@ func (x *ListSegmentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSegmentsRequest.ProtoReflect.Descriptor instead.
 func (*ListSegmentsRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{34}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{35}
 }
 
 type ListSegmentsResponse struct {
@@ -2328,7 +2449,7 @@ type ListSegmentsResponse struct {
 
 func (x *ListSegmentsResponse) Reset() {
 	*x = ListSegmentsResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2461,7 @@ func (x *ListSegmentsResponse) String() string {
 func (*ListSegmentsResponse) ProtoMessage() {}
 
 func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[35]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2474,7 @@ func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSegmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListSegmentsResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{35}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListSegmentsResponse) GetSegments() []*SegmentDescriptor {
@@ -2375,7 +2496,7 @@ type ReleaseLeasesRequest struct {
 
 func (x *ReleaseLeasesRequest) Reset() {
 	*x = ReleaseLeasesRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2508,7 @@ func (x *ReleaseLeasesRequest) String() string {
 func (*ReleaseLeasesRequest) ProtoMessage() {}
 
 func (x *ReleaseLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[36]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2521,7 @@ func (x *ReleaseLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{36}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReleaseLeasesRequest) GetLeaseIds() []uint64 {
@@ -2418,7 +2539,7 @@ type ReleaseLeasesResponse struct {
 
 func (x *ReleaseLeasesResponse) Reset() {
 	*x = ReleaseLeasesResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2551,7 @@ func (x *ReleaseLeasesResponse) String() string {
 func (*ReleaseLeasesResponse) ProtoMessage() {}
 
 func (x *ReleaseLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[37]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2564,7 @@ func (x *ReleaseLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{37}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{38}
 }
 
 // HoldLeasesRequest manages the read leases a client holds as views
@@ -2463,7 +2584,7 @@ type HoldLeasesRequest struct {
 
 func (x *HoldLeasesRequest) Reset() {
 	*x = HoldLeasesRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2596,7 @@ func (x *HoldLeasesRequest) String() string {
 func (*HoldLeasesRequest) ProtoMessage() {}
 
 func (x *HoldLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[38]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2609,7 @@ func (x *HoldLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldLeasesRequest.ProtoReflect.Descriptor instead.
 func (*HoldLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{38}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HoldLeasesRequest) GetClientId() string {
@@ -2532,7 +2653,7 @@ type HoldLeasesResponse struct {
 
 func (x *HoldLeasesResponse) Reset() {
 	*x = HoldLeasesResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2665,7 @@ func (x *HoldLeasesResponse) String() string {
 func (*HoldLeasesResponse) ProtoMessage() {}
 
 func (x *HoldLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[39]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2678,7 @@ func (x *HoldLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldLeasesResponse.ProtoReflect.Descriptor instead.
 func (*HoldLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{39}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *HoldLeasesResponse) GetErrors() []*ItemError {
@@ -2590,7 +2711,7 @@ type ReportUnreachableRequest struct {
 
 func (x *ReportUnreachableRequest) Reset() {
 	*x = ReportUnreachableRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2602,7 +2723,7 @@ func (x *ReportUnreachableRequest) String() string {
 func (*ReportUnreachableRequest) ProtoMessage() {}
 
 func (x *ReportUnreachableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[40]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2615,7 +2736,7 @@ func (x *ReportUnreachableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnreachableRequest.ProtoReflect.Descriptor instead.
 func (*ReportUnreachableRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{40}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReportUnreachableRequest) GetClientId() string {
@@ -2654,7 +2775,7 @@ type ReportUnreachableResponse struct {
 
 func (x *ReportUnreachableResponse) Reset() {
 	*x = ReportUnreachableResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2787,7 @@ func (x *ReportUnreachableResponse) String() string {
 func (*ReportUnreachableResponse) ProtoMessage() {}
 
 func (x *ReportUnreachableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[41]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2800,7 @@ func (x *ReportUnreachableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnreachableResponse.ProtoReflect.Descriptor instead.
 func (*ReportUnreachableResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{41}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{42}
 }
 
 // UnregisterClientRequest ends a registration at once (a client closing
@@ -2694,7 +2815,7 @@ type UnregisterClientRequest struct {
 
 func (x *UnregisterClientRequest) Reset() {
 	*x = UnregisterClientRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2706,7 +2827,7 @@ func (x *UnregisterClientRequest) String() string {
 func (*UnregisterClientRequest) ProtoMessage() {}
 
 func (x *UnregisterClientRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[42]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2719,7 +2840,7 @@ func (x *UnregisterClientRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterClientRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterClientRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{42}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UnregisterClientRequest) GetClientId() string {
@@ -2737,7 +2858,7 @@ type UnregisterClientResponse struct {
 
 func (x *UnregisterClientResponse) Reset() {
 	*x = UnregisterClientResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[43]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +2870,7 @@ func (x *UnregisterClientResponse) String() string {
 func (*UnregisterClientResponse) ProtoMessage() {}
 
 func (x *UnregisterClientResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[43]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +2883,7 @@ func (x *UnregisterClientResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterClientResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterClientResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{43}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{44}
 }
 
 type UsageStats struct {
@@ -2779,7 +2900,7 @@ type UsageStats struct {
 
 func (x *UsageStats) Reset() {
 	*x = UsageStats{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[44]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +2912,7 @@ func (x *UsageStats) String() string {
 func (*UsageStats) ProtoMessage() {}
 
 func (x *UsageStats) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[44]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +2925,7 @@ func (x *UsageStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageStats.ProtoReflect.Descriptor instead.
 func (*UsageStats) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{44}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *UsageStats) GetNode() string {
@@ -2857,7 +2978,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[45]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2869,7 +2990,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[45]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2882,7 +3003,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{45}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{46}
 }
 
 type StatsResponse struct {
@@ -2902,7 +3023,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[46]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2914,7 +3035,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[46]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2927,7 +3048,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{46}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StatsResponse) GetObjects() uint64 {
@@ -3011,7 +3132,7 @@ type ClientStats struct {
 
 func (x *ClientStats) Reset() {
 	*x = ClientStats{}
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[47]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3144,7 @@ func (x *ClientStats) String() string {
 func (*ClientStats) ProtoMessage() {}
 
 func (x *ClientStats) ProtoReflect() protoreflect.Message {
-	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[47]
+	mi := &file_kvfabric_v1_kvfabric_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3157,7 @@ func (x *ClientStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientStats.ProtoReflect.Descriptor instead.
 func (*ClientStats) Descriptor() ([]byte, []int) {
-	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{47}
+	return file_kvfabric_v1_kvfabric_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ClientStats) GetId() string {
@@ -3175,10 +3296,11 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\bsoft_pin\x18\x06 \x01(\bR\asoftPin\x12%\n" +
 	"\x0fsoft_pin_ttl_ns\x18\a \x01(\x03R\fsoftPinTtlNs\x12\x16\n" +
 	"\x06upsert\x18\b \x01(\bR\x06upsert\x12\"\n" +
-	"\rkeep_soft_pin\x18\t \x01(\bR\vkeepSoftPin\"z\n" +
+	"\rkeep_soft_pin\x18\t \x01(\bR\vkeepSoftPin\"\x94\x01\n" +
 	"\x0fPutStartRequest\x12/\n" +
 	"\x05items\x18\x01 \x03(\v2\x19.kvfabric.v1.PutStartItemR\x05items\x126\n" +
-	"\auniform\x18\x02 \x01(\v2\x1c.kvfabric.v1.UniformPutStartR\auniform\"j\n" +
+	"\auniform\x18\x02 \x01(\v2\x1c.kvfabric.v1.UniformPutStartR\auniform\x12\x18\n" +
+	"\acolumns\x18\x03 \x01(\bR\acolumns\"j\n" +
 	"\x0fUniformPutStart\x12-\n" +
 	"\x04item\x18\x01 \x01(\v2\x19.kvfabric.v1.PutStartItemR\x04item\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\tR\x04keys\x12\x14\n" +
@@ -3191,10 +3313,20 @@ const file_kvfabric_v1_kvfabric_proto_rawDesc = "" +
 	"\x05error\x18\x01 \x01(\v2\x16.kvfabric.v1.ItemErrorR\x05error\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x06R\x05token\x120\n" +
 	"\breplicas\x18\x03 \x03(\v2\x14.kvfabric.v1.ReplicaR\breplicas\x12\x12\n" +
-	"\x04hint\x18\x04 \x01(\rR\x04hint\"\x85\x01\n" +
+	"\x04hint\x18\x04 \x01(\rR\x04hint\"\xbd\x01\n" +
 	"\x10PutStartResponse\x12:\n" +
 	"\bsegments\x18\x01 \x03(\v2\x1e.kvfabric.v1.SegmentDescriptorR\bsegments\x125\n" +
-	"\aresults\x18\x02 \x03(\v2\x1b.kvfabric.v1.PutStartResultR\aresults\"D\n" +
+	"\aresults\x18\x02 \x03(\v2\x1b.kvfabric.v1.PutStartResultR\aresults\x126\n" +
+	"\acolumns\x18\x03 \x01(\v2\x1c.kvfabric.v1.PutStartColumnsR\acolumns\"\x96\x02\n" +
+	"\x0fPutStartColumns\x12\x16\n" +
+	"\x06tokens\x18\x01 \x03(\x06R\x06tokens\x12%\n" +
+	"\x0ereplica_counts\x18\x02 \x03(\rR\rreplicaCounts\x12\x1f\n" +
+	"\vhint_deltas\x18\x03 \x03(\x12R\n" +
+	"hintDeltas\x12\x1a\n" +
+	"\bsegments\x18\x06 \x03(\rR\bsegments\x12#\n" +
+	"\roffset_deltas\x18\a \x03(\x12R\foffsetDeltas\x12#\n" +
+	"\rlength_deltas\x18\b \x03(\x12R\flengthDeltas\x121\n" +
+	"\x06errors\x18\t \x03(\v2\x19.kvfabric.v1.IndexedErrorR\x06errorsJ\x04\b\x04\x10\x05J\x04\b\x05\x10\x06\"D\n" +
 	"\x06PutRef\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x06R\x05token\x12\x12\n" +
@@ -3355,7 +3487,7 @@ func file_kvfabric_v1_kvfabric_proto_rawDescGZIP() []byte {
 }
 
 var file_kvfabric_v1_kvfabric_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kvfabric_v1_kvfabric_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_kvfabric_v1_kvfabric_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_kvfabric_v1_kvfabric_proto_goTypes = []any{
 	(Tier)(0),                         // 0: kvfabric.v1.Tier
 	(HandleKind)(0),                   // 1: kvfabric.v1.HandleKind
@@ -3377,36 +3509,37 @@ var file_kvfabric_v1_kvfabric_proto_goTypes = []any{
 	(*Replica)(nil),                   // 17: kvfabric.v1.Replica
 	(*PutStartResult)(nil),            // 18: kvfabric.v1.PutStartResult
 	(*PutStartResponse)(nil),          // 19: kvfabric.v1.PutStartResponse
-	(*PutRef)(nil),                    // 20: kvfabric.v1.PutRef
-	(*PutEndRequest)(nil),             // 21: kvfabric.v1.PutEndRequest
-	(*PutEndResponse)(nil),            // 22: kvfabric.v1.PutEndResponse
-	(*PutRevokeRequest)(nil),          // 23: kvfabric.v1.PutRevokeRequest
-	(*PutRevokeResponse)(nil),         // 24: kvfabric.v1.PutRevokeResponse
-	(*GetReplicasRequest)(nil),        // 25: kvfabric.v1.GetReplicasRequest
-	(*GetResult)(nil),                 // 26: kvfabric.v1.GetResult
-	(*GetReplicasResponse)(nil),       // 27: kvfabric.v1.GetReplicasResponse
-	(*GetColumns)(nil),                // 28: kvfabric.v1.GetColumns
-	(*IndexedError)(nil),              // 29: kvfabric.v1.IndexedError
-	(*ExistsRequest)(nil),             // 30: kvfabric.v1.ExistsRequest
-	(*ExistsResponse)(nil),            // 31: kvfabric.v1.ExistsResponse
-	(*RemoveRequest)(nil),             // 32: kvfabric.v1.RemoveRequest
-	(*RemoveResponse)(nil),            // 33: kvfabric.v1.RemoveResponse
-	(*RemoveAllRequest)(nil),          // 34: kvfabric.v1.RemoveAllRequest
-	(*RemoveAllResponse)(nil),         // 35: kvfabric.v1.RemoveAllResponse
-	(*ListSegmentsRequest)(nil),       // 36: kvfabric.v1.ListSegmentsRequest
-	(*ListSegmentsResponse)(nil),      // 37: kvfabric.v1.ListSegmentsResponse
-	(*ReleaseLeasesRequest)(nil),      // 38: kvfabric.v1.ReleaseLeasesRequest
-	(*ReleaseLeasesResponse)(nil),     // 39: kvfabric.v1.ReleaseLeasesResponse
-	(*HoldLeasesRequest)(nil),         // 40: kvfabric.v1.HoldLeasesRequest
-	(*HoldLeasesResponse)(nil),        // 41: kvfabric.v1.HoldLeasesResponse
-	(*ReportUnreachableRequest)(nil),  // 42: kvfabric.v1.ReportUnreachableRequest
-	(*ReportUnreachableResponse)(nil), // 43: kvfabric.v1.ReportUnreachableResponse
-	(*UnregisterClientRequest)(nil),   // 44: kvfabric.v1.UnregisterClientRequest
-	(*UnregisterClientResponse)(nil),  // 45: kvfabric.v1.UnregisterClientResponse
-	(*UsageStats)(nil),                // 46: kvfabric.v1.UsageStats
-	(*StatsRequest)(nil),              // 47: kvfabric.v1.StatsRequest
-	(*StatsResponse)(nil),             // 48: kvfabric.v1.StatsResponse
-	(*ClientStats)(nil),               // 49: kvfabric.v1.ClientStats
+	(*PutStartColumns)(nil),           // 20: kvfabric.v1.PutStartColumns
+	(*PutRef)(nil),                    // 21: kvfabric.v1.PutRef
+	(*PutEndRequest)(nil),             // 22: kvfabric.v1.PutEndRequest
+	(*PutEndResponse)(nil),            // 23: kvfabric.v1.PutEndResponse
+	(*PutRevokeRequest)(nil),          // 24: kvfabric.v1.PutRevokeRequest
+	(*PutRevokeResponse)(nil),         // 25: kvfabric.v1.PutRevokeResponse
+	(*GetReplicasRequest)(nil),        // 26: kvfabric.v1.GetReplicasRequest
+	(*GetResult)(nil),                 // 27: kvfabric.v1.GetResult
+	(*GetReplicasResponse)(nil),       // 28: kvfabric.v1.GetReplicasResponse
+	(*GetColumns)(nil),                // 29: kvfabric.v1.GetColumns
+	(*IndexedError)(nil),              // 30: kvfabric.v1.IndexedError
+	(*ExistsRequest)(nil),             // 31: kvfabric.v1.ExistsRequest
+	(*ExistsResponse)(nil),            // 32: kvfabric.v1.ExistsResponse
+	(*RemoveRequest)(nil),             // 33: kvfabric.v1.RemoveRequest
+	(*RemoveResponse)(nil),            // 34: kvfabric.v1.RemoveResponse
+	(*RemoveAllRequest)(nil),          // 35: kvfabric.v1.RemoveAllRequest
+	(*RemoveAllResponse)(nil),         // 36: kvfabric.v1.RemoveAllResponse
+	(*ListSegmentsRequest)(nil),       // 37: kvfabric.v1.ListSegmentsRequest
+	(*ListSegmentsResponse)(nil),      // 38: kvfabric.v1.ListSegmentsResponse
+	(*ReleaseLeasesRequest)(nil),      // 39: kvfabric.v1.ReleaseLeasesRequest
+	(*ReleaseLeasesResponse)(nil),     // 40: kvfabric.v1.ReleaseLeasesResponse
+	(*HoldLeasesRequest)(nil),         // 41: kvfabric.v1.HoldLeasesRequest
+	(*HoldLeasesResponse)(nil),        // 42: kvfabric.v1.HoldLeasesResponse
+	(*ReportUnreachableRequest)(nil),  // 43: kvfabric.v1.ReportUnreachableRequest
+	(*ReportUnreachableResponse)(nil), // 44: kvfabric.v1.ReportUnreachableResponse
+	(*UnregisterClientRequest)(nil),   // 45: kvfabric.v1.UnregisterClientRequest
+	(*UnregisterClientResponse)(nil),  // 46: kvfabric.v1.UnregisterClientResponse
+	(*UsageStats)(nil),                // 47: kvfabric.v1.UsageStats
+	(*StatsRequest)(nil),              // 48: kvfabric.v1.StatsRequest
+	(*StatsResponse)(nil),             // 49: kvfabric.v1.StatsResponse
+	(*ClientStats)(nil),               // 50: kvfabric.v1.ClientStats
 }
 var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	1,  // 0: kvfabric.v1.Handle.kind:type_name -> kvfabric.v1.HandleKind
@@ -3422,64 +3555,66 @@ var file_kvfabric_v1_kvfabric_proto_depIdxs = []int32{
 	17, // 10: kvfabric.v1.PutStartResult.replicas:type_name -> kvfabric.v1.Replica
 	3,  // 11: kvfabric.v1.PutStartResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
 	18, // 12: kvfabric.v1.PutStartResponse.results:type_name -> kvfabric.v1.PutStartResult
-	20, // 13: kvfabric.v1.PutEndRequest.puts:type_name -> kvfabric.v1.PutRef
-	4,  // 14: kvfabric.v1.PutEndResponse.errors:type_name -> kvfabric.v1.ItemError
-	20, // 15: kvfabric.v1.PutRevokeRequest.puts:type_name -> kvfabric.v1.PutRef
-	4,  // 16: kvfabric.v1.PutRevokeResponse.errors:type_name -> kvfabric.v1.ItemError
-	4,  // 17: kvfabric.v1.GetResult.error:type_name -> kvfabric.v1.ItemError
-	17, // 18: kvfabric.v1.GetResult.replicas:type_name -> kvfabric.v1.Replica
-	3,  // 19: kvfabric.v1.GetReplicasResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
-	26, // 20: kvfabric.v1.GetReplicasResponse.results:type_name -> kvfabric.v1.GetResult
-	28, // 21: kvfabric.v1.GetReplicasResponse.columns:type_name -> kvfabric.v1.GetColumns
-	29, // 22: kvfabric.v1.GetColumns.errors:type_name -> kvfabric.v1.IndexedError
-	4,  // 23: kvfabric.v1.IndexedError.error:type_name -> kvfabric.v1.ItemError
-	4,  // 24: kvfabric.v1.RemoveResponse.errors:type_name -> kvfabric.v1.ItemError
-	3,  // 25: kvfabric.v1.ListSegmentsResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
-	4,  // 26: kvfabric.v1.HoldLeasesResponse.errors:type_name -> kvfabric.v1.ItemError
-	0,  // 27: kvfabric.v1.UsageStats.tier:type_name -> kvfabric.v1.Tier
-	46, // 28: kvfabric.v1.StatsResponse.tiers:type_name -> kvfabric.v1.UsageStats
-	46, // 29: kvfabric.v1.StatsResponse.locations:type_name -> kvfabric.v1.UsageStats
-	49, // 30: kvfabric.v1.StatsResponse.client_stats:type_name -> kvfabric.v1.ClientStats
-	1,  // 31: kvfabric.v1.ClientStats.handle_kinds:type_name -> kvfabric.v1.HandleKind
-	5,  // 32: kvfabric.v1.Master.RegisterClient:input_type -> kvfabric.v1.RegisterClientRequest
-	7,  // 33: kvfabric.v1.Master.Heartbeat:input_type -> kvfabric.v1.HeartbeatRequest
-	9,  // 34: kvfabric.v1.Master.MountSegment:input_type -> kvfabric.v1.MountSegmentRequest
-	11, // 35: kvfabric.v1.Master.UnmountSegment:input_type -> kvfabric.v1.UnmountSegmentRequest
-	15, // 36: kvfabric.v1.Master.PutStart:input_type -> kvfabric.v1.PutStartRequest
-	21, // 37: kvfabric.v1.Master.PutEnd:input_type -> kvfabric.v1.PutEndRequest
-	23, // 38: kvfabric.v1.Master.PutRevoke:input_type -> kvfabric.v1.PutRevokeRequest
-	25, // 39: kvfabric.v1.Master.GetReplicas:input_type -> kvfabric.v1.GetReplicasRequest
-	30, // 40: kvfabric.v1.Master.Exists:input_type -> kvfabric.v1.ExistsRequest
-	32, // 41: kvfabric.v1.Master.Remove:input_type -> kvfabric.v1.RemoveRequest
-	34, // 42: kvfabric.v1.Master.RemoveAll:input_type -> kvfabric.v1.RemoveAllRequest
-	36, // 43: kvfabric.v1.Master.ListSegments:input_type -> kvfabric.v1.ListSegmentsRequest
-	47, // 44: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
-	38, // 45: kvfabric.v1.Master.ReleaseLeases:input_type -> kvfabric.v1.ReleaseLeasesRequest
-	40, // 46: kvfabric.v1.Master.HoldLeases:input_type -> kvfabric.v1.HoldLeasesRequest
-	42, // 47: kvfabric.v1.Master.ReportUnreachable:input_type -> kvfabric.v1.ReportUnreachableRequest
-	44, // 48: kvfabric.v1.Master.UnregisterClient:input_type -> kvfabric.v1.UnregisterClientRequest
-	6,  // 49: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
-	8,  // 50: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
-	10, // 51: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
-	12, // 52: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
-	19, // 53: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
-	22, // 54: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
-	24, // 55: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
-	27, // 56: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
-	31, // 57: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
-	33, // 58: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
-	35, // 59: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
-	37, // 60: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
-	48, // 61: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
-	39, // 62: kvfabric.v1.Master.ReleaseLeases:output_type -> kvfabric.v1.ReleaseLeasesResponse
-	41, // 63: kvfabric.v1.Master.HoldLeases:output_type -> kvfabric.v1.HoldLeasesResponse
-	43, // 64: kvfabric.v1.Master.ReportUnreachable:output_type -> kvfabric.v1.ReportUnreachableResponse
-	45, // 65: kvfabric.v1.Master.UnregisterClient:output_type -> kvfabric.v1.UnregisterClientResponse
-	49, // [49:66] is the sub-list for method output_type
-	32, // [32:49] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	20, // 13: kvfabric.v1.PutStartResponse.columns:type_name -> kvfabric.v1.PutStartColumns
+	30, // 14: kvfabric.v1.PutStartColumns.errors:type_name -> kvfabric.v1.IndexedError
+	21, // 15: kvfabric.v1.PutEndRequest.puts:type_name -> kvfabric.v1.PutRef
+	4,  // 16: kvfabric.v1.PutEndResponse.errors:type_name -> kvfabric.v1.ItemError
+	21, // 17: kvfabric.v1.PutRevokeRequest.puts:type_name -> kvfabric.v1.PutRef
+	4,  // 18: kvfabric.v1.PutRevokeResponse.errors:type_name -> kvfabric.v1.ItemError
+	4,  // 19: kvfabric.v1.GetResult.error:type_name -> kvfabric.v1.ItemError
+	17, // 20: kvfabric.v1.GetResult.replicas:type_name -> kvfabric.v1.Replica
+	3,  // 21: kvfabric.v1.GetReplicasResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
+	27, // 22: kvfabric.v1.GetReplicasResponse.results:type_name -> kvfabric.v1.GetResult
+	29, // 23: kvfabric.v1.GetReplicasResponse.columns:type_name -> kvfabric.v1.GetColumns
+	30, // 24: kvfabric.v1.GetColumns.errors:type_name -> kvfabric.v1.IndexedError
+	4,  // 25: kvfabric.v1.IndexedError.error:type_name -> kvfabric.v1.ItemError
+	4,  // 26: kvfabric.v1.RemoveResponse.errors:type_name -> kvfabric.v1.ItemError
+	3,  // 27: kvfabric.v1.ListSegmentsResponse.segments:type_name -> kvfabric.v1.SegmentDescriptor
+	4,  // 28: kvfabric.v1.HoldLeasesResponse.errors:type_name -> kvfabric.v1.ItemError
+	0,  // 29: kvfabric.v1.UsageStats.tier:type_name -> kvfabric.v1.Tier
+	47, // 30: kvfabric.v1.StatsResponse.tiers:type_name -> kvfabric.v1.UsageStats
+	47, // 31: kvfabric.v1.StatsResponse.locations:type_name -> kvfabric.v1.UsageStats
+	50, // 32: kvfabric.v1.StatsResponse.client_stats:type_name -> kvfabric.v1.ClientStats
+	1,  // 33: kvfabric.v1.ClientStats.handle_kinds:type_name -> kvfabric.v1.HandleKind
+	5,  // 34: kvfabric.v1.Master.RegisterClient:input_type -> kvfabric.v1.RegisterClientRequest
+	7,  // 35: kvfabric.v1.Master.Heartbeat:input_type -> kvfabric.v1.HeartbeatRequest
+	9,  // 36: kvfabric.v1.Master.MountSegment:input_type -> kvfabric.v1.MountSegmentRequest
+	11, // 37: kvfabric.v1.Master.UnmountSegment:input_type -> kvfabric.v1.UnmountSegmentRequest
+	15, // 38: kvfabric.v1.Master.PutStart:input_type -> kvfabric.v1.PutStartRequest
+	22, // 39: kvfabric.v1.Master.PutEnd:input_type -> kvfabric.v1.PutEndRequest
+	24, // 40: kvfabric.v1.Master.PutRevoke:input_type -> kvfabric.v1.PutRevokeRequest
+	26, // 41: kvfabric.v1.Master.GetReplicas:input_type -> kvfabric.v1.GetReplicasRequest
+	31, // 42: kvfabric.v1.Master.Exists:input_type -> kvfabric.v1.ExistsRequest
+	33, // 43: kvfabric.v1.Master.Remove:input_type -> kvfabric.v1.RemoveRequest
+	35, // 44: kvfabric.v1.Master.RemoveAll:input_type -> kvfabric.v1.RemoveAllRequest
+	37, // 45: kvfabric.v1.Master.ListSegments:input_type -> kvfabric.v1.ListSegmentsRequest
+	48, // 46: kvfabric.v1.Master.Stats:input_type -> kvfabric.v1.StatsRequest
+	39, // 47: kvfabric.v1.Master.ReleaseLeases:input_type -> kvfabric.v1.ReleaseLeasesRequest
+	41, // 48: kvfabric.v1.Master.HoldLeases:input_type -> kvfabric.v1.HoldLeasesRequest
+	43, // 49: kvfabric.v1.Master.ReportUnreachable:input_type -> kvfabric.v1.ReportUnreachableRequest
+	45, // 50: kvfabric.v1.Master.UnregisterClient:input_type -> kvfabric.v1.UnregisterClientRequest
+	6,  // 51: kvfabric.v1.Master.RegisterClient:output_type -> kvfabric.v1.RegisterClientResponse
+	8,  // 52: kvfabric.v1.Master.Heartbeat:output_type -> kvfabric.v1.HeartbeatResponse
+	10, // 53: kvfabric.v1.Master.MountSegment:output_type -> kvfabric.v1.MountSegmentResponse
+	12, // 54: kvfabric.v1.Master.UnmountSegment:output_type -> kvfabric.v1.UnmountSegmentResponse
+	19, // 55: kvfabric.v1.Master.PutStart:output_type -> kvfabric.v1.PutStartResponse
+	23, // 56: kvfabric.v1.Master.PutEnd:output_type -> kvfabric.v1.PutEndResponse
+	25, // 57: kvfabric.v1.Master.PutRevoke:output_type -> kvfabric.v1.PutRevokeResponse
+	28, // 58: kvfabric.v1.Master.GetReplicas:output_type -> kvfabric.v1.GetReplicasResponse
+	32, // 59: kvfabric.v1.Master.Exists:output_type -> kvfabric.v1.ExistsResponse
+	34, // 60: kvfabric.v1.Master.Remove:output_type -> kvfabric.v1.RemoveResponse
+	36, // 61: kvfabric.v1.Master.RemoveAll:output_type -> kvfabric.v1.RemoveAllResponse
+	38, // 62: kvfabric.v1.Master.ListSegments:output_type -> kvfabric.v1.ListSegmentsResponse
+	49, // 63: kvfabric.v1.Master.Stats:output_type -> kvfabric.v1.StatsResponse
+	40, // 64: kvfabric.v1.Master.ReleaseLeases:output_type -> kvfabric.v1.ReleaseLeasesResponse
+	42, // 65: kvfabric.v1.Master.HoldLeases:output_type -> kvfabric.v1.HoldLeasesResponse
+	44, // 66: kvfabric.v1.Master.ReportUnreachable:output_type -> kvfabric.v1.ReportUnreachableResponse
+	46, // 67: kvfabric.v1.Master.UnregisterClient:output_type -> kvfabric.v1.UnregisterClientResponse
+	51, // [51:68] is the sub-list for method output_type
+	34, // [34:51] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_kvfabric_v1_kvfabric_proto_init() }
@@ -3493,7 +3628,7 @@ func file_kvfabric_v1_kvfabric_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvfabric_v1_kvfabric_proto_rawDesc), len(file_kvfabric_v1_kvfabric_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   48,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
