@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -258,10 +259,11 @@ func benchLoopback(b *testing.B, l *loopback, rpc string) {
 // latency of a call per key, not the throughput of eight callers. Over
 // gRPC and over the fast path. PutStartUniform is PutStart's puts sent as
 // uniform puts (UniformPutStarter), as a Store's batch puts go.
-// GetReplicasRows asks for GetReplicas' answer by result, as clients did
-// before answers by column (pb.GetColumns).
+// GetReplicasRows and PutStartUniformRows ask for the answer by result,
+// as clients did before answers by column (pb.GetColumns,
+// pb.PutStartColumns).
 func BenchmarkLoopbackOneCaller(b *testing.B) {
-	for _, rpc := range []string{"GetReplicas", "GetReplicasRows", "PutStart", "PutStartUniform"} {
+	for _, rpc := range []string{"GetReplicas", "GetReplicasRows", "PutStart", "PutStartUniform", "PutStartUniformRows"} {
 		for _, n := range []int{64, 512, loopbackKeys} {
 			for _, client := range []string{"grpc", "fast"} {
 				b.Run(fmt.Sprintf("rpc=%s/client=%s/keys=%d", rpc, client, n), func(b *testing.B) {
@@ -269,7 +271,7 @@ func BenchmarkLoopbackOneCaller(b *testing.B) {
 					if client == "fast" {
 						l.c = dialFast(b, serveFast(b, NewServer(l.svc, nil), nil), FastPath{})
 					}
-					l.c.(*remote).noColumns = rpc == "GetReplicasRows"
+					l.c.(*remote).noColumns = strings.HasSuffix(rpc, "Rows")
 					ctx := context.Background()
 					gets, reqs := l.gets[0][:n], l.reqs(l.puts[0][:n])
 					// The same puts as reqs, as a Store's batch sends them.
@@ -295,7 +297,7 @@ func BenchmarkLoopbackOneCaller(b *testing.B) {
 						}
 						var res []PutStartResult
 						var err error
-						if rpc == "PutStartUniform" {
+						if strings.HasPrefix(rpc, "PutStartUniform") {
 							res, err = l.c.(UniformPutStarter).PutStartUniform(ctx, uni)
 						} else {
 							res, err = l.c.PutStart(ctx, reqs)
