@@ -817,6 +817,44 @@ type putStartResponse struct {
 	columns bool // answer as PutStartColumns (the request asked)
 	tab     descTable
 	scan    bool // tab filled
+	cols    colAnswer
+}
+
+// colAnswer is a response's columns, encoded by whichever of wireSize and
+// appendWire comes first (columns.go).
+type colAnswer struct {
+	enc *colEncoder
+	err error
+}
+
+// encode encodes the columns once, with f.
+func (a *colAnswer) encode(f func() (*colEncoder, error)) {
+	if a.enc == nil && a.err == nil {
+		a.enc, a.err = f()
+	}
+}
+
+// appendTo appends the columns as field num and frees them.
+func (a *colAnswer) appendTo(b []byte, num protowire.Number) ([]byte, error) {
+	if a.err != nil {
+		return b, a.err
+	}
+	b = a.enc.appendTo(b, num)
+	a.enc.free()
+	a.enc, a.err = nil, errWireDir // encoded once
+	return b, nil
+}
+
+func (a *colAnswer) wireSize() int {
+	if a.enc == nil {
+		return 0
+	}
+	return a.enc.wireSize()
+}
+
+func (m *putStartResponse) encodeColumns() {
+	m.fill()
+	m.cols.encode(func() (*colEncoder, error) { return putColumns(&m.tab, m.res) })
 }
 
 func (m *putStartResponse) fill() {
@@ -832,17 +870,16 @@ func (m *putStartResponse) fill() {
 
 func (m *putStartResponse) wireSize() int {
 	m.fill()
-	n, reps, fails := m.tab.wireSize(), 0, 0
+	if m.columns {
+		m.encodeColumns()
+		return m.tab.wireSize() + m.cols.wireSize()
+	}
+	n := m.tab.wireSize()
 	for i := range m.res {
 		n += 3 + 9 + 6 + 40*len(m.res[i].Replicas)
-		reps += len(m.res[i].Replicas)
 		if m.res[i].Err != nil {
 			n += 128
-			fails++
 		}
-	}
-	if m.columns {
-		return m.tab.wireSize() + columnsWireSize(len(m.res), reps, fails)
 	}
 	return n
 }
@@ -854,7 +891,8 @@ func (m *putStartResponse) appendWire(b []byte) ([]byte, error) {
 		return b, err
 	}
 	if m.columns {
-		return appendPutColumns(b, 3, &m.tab, m.res)
+		m.encodeColumns()
+		return m.cols.appendTo(b, 3)
 	}
 	for i := range m.res {
 		x := &m.res[i]
@@ -882,6 +920,12 @@ type getResponse struct {
 	columns  bool // answer as GetColumns (the request asked)
 	tab      descTable
 	scan     bool
+	cols     colAnswer
+}
+
+func (m *getResponse) encodeColumns() {
+	m.fill()
+	m.cols.encode(func() (*colEncoder, error) { return getColumns(&m.tab, m.res) })
 }
 
 func (m *getResponse) fill() {
@@ -899,17 +943,16 @@ func (m *getResponse) fill() {
 
 func (m *getResponse) wireSize() int {
 	m.fill()
-	n, reps, fails := m.tab.wireSize()+2, 0, 0
+	if m.columns {
+		m.encodeColumns()
+		return m.tab.wireSize() + 2 + m.cols.wireSize()
+	}
+	n := m.tab.wireSize() + 2
 	for i := range m.res {
 		n += 3 + 11 + 11 + 11 + 9 + 40*len(m.res[i].Replicas) // size, expiry, TTL, lease id
-		reps += len(m.res[i].Replicas)
 		if m.res[i].Err != nil {
 			n += 128
-			fails++
 		}
-	}
-	if m.columns {
-		return m.tab.wireSize() + 2 + columnsWireSize(len(m.res), reps, fails)
 	}
 	return n
 }
@@ -921,7 +964,8 @@ func (m *getResponse) appendWire(b []byte) ([]byte, error) {
 		return b, err
 	}
 	if m.columns {
-		if b, err = appendGetColumns(b, 4, &m.tab, m.res); err != nil {
+		m.encodeColumns()
+		if b, err = m.cols.appendTo(b, 4); err != nil {
 			return b, err
 		}
 		return appendBool(b, 3, m.released), nil
