@@ -46,11 +46,9 @@ type colEncoder struct {
 
 var colEncoders sync.Pool // *colEncoder
 
-// newColEncoder returns an encoder for n results with room for one
-// replica each: a byte per value, eight per fixed64 (the tokens), more
-// only where a delta is large. A server's handlers run on many
-// goroutines, so the pool often has none on hand (gRPC, 512 keys: a
-// third more time per key when each column grew from empty).
+// newColEncoder returns an encoder with room for n results of one
+// replica each: a byte per value, eight per fixed64 (the tokens); a
+// column grows only where deltas are large.
 func newColEncoder(n int, fixed1 bool) *colEncoder {
 	e, ok := colEncoders.Get().(*colEncoder)
 	if !ok {
@@ -144,8 +142,9 @@ func (e *colEncoder) appendTo(b []byte, num protowire.Number) []byte {
 }
 
 // An answer by column is encoded before its size is asked (wireSize),
-// so the size is exact: a loose bound put a 448-key PutStart's answer
-// in gRPC's 1 MiB buffer class, which took a sixth more time per key.
+// so the size is exact: a loose bound put a 448-512-key PutStart answer
+// in gRPC's 1 MiB buffer class, which took 17-37 % more time per key
+// than by result (docs/decisions.md, 31).
 
 // getColumns encodes res as pb.GetColumns, numbering the replicas'
 // segments in t. A failed result's entries are 0, and it has no replica.
