@@ -234,10 +234,12 @@ func (m *countReleases) ReleaseLeases(ctx context.Context, ids []uint64) error {
 }
 
 // envLatencyMaster makes TestLatencyMasterProcess serve a master on its
-// value (host:port); envLatencyNoSpin set, with no fast path spin.
+// value (host:port); envLatencyNoSpin set, with no fast path spin;
+// envLatencyLeaseTTL, with that lease TTL (a time.Duration).
 const (
-	envLatencyMaster = "KVFABRIC_LATENCY_MASTER"
-	envLatencyNoSpin = "KVFABRIC_LATENCY_NOSPIN"
+	envLatencyMaster   = "KVFABRIC_LATENCY_MASTER"
+	envLatencyNoSpin   = "KVFABRIC_LATENCY_NOSPIN"
+	envLatencyLeaseTTL = "KVFABRIC_LATENCY_LEASE_TTL"
 )
 
 // TestLatencyMasterProcess is the master process of BenchmarkGetLatency's
@@ -248,7 +250,15 @@ func TestLatencyMasterProcess(t *testing.T) {
 	if addr == "" {
 		t.Skip("the master process of BenchmarkGetLatency")
 	}
-	svc, err := master.New(master.Config{})
+	var cfg master.Config
+	if v := os.Getenv(envLatencyLeaseTTL); v != "" {
+		ttl, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.LeaseTTL = ttl
+	}
+	svc, err := master.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,30 +300,41 @@ func TestLatencyMasterProcess(t *testing.T) {
 // listens; the child ends with the benchmark.
 func startMasterProcess(b *testing.B, noSpin bool) string {
 	b.Helper()
+	var env []string
+	if noSpin {
+		env = append(env, envLatencyNoSpin+"=1")
+	}
+	addr, _ := masterProcess(b, env...)
+	return addr
+}
+
+// masterProcess starts TestLatencyMasterProcess in a child process with
+// env added to its environment, and returns its address once it listens
+// and the process (to signal it); the child ends with the test, when its
+// stdin closes.
+func masterProcess(tb testing.TB, env ...string) (string, *os.Process) {
+	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	addr := lis.Addr().String() // free until the child listens on it
 	_ = lis.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestLatencyMasterProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envLatencyMaster+"="+addr)
-	if noSpin {
-		cmd.Env = append(cmd.Env, envLatencyNoSpin+"=1")
-	}
+	cmd.Env = append(append(os.Environ(), envLatencyMaster+"="+addr), env...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = in.Close()
 		_ = cmd.Wait()
 	})
@@ -321,11 +342,11 @@ func startMasterProcess(b *testing.B, noSpin bool) string {
 	for sc.Scan() {
 		if sc.Text() == "listening" {
 			go func() { _, _ = io.Copy(io.Discard, out) }()
-			return addr
+			return addr, cmd.Process
 		}
 	}
-	b.Fatalf("master process exited before listening")
-	return ""
+	tb.Fatalf("master process exited before listening")
+	return "", nil
 }
 
 // TestRemoteGetReleasesItsLease: with a master over gRPC, lease releases
