@@ -99,12 +99,6 @@ type Options struct {
 	// exactly the same bytes; `kvfabric bench --store --separate-copies`
 	// measures the difference.
 	SeparateCopies bool
-	// PrepareInCall has an embedded master prepare each put chunk (key
-	// hashes, validation) inside its PutStart call, on the pipeline's
-	// master worker, instead of on the pipeline's goroutine while it
-	// builds the chunk (master.Preparer): `kvfabric bench --store
-	// --prepare-in-call` measures which bounds a small put less.
-	PrepareInCall bool
 }
 
 // Store is a kvfabric client. All methods are safe for concurrent use.
@@ -388,9 +382,7 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 		s.ownMaster = true
 	}
 	s.embedded = master.IsEmbedded(s.m)
-	if !opts.PrepareInCall {
-		s.prep, _ = s.m.(master.Preparer)
-	}
+	s.prep, _ = s.m.(master.Preparer)
 	s.spin.init()
 	s.timeCopies = opts.TimeCopies
 	s.separateCopies = opts.SeparateCopies || !cfg.MergeCopies
