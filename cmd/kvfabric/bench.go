@@ -39,7 +39,6 @@ type storeFlags struct {
 	prefill  bool
 	scatter  bool
 	separate bool
-	prepCall int
 	gpuTime  bool
 	defaultS bool
 	mTrace   string
@@ -119,7 +118,7 @@ engine moving only the selected bytes and the link's ceiling, on the first of
 			if sf.on {
 				fl := cmd.Flags()
 				sb := storeBenchFlags{driver: f.driver, iters: f.iters, paths: sf.paths, maxKeys: sf.maxKeys, chunk: sf.chunk, parts: sf.parts,
-					prefill: sf.prefill, scatter: sf.scatter, separate: sf.separate, prepareInCall: sf.prepCall, gpuTime: sf.gpuTime, defaultStream: sf.defaultS, masterTrace: sf.mTrace, fastSpin: sf.fastSpin, json: sf.json, plot: sf.plot, python: sf.python, script: sf.script}
+					prefill: sf.prefill, scatter: sf.scatter, separate: sf.separate, gpuTime: sf.gpuTime, defaultStream: sf.defaultS, masterTrace: sf.mTrace, fastSpin: sf.fastSpin, json: sf.json, plot: sf.plot, python: sf.python, script: sf.script}
 				if fl.Changed("devices") {
 					sb.devices = f.devices
 				}
@@ -159,7 +158,6 @@ engine moving only the selected bytes and the link's ceiling, on the first of
 	cmd.Flags().BoolVar(&sf.gpuTime, "gpu-times", false, "--store: time every pipeline chunk's copies on the GPU (client.Options.TimeCopies; Go paths), reported as the gpu phase: whether the GPU was kept busy")
 	cmd.Flags().BoolVar(&sf.prefill, "prefill", false, "--store: fill each GPU's store before the rounds and keep every round's objects, so that puts evict as in a full cache (Go paths; the python path is skipped)")
 	cmd.Flags().BoolVar(&sf.scatter, "scatter", false, "--store: put each key from, and get it into, a random slot of the GPU buffers instead of key i at slot i, so that no two keys' buffers adjoin in key order, as in a paged KV cache (Go paths; the python path is skipped)")
-	cmd.Flags().IntVar(&sf.prepCall, "prepare-in-call", 0, "--store: the go-embedded path's Stores prepare every n-th put chunk inside its PutStart call, on the pipeline's master worker (client.Options.PrepareInCall), instead of on the pipeline's goroutine; 0: none")
 	cmd.Flags().BoolVar(&sf.separate, "separate-copies", false, "--store: the Go paths' Stores copy every key on its own (client.Options.SeparateCopies) instead of merging the copies of keys whose bytes continue one another on both sides; the JSON's merged_copies_per_key says how many merged")
 	cmd.Flags().BoolVar(&sf.defaultS, "default-stream", false, "--store: the Go paths put and get on the default (NULL) stream, as an engine that passes no stream does (the Mooncake facade, the python path), instead of a stream of their own")
 	cmd.Flags().StringVar(&sf.mTrace, "master-trace", "", "--store: the go-remote path's `kvfabric master` writes an execution trace (go tool trace) to this file, the mode's name appended (.1gpu), and a CPU profile beside it (.1gpu.cpu)")

@@ -61,9 +61,7 @@ type storeBenchFlags struct {
 	prefill  bool   // fill the stores first and keep every round's objects (puts evict)
 	scatter  bool   // the Go paths' keys at random slots of the GPU buffers, not key i at slot i
 	separate bool   // client.Options.SeparateCopies of the Go paths
-	// prepareInCall: client.Options.PrepareInCall of the go-embedded path.
-	prepareInCall int
-	gpuTime       bool // client.Options.TimeCopies of the Go paths
+	gpuTime  bool   // client.Options.TimeCopies of the Go paths
 	// defaultStream: the Go paths' batches go on the default (NULL)
 	// stream, as the python path's and an engine's that passes none.
 	defaultStream bool
@@ -97,7 +95,6 @@ type storeParams struct {
 	prefill     bool   // the stores are full before the rounds, which keep their objects
 	scatter     bool   // key i's buffers are slot perm[i] of the GPU buffers (storeSlots)
 	separate    bool   // client.Options.SeparateCopies: no copies merged
-	prepCall    int    // client.Options.PrepareInCall (go-embedded)
 	gpuTime     bool   // the Go paths time their chunks' copies on the GPU
 	defStream   bool   // the Go paths' batches on the default stream (--default-stream)
 	masterTrace string // the go-remote master's --trace file, and its CPU profile with .cpu (--master-trace; the mode's name appended)
@@ -172,7 +169,6 @@ type storeReport struct {
 	Prefill       bool           `json:"prefill,omitempty"`         // --prefill: the stores were full and every put evicted
 	Scatter       bool           `json:"scatter,omitempty"`         // --scatter: each key's buffers at a random slot, not key i at slot i
 	Separate      bool           `json:"separate_copies,omitempty"` // --separate-copies: the Go paths merged no copies
-	PrepareInCall int            `json:"prepare_in_call,omitempty"` // --prepare-in-call: go-embedded prepared every n-th put chunk in the master call
 	GPUTimes      bool           `json:"gpu_times,omitempty"`       // --gpu-times: the Go paths' rows have the gpu phase
 	DefaultStream bool           `json:"default_stream,omitempty"`  // --default-stream: the Go paths' batches went on the default stream
 	Ceilings      []storeCeiling `json:"ceilings"`
@@ -304,7 +300,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 		ctx = context.Background()
 	}
 	isSim := drv.Name() == "sim"
-	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill, scatter: f.scatter, separate: f.separate, prepCall: f.prepareInCall, gpuTime: f.gpuTime, defStream: f.defaultStream, masterTrace: f.masterTrace, fastSpin: f.fastSpin}
+	p := storeParams{maxKeys: f.maxKeys, iters: f.iters, chunk: f.chunk, parts: f.parts, ceMin: f.ceMin, prefill: f.prefill, scatter: f.scatter, separate: f.separate, gpuTime: f.gpuTime, defStream: f.defaultStream, masterTrace: f.masterTrace, fastSpin: f.fastSpin}
 	if p.chunk < 0 {
 		return fmt.Errorf("--pipeline-chunk %d: want 0 (the default) or more", p.chunk)
 	}
@@ -409,7 +405,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 
 	ver, _ := drv.DriverVersion()
 	rep := storeReport{Kind: "kvfabric-bench-store", Driver: why, DriverVersion: ver, Sizes: p.sizes,
-		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, FastSpin: p.fastSpin, CopyEngineMin: p.ceMin, Prefill: p.prefill, Scatter: p.scatter, Separate: p.separate, PrepareInCall: p.prepCall, GPUTimes: p.gpuTime, DefaultStream: p.defStream, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
+		RoundBytes: p.roundBytes, Iters: p.iters, MaxKeys: p.maxKeys, PipelineChunk: p.chunk, FastSpin: p.fastSpin, CopyEngineMin: p.ceMin, Prefill: p.prefill, Scatter: p.scatter, Separate: p.separate, GPUTimes: p.gpuTime, DefaultStream: p.defStream, BatchParts: cmp.Or(p.parts, client.DefaultBatchParts()), Ceilings: []storeCeiling{}, Results: []storeResult{}, Skipped: []storeSkip{}}
 	for _, d := range devs {
 		rep.Devices = append(rep.Devices, int(d))
 	}
@@ -813,7 +809,7 @@ func runStoreGo(ctx context.Context, drv cuda.Driver, path string, m storeMode, 
 		}
 		id := fmt.Sprintf("bench-%s-%s-gpu%d-%d", path, m.name, dev, os.Getpid())
 		if stores[i], err = client.Open(ctx, cfg, client.Options{Driver: drv, Master: mc, ClientID: id, PipelineChunk: p.chunk, BatchParts: p.parts,
-			TimeCopies: p.gpuTime, SeparateCopies: p.separate, PrepareInCall: p.prepCall}); err != nil {
+			TimeCopies: p.gpuTime, SeparateCopies: p.separate}); err != nil {
 			return nil, fmt.Errorf("gpu %d: open store: %w", dev, err)
 		}
 	}

@@ -547,15 +547,11 @@ type aheadSource struct {
 	// uni, if not nil (and prep is), starts each chunk of a uniformSource
 	// as master.UniformPuts: no request built per key, and a remote
 	// master's call carries one request and two arrays.
-	uni master.UniformPutStarter
-	// every, n > 0: every n-th chunk (the first too) is left unprepared
-	// for the master's call to prepare (Options.PrepareInCall); built
-	// counts the chunks.
-	every, built int
-	c            putReqs
-	idx          []int
-	done         bool
-	ready        bool // c, idx and done are the next chunk's
+	uni   master.UniformPutStarter
+	c     putReqs
+	idx   []int
+	done  bool
+	ready bool // c, idx and done are the next chunk's
 }
 
 // fill builds the next chunk, if it is not built yet.
@@ -565,12 +561,7 @@ func (a *aheadSource) fill() {
 	}
 	a.ready = true
 	a.c = putReqs{}
-	prep := a.prep
-	if a.every > 0 && a.built%a.every == 0 {
-		prep = nil
-	}
-	a.built++
-	if u, ok := a.src.(uniformSource); ok && (prep != nil || a.uni != nil) {
+	if u, ok := a.src.(uniformSource); ok && (a.prep != nil || a.uni != nil) {
 		// No request built: the master gets the chunk as its keys and
 		// sizes and the batch's one request template.
 		var sizes []uint64
@@ -579,12 +570,12 @@ func (a *aheadSource) fill() {
 			return
 		}
 		tmpl := u.template()
-		if prep == nil {
+		if a.prep == nil {
 			a.c.sizes, a.c.tmpl = sizes, tmpl
 			return
 		}
 		var err error
-		if a.c.pre, err = prep.PrepareUniformPutStart(master.UniformPuts{Keys: a.c.keys, Sizes: sizes, Req: tmpl}); err != nil {
+		if a.c.pre, err = a.prep.PrepareUniformPutStart(master.UniformPuts{Keys: a.c.keys, Sizes: sizes, Req: tmpl}); err != nil {
 			// (A closed Store's master.) The chunk's call goes out
 			// unprepared, as requests, and fails with the same error.
 			reqs, _ := master.UniformPuts{Keys: a.c.keys, Sizes: sizes, Req: tmpl}.AppendRequests(nil) // as long as each other
@@ -593,10 +584,10 @@ func (a *aheadSource) fill() {
 		return
 	}
 	a.c.reqs, a.idx, a.done = a.src.next(a.ch.take())
-	if prep != nil && len(a.c.reqs) > 0 {
+	if a.prep != nil && len(a.c.reqs) > 0 {
 		// On error (a closed Store's master) the chunk's call goes
 		// out unprepared and fails with the same error.
-		a.c.pre, _ = prep.PreparePutStart(a.c.reqs)
+		a.c.pre, _ = a.prep.PreparePutStart(a.c.reqs)
 	}
 }
 
@@ -807,7 +798,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 		}
 	}()
 	ch := s.chunker()
-	ahead := &aheadSource{src: src, ch: &ch, prep: s.prep, uni: s.uniform, every: s.prepEvery}
+	ahead := &aheadSource{src: src, ch: &ch, prep: s.prep, uni: s.uniform}
 	reqs, idx, done := ahead.next()
 	ph.lap(&s.phases.put.check)
 	// The first chunk's call runs here: a batch of one chunk (a single

@@ -99,12 +99,6 @@ type Options struct {
 	// exactly the same bytes; `kvfabric bench --store --separate-copies`
 	// measures the difference.
 	SeparateCopies bool
-	// PrepareInCall, n > 0, has an embedded master prepare every n-th put
-	// chunk (key hashes, validation) inside its PutStart call, on the
-	// pipeline's master worker, instead of on the pipeline's goroutine
-	// while it builds the chunk (master.Preparer): `kvfabric bench
-	// --store --prepare-in-call` measures which bounds a small put less.
-	PrepareInCall int
 }
 
 // Store is a kvfabric client. All methods are safe for concurrent use.
@@ -171,8 +165,7 @@ type Store struct {
 	putParts     int                      // the same for puts
 	embedded     bool                     // the master is in this process (master.IsEmbedded)
 	prep         master.Preparer          // s.m, when it prepares PutStart batches apart (embedded); else nil
-	uniform      master.UniformPutStarter // s.m when prep is nil: it starts uniform batches (a remote master); or with prepEvery
-	prepEvery    int                      // Options.PrepareInCall
+	uniform      master.UniformPutStarter // s.m when prep is nil: it starts uniform batches (a remote master)
 	spin         spinBudget               // the pipelines' hand-offs (handoff.go)
 	workers      sync.WaitGroup           // the pipelines' metaWorkers, stopped by their pipelines
 	rel          releaser
@@ -390,10 +383,6 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	}
 	s.embedded = master.IsEmbedded(s.m)
 	s.prep, _ = s.m.(master.Preparer)
-	if s.prep != nil && opts.PrepareInCall > 0 {
-		s.prepEvery = opts.PrepareInCall
-		s.uniform, _ = s.m.(master.UniformPutStarter)
-	}
 	s.spin.init()
 	s.timeCopies = opts.TimeCopies
 	s.separateCopies = opts.SeparateCopies || !cfg.MergeCopies
