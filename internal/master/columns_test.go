@@ -407,20 +407,7 @@ func TestWireGetColumnsMalformed(t *testing.T) {
 // them, and reads them back beside missing keys.
 func TestColumnsOverTheWire(t *testing.T) {
 	ctx := context.Background()
-	svc, err := New(Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
-	reg, err := svc.RegisterClient(ctx, ClientInfo{ID: "c", Node: "h", NUMANode: -1, Device: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := desc("s", reg.ID, "h", segment.TierDRAM, 0, 1<<30)
-	if err := svc.MountSegment(ctx, d); err != nil {
-		t.Fatal(err)
-	}
-	pl := Placement{Client: reg.ID, NUMANode: -1, Device: -1}
+	svc, pl, d := oneSegmentService(t)
 	if _, err := NewEmbedded(svc).PutStart(ctx, []PutStartReq{{Key: "taken", Size: 64, Placement: pl}}); err != nil {
 		t.Fatal(err)
 	}
@@ -556,4 +543,26 @@ func TestColumnsOverTheWire(t *testing.T) {
 	if st, err := svc.Stats(ctx); err != nil || st.Objects != 0 || st.PendingPuts != 1 {
 		t.Fatalf("%d objects, %d pending puts left, want 0 and 1 (%v)", st.Objects, st.PendingPuts, err)
 	}
+}
+
+// oneSegmentService returns a Service (closed when the test ends) with one
+// client "c" on host "h" and its 1 GiB DRAM segment, and the placement
+// that client's puts use.
+func oneSegmentService(t *testing.T) (*Service, Placement, segment.Descriptor) {
+	t.Helper()
+	svc, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Close() })
+	ctx := context.Background()
+	reg, err := svc.RegisterClient(ctx, ClientInfo{ID: "c", Node: "h", NUMANode: -1, Device: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := desc("s", reg.ID, "h", segment.TierDRAM, 0, 1<<30)
+	if err := svc.MountSegment(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	return svc, Placement{Client: reg.ID, NUMANode: -1, Device: -1}, d
 }

@@ -723,20 +723,8 @@ func agree(t *testing.T, generated, hand error) bool {
 // handlers (interceptors see generated messages), and the hand-coded
 // client reads their answers.
 func TestWireInterceptor(t *testing.T) {
-	svc, err := New(Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Close()
+	svc, pl, d := oneSegmentService(t)
 	ctx := context.Background()
-	reg, err := svc.RegisterClient(ctx, ClientInfo{ID: "c", Node: "h", NUMANode: -1, Device: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := desc("s", reg.ID, "h", segment.TierDRAM, 0, 1<<30)
-	if err := svc.MountSegment(ctx, d); err != nil {
-		t.Fatal(err)
-	}
 	var seen []string
 	icpt := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if _, ok := req.(proto.Message); !ok {
@@ -757,7 +745,6 @@ func TestWireInterceptor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	pl := Placement{Client: reg.ID, NUMANode: -1, Device: -1}
 	res, err := c.PutStart(ctx, []PutStartReq{{Key: "k", Size: 10, Placement: pl}, {Key: "k", Size: 10, Placement: pl}})
 	if err != nil || res[0].Err != nil || !errors.Is(res[1].Err, ErrAlreadyExists) || len(res[0].Replicas) != 1 || *res[0].Replicas[0].Segment != d {
 		t.Fatalf("PutStart: %+v, %v", res, err)
