@@ -199,6 +199,7 @@ func (c *Client) Transports() master.TransportStats {
 			st.GRPC += t.GRPC
 			st.Fallback += t.Fallback
 			st.UniformPuts += t.UniformPuts
+			st.Columns += t.Columns
 			st.Conns += t.Conns
 		}
 	}
