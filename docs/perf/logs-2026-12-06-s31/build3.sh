@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 31 run 3's build (from the repository root; then run3.sh with
-# carry [".device"]): HEAD's kvfabric only (it has --prepare-in-call).
+# Session 31 runs 3-5's build (from the repository root; then run3.sh,
+# run4.sh or run5.sh with carry [".device"]): HEAD's kvfabric only (at
+# runs 3 and 4 it had --prepare-in-call).
 set -euo pipefail
 rm -rf .device && mkdir -p .device
 go build -tags kvfabric_noembed -ldflags='-s -w' -o .device/kvfabric ./cmd/kvfabric
