@@ -148,7 +148,7 @@ def _keys_arg(keys: list):
         except TypeError:  # not all str: _key says which
             j = None
         if j is not None and j.isascii():
-            return _native.packed_joined(j.encode("ascii"), array("Q", map(len, keys)))
+            return _native.packed_joined(j.encode("ascii"), array(_native.U64, map(len, keys)))
     return _native.packed_keys([_key(k) for k in keys])
 
 
@@ -924,7 +924,7 @@ class Store:
         n = len(keys)
 
         def u64(rows):
-            a = array("Q")
+            a = array(_native.U64)
             for row in rows:
                 if type(row) is list:
                     a.fromlist(row)
@@ -939,7 +939,7 @@ class Store:
                 same = type(first) is list and all_sizes.count(first) == n
             except (AttributeError, TypeError, ValueError):  # rows that do not compare as lists
                 same = False
-            sa = array("Q", first) * n if same else u64(all_sizes)
+            sa = array(_native.U64, first) * n if same else u64(all_sizes)
         except (OverflowError, TypeError):
             for name, rows in (("ptr", all_ptrs), ("size", all_sizes)):
                 for k, row in zip(keys, rows):
