@@ -2,10 +2,10 @@
 # Session 31 run 6's build (from the repository root; then run6.sh with
 # carry [".device"]): HEAD's kvfabric and libkvfabric.so, and in
 # .device/prev-tree the Python package and scripts/bench-store.py of
-# HEAD's parent (array typecode "Q"), which the bench finds beside the
+# dd30f8a (array typecode "Q"), which the bench finds beside the
 # script given by --python-script.
 set -euo pipefail
-PREV=$(git rev-parse --short HEAD~1)
+PREV=dd30f8a # the commit before _native.U64
 rm -rf .device && mkdir -p .device/prev-tree
 go build -tags kvfabric_noembed -ldflags='-s -w' -o .device/kvfabric ./cmd/kvfabric
 CGO_ENABLED=1 go build -ldflags='-s -w' -buildmode=c-shared -o .device/libkvfabric.so ./capi
