@@ -240,6 +240,9 @@ func (c *columns) decode(b []byte) error {
 		}
 		b = rest
 		packed := f.num >= 1 && f.num <= nPacked
+		if c.fixed1 && (f.num == colExpiry || f.num == colTTL) {
+			packed = false // reserved in PutStartColumns: unknown, skipped unread
+		}
 		fixed := packed && f.num == 1 && c.fixed1
 		switch {
 		case fixed && f.typ == protowire.Fixed64Type, packed && !fixed && f.typ == protowire.VarintType:

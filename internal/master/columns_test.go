@@ -204,6 +204,19 @@ func TestWirePutColumns(t *testing.T) {
 			t.Errorf("%s: hand decoding %v, malformed %v, %d results", name, err, m.malformed, len(m.puts))
 		}
 	}
+	// PutStartColumns' reserved fields 4 and 5 are unknown fields: skipped
+	// unread, as proto.Unmarshal skips them, whatever their bytes.
+	for _, f := range []protowire.Number{4, 5} {
+		junk := protowire.AppendBytes(protowire.AppendTag(nil, f, protowire.BytesType), []byte{0xff, 0xff})
+		b := append(mustMarshal(t, &p), protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), junk)...)
+		if err := proto.Unmarshal(b, &pb.PutStartResponse{}); err != nil {
+			t.Fatalf("field %d: generated decoding: %v", f, err)
+		}
+		m := resultsReply{descs: &descCache{}}
+		if err := m.unmarshalWire(b); err != nil || m.malformed != nil || len(m.puts) != len(puts) {
+			t.Fatalf("field %d: hand decoding %v, malformed %v, %d results", f, err, m.malformed, len(m.puts))
+		}
+	}
 	// A packed fixed64 column of a length not a multiple of 8 does not
 	// decode, as with proto.Unmarshal.
 	bad := protowire.AppendTag(nil, 3, protowire.BytesType)
