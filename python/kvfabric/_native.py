@@ -250,9 +250,10 @@ def key_arrays(keys: list[bytes]):
 
 # U64 is the array typecode of unsigned 64-bit integers that converts a
 # list of ints fastest: "L" (unsigned long) where it is 8 bytes, as on
-# Linux and macOS, where array("L", list) took 39 µs for 4096 ints
-# against 93 µs for "Q" (dev VM, CPython 3; docs/perf/logs-2026-12-06-s31/
-# devvm/pyprep.txt); "Q" elsewhere (Windows: a 4-byte long). Both refuse
+# Linux and macOS, where a batch's two arrays of 4096 ints took 54-58 µs
+# against 108-133 µs as "Q" (dev VM, CPython 3; docs/perf/
+# logs-2026-12-06-s31/devvm/pyprep-quiet.txt); "Q" elsewhere (Windows: a
+# 4-byte long). Both refuse
 # a negative value (OverflowError) and a non-integer (TypeError).
 U64 = "L" if array("L").itemsize == 8 else "Q"
 
