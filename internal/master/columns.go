@@ -56,8 +56,11 @@ func newColEncoder(n int, fixed1 bool) *colEncoder {
 	}
 	for f := 1; f <= nPacked; f++ {
 		k := n
-		if f == 1 && fixed1 {
+		switch {
+		case fixed1 && f == colToken:
 			k = 8 * n
+		case fixed1 && (f == colExpiry || f == colTTL):
+			continue // reserved in PutStartColumns
 		}
 		e.c[f] = slices.Grow(e.c[f], k)
 	}
@@ -299,12 +302,18 @@ func (c *columns) decode(b []byte) error {
 	return nil
 }
 
-// check returns why c is not n results with perResult columns, one entry
-// per result each (besides the counts), or "" when it is; reps is the
-// number of replicas. A failed result must have no replica when bare.
+// The per-result columns of each answer, the replica counts among them.
+var (
+	getPerResult = []int{colSize, colCount, colLeaseID, colExpiry, colTTL}
+	putPerResult = []int{colToken, colCount, colHint}
+)
+
+// check returns why c is not n results with perResult columns (one entry
+// per result in each), or "" when it is; reps is the number of replicas.
+// A failed result must have no replica when bare.
 func (c *columns) check(perResult []int, nsegs int, bare bool) (n, reps int, why string) {
 	n = len(c.v[perResult[0]])
-	for _, f := range append(perResult[1:], colCount) {
+	for _, f := range perResult[1:] {
 		if len(c.v[f]) != n {
 			return 0, 0, fmt.Sprintf("column %d has %d entries for %d results", f, len(c.v[f]), n)
 		}
@@ -371,9 +380,9 @@ func (d *colReader) replicas(m *resultsReply, i int) []Replica {
 // appended.
 func (m *resultsReply) fromColumns(c *columns) {
 	m.columns = true
-	perResult := []int{colToken, colHint}
+	perResult := putPerResult
 	if m.get {
-		perResult = []int{colSize, colLeaseID, colExpiry, colTTL}
+		perResult = getPerResult
 	}
 	n, reps, why := c.check(perResult, len(m.segs), m.get)
 	if got := m.results(); why == "" && got > 0 {
