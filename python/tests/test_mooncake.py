@@ -238,6 +238,74 @@ def test_batch_put_stream_bad_input_changes_nothing(ms, pool, monkeypatch):
     assert ms.remove_all(force=True) == n
 
 
+@pytest.mark.parametrize("hide_packed", [False, True])
+def test_batch_get_stream(ms, pool, monkeypatch, hide_packed):
+    # A batch_get_into of at least STREAM_MIN_KEYS keys goes as a get
+    # stream in pieces of GET_STREAM_PIECE keys: every key gets its own
+    # bytes and size (a missing key its code), with packed keys or key
+    # arrays; without the library's get stream it is one batch call.
+    from kvfabric import store as _store
+
+    monkeypatch.setattr(_store, "STREAM_MIN_KEYS", 256)
+    monkeypatch.setattr(_store, "GET_STREAM_PIECE", 100)
+    st = ms._s()
+    n, blk = 300, 4096
+    base = pool.ctypes.data
+    pool[: 2 * n * blk] = np.random.default_rng(13).integers(0, 256, 2 * n * blk, dtype=np.uint8)
+    keys = [f"gstream-{i}" for i in range(n)]
+    assert ms.batch_put_from(keys, [base + i * blk for i in range(n)], [blk] * n) == [0] * n
+    asked = list(keys)
+    asked[250] = "gstream-never-put"
+    dst = base + n * blk
+    for hide_stream in (False, True):
+        spy = LibSpy(st._lib, hide_packed, hide_stream)
+        monkeypatch.setattr(st, "_lib", spy)
+        pool[n * blk: 2 * n * blk] = 0xEE
+        got = ms.batch_get_into(asked, [dst + i * blk for i in range(n)], [blk] * n)
+        assert got == [blk] * 250 + [-704] + [blk] * 49
+        feed = "kvfabric_get_stream_feed" + ("" if hide_packed else "_packed")
+        want = (["kvfabric_batch_get" + ("" if hide_packed else "_packed")] if hide_stream else
+                ["kvfabric_get_stream_begin", feed, feed, feed, "kvfabric_get_stream_end"])
+        assert spy.called == want
+        for i in range(n):
+            d = pool[(n + i) * blk: (n + i + 1) * blk]
+            assert (d == 0xEE).all() if i == 250 else np.array_equal(d, pool[i * blk: (i + 1) * blk]), i
+    assert ms.remove_all(force=True) == n
+
+
+def test_batch_get_stream_bad_input(ms, pool, monkeypatch):
+    # A bad value in a late piece of a get stream fails every key with
+    # -600 (-1 for an error of the caller's own sequence): the pieces after
+    # it are never fed, so their destinations are not written; the parts
+    # fed before it may have been. The stream holds nothing afterwards: the
+    # same keys are gotten again, and removed.
+    from kvfabric import store as _store
+
+    monkeypatch.setattr(_store, "STREAM_MIN_KEYS", 256)
+    monkeypatch.setattr(_store, "GET_STREAM_PIECE", 100)
+    n, blk = 300, 4096
+    base = pool.ctypes.data
+    keys = [f"gstream-bad-{i}" for i in range(n)]
+    pool[: n * blk] = np.random.default_rng(14).integers(0, 256, n * blk, dtype=np.uint8)
+    assert ms.batch_put_from(keys, [base + i * blk for i in range(n)], [blk] * n) == [0] * n
+    dst = base + n * blk
+    ptrs = [dst + i * blk for i in range(n)]
+    bad = [
+        (keys, ptrs[:250] + [-1] + ptrs[251:], [blk] * n, -600),          # a negative pointer in the third piece
+        (keys, ptrs, [blk] * 290 + [float(blk)] + [blk] * 9, -600),        # a size that is not an integer
+        (keys[:200] + [7] + keys[201:], ptrs, [blk] * n, -600),            # a key that is neither str nor bytes
+        (keys, _Ptrs(ptrs, 200), [blk] * n, -1),                           # the caller's sequence raises
+    ]
+    for k, p, z, code in bad:
+        pool[n * blk: 2 * n * blk] = 0xEE
+        assert ms.batch_get_into(k, p, z) == [code] * n
+        assert (pool[(n + 200) * blk: 2 * n * blk] == 0xEE).all()  # the third piece on: never fed
+    pool[n * blk: 2 * n * blk] = 0xEE
+    assert ms.batch_get_into(keys, ptrs, [blk] * n) == [blk] * n
+    assert np.array_equal(pool[: n * blk], pool[n * blk: 2 * n * blk])
+    assert ms.remove_all(force=True) == n
+
+
 def test_joined_keys():
     from kvfabric import _native
 
