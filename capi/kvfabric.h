@@ -212,34 +212,6 @@ int32_t kvfabric_put_stream_feed_packed(int64_t handle, int64_t put_stream, size
 int32_t kvfabric_put_stream_abort(int64_t handle, int64_t put_stream);
 int32_t kvfabric_put_stream_end(int64_t handle, int64_t put_stream, int32_t *statuses);
 
-/* A get stream: kvfabric_batch_get whose keys and destinations are given
- * in pieces, in order; each part of the batch (what the library splits a
- * large batch get into) starts copying as soon as its keys are fed. begin
- * takes the batch's n and stream and writes the stream's handle to *out;
- * each feed gives the next keys and destination regions as the put
- * stream's feeds do (the handles of both kinds are numbered alike, and a
- * put stream's handle is refused here). end waits for the batch, writes
- * each key's size read to nread and its status to statuses (the stream's
- * n entries each, either may be NULL), releases the stream handle and
- * returns as kvfabric_batch_get.
- * An aborted stream (kvfabric_get_stream_abort, end before all n are fed,
- * a feeder silent for 100 ms while the batch waits for it, or
- * kvfabric_close) starts no more parts: the keys of the parts already
- * started are reported as a batch get's, every other key fails with the
- * abort's status and nothing was written to its destination. One thread
- * at a time per stream; abort may come from any thread. Every begun
- * stream must be ended.
- * Added after 0.1.0 without a KVFABRIC_ABI_VERSION bump: look the symbols up. */
-int32_t kvfabric_get_stream_begin(int64_t handle, size_t n, uintptr_t stream, int64_t *out);
-int32_t kvfabric_get_stream_feed(int64_t handle, int64_t get_stream, size_t n_feed,
-                                 const char *const *keys, const size_t *key_lens,
-                                 const uint64_t *ptrs, const uint64_t *lens, const uint32_t *parts);
-int32_t kvfabric_get_stream_feed_packed(int64_t handle, int64_t get_stream, size_t n_feed,
-                                        const char *keys, size_t keys_len, const uint64_t *ptrs,
-                                        const uint64_t *lens, const uint32_t *parts);
-int32_t kvfabric_get_stream_abort(int64_t handle, int64_t get_stream);
-int32_t kvfabric_get_stream_end(int64_t handle, int64_t get_stream, uint64_t *nread, int32_t *statuses);
-
 /* Puts n bytes of any host memory (staged; no registration needed). */
 int32_t kvfabric_put_bytes(int64_t handle, const char *key, size_t key_len,
                            const void *data, uint64_t n, int32_t replicas, uint32_t flags,

@@ -169,40 +169,6 @@ func kvfabric_put_stream_end(h, ps C.int64_t, statuses *C.int32_t) (st C.int32_t
 	return C.int32_t(cabi.PutStreamEnd(int64(h), int64(ps), unsafe.Pointer(statuses)))
 }
 
-//export kvfabric_get_stream_begin
-func kvfabric_get_stream_begin(h C.int64_t, n C.size_t, stream C.uintptr_t, out *C.int64_t) (st C.int32_t) {
-	defer recoverStatus(&st)
-	return C.int32_t(cabi.GetStreamBegin(int64(h), uint64(n), uintptr(stream), (*int64)(unsafe.Pointer(out))))
-}
-
-//export kvfabric_get_stream_feed
-func kvfabric_get_stream_feed(h, gs C.int64_t, n C.size_t, keys **C.char, keyLens *C.size_t, ptrs, lens *C.uint64_t,
-	parts *C.uint32_t) (st C.int32_t) {
-	defer recoverStatus(&st)
-	return C.int32_t(cabi.GetStreamFeed(int64(h), int64(gs), uint64(n), unsafe.Pointer(keys), unsafe.Pointer(keyLens),
-		unsafe.Pointer(ptrs), unsafe.Pointer(lens), unsafe.Pointer(parts)))
-}
-
-//export kvfabric_get_stream_feed_packed
-func kvfabric_get_stream_feed_packed(h, gs C.int64_t, n C.size_t, keys *C.char, keysLen C.size_t, ptrs, lens *C.uint64_t,
-	parts *C.uint32_t) (st C.int32_t) {
-	defer recoverStatus(&st)
-	return C.int32_t(cabi.GetStreamFeedPacked(int64(h), int64(gs), uint64(n), unsafe.Pointer(keys), uint64(keysLen),
-		unsafe.Pointer(ptrs), unsafe.Pointer(lens), unsafe.Pointer(parts)))
-}
-
-//export kvfabric_get_stream_abort
-func kvfabric_get_stream_abort(h, gs C.int64_t) (st C.int32_t) {
-	defer recoverStatus(&st)
-	return C.int32_t(cabi.GetStreamAbort(int64(h), int64(gs)))
-}
-
-//export kvfabric_get_stream_end
-func kvfabric_get_stream_end(h, gs C.int64_t, nread *C.uint64_t, statuses *C.int32_t) (st C.int32_t) {
-	defer recoverStatus(&st)
-	return C.int32_t(cabi.GetStreamEnd(int64(h), int64(gs), unsafe.Pointer(nread), unsafe.Pointer(statuses)))
-}
-
 //export kvfabric_put_bytes
 func kvfabric_put_bytes(h C.int64_t, key *C.char, keyLen C.size_t, data unsafe.Pointer, n C.uint64_t,
 	replicas C.int32_t, flags C.uint32_t, preferred *C.char, preferredLen C.size_t, softPinTTLms C.uint64_t) (st C.int32_t) {

@@ -17,13 +17,13 @@ import (
 // copies instead of converting the whole batch before the call.
 
 // putStreamer is a Backend that runs a batch put fed in pieces
-// (client.Store). A Backend without it gets bufferedPut.
+// (client.Store). A Backend without it gets bufferedStream.
 type putStreamer interface {
 	BeginPut(ctx context.Context, n int, stream cuda.Stream, o client.PutOptions) (*client.PutStream, error)
 }
 
-// putStream is what a put stream handle drives: client.PutStream or a
-// bufferedPut. Feed and End are for one caller at a time; Abort may
+// putStream is what a stream handle drives: client.PutStream or a
+// bufferedStream. Feed and End are for one caller at a time; Abort may
 // come from another (Close).
 type putStream interface {
 	Feed(keys []string, srcs [][]client.Region) error
@@ -31,35 +31,38 @@ type putStream interface {
 	End() []error
 }
 
-// buffered collects a stream's pieces for a Backend that cannot stream:
-// the batch runs in one call at End (bufferedPut, bufferedGet).
-type buffered struct {
-	what string // "put stream" or "get stream"
-	n    int
+// bufferedStream is a put stream of a Backend that cannot stream: it
+// collects the pieces and puts them in one BatchPut at End, all or nothing
+// as client.PutStream is (a stream not fed in full stores nothing).
+type bufferedStream struct {
+	b      Backend
+	n      int
+	stream cuda.Stream
+	o      client.PutOptions
 
 	mu   sync.Mutex
 	keys []string
-	bufs [][]client.Region
+	srcs [][]client.Region
 	err  error // why it was aborted
 }
 
-func (s *buffered) Feed(keys []string, bufs [][]client.Region) error {
+func (s *bufferedStream) Feed(keys []string, srcs [][]client.Region) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case len(keys) != len(bufs):
-		return fmt.Errorf("%w: %s feed of %d keys but %d buffers", client.ErrInvalidArgument, s.what, len(keys), len(bufs))
+	case len(keys) != len(srcs):
+		return fmt.Errorf("%w: put stream feed of %d keys but %d buffers", client.ErrInvalidArgument, len(keys), len(srcs))
 	case s.err != nil:
 		return s.err
 	case len(s.keys)+len(keys) > s.n:
-		return fmt.Errorf("%w: %s of n=%d keys: %d fed, %d more given", client.ErrInvalidArgument, s.what, s.n, len(s.keys), len(keys))
+		return fmt.Errorf("%w: put stream of n=%d keys: %d fed, %d more given", client.ErrInvalidArgument, s.n, len(s.keys), len(keys))
 	}
 	s.keys = append(s.keys, keys...)
-	s.bufs = append(s.bufs, bufs...)
+	s.srcs = append(s.srcs, srcs...)
 	return nil
 }
 
-func (s *buffered) Abort(err error) {
+func (s *bufferedStream) Abort(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil && len(s.keys) < s.n {
@@ -67,103 +70,33 @@ func (s *buffered) Abort(err error) {
 	}
 }
 
-// end returns what was fed, or (a stream not fed in full) the abort's
-// error, with errs filled with it.
-func (s *buffered) end() (keys []string, bufs [][]client.Region, errs []error) {
+func (s *bufferedStream) End() []error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.err == nil && len(s.keys) < s.n {
-		s.err = fmt.Errorf("%w: %s of n=%d keys ended after %d were fed", client.ErrInvalidArgument, s.what, s.n, len(s.keys))
+		s.err = fmt.Errorf("%w: put stream of n=%d keys ended after %d were fed", client.ErrInvalidArgument, s.n, len(s.keys))
 	}
-	if s.err != nil {
-		errs = make([]error, s.n)
+	err, keys, srcs := s.err, s.keys, s.srcs
+	s.mu.Unlock()
+	if err != nil {
+		errs := make([]error, s.n)
 		for i := range errs {
-			errs[i] = s.err
+			errs[i] = err
 		}
-		return nil, nil, errs
-	}
-	return s.keys, s.bufs, nil
-}
-
-// bufferedPut is a put stream of a Backend that cannot stream: one
-// BatchPut at End, all or nothing as client.PutStream is (a stream not fed
-// in full stores nothing).
-type bufferedPut struct {
-	buffered
-	b      Backend
-	stream cuda.Stream
-	o      client.PutOptions
-}
-
-func (s *bufferedPut) End() []error {
-	keys, srcs, errs := s.end()
-	if errs != nil {
 		return errs
 	}
 	return s.b.BatchPut(bg, keys, srcs, s.stream, s.o)
 }
 
-// bufferedGet is a get stream of a Backend that cannot stream: one
-// BatchGet at End. A stream not fed in full gets nothing (every key fails
-// with the abort's error, as client.GetStream's keys not started do).
-type bufferedGet struct {
-	buffered
-	b      Backend
-	stream cuda.Stream
-}
-
-func (s *bufferedGet) End() ([]uint64, []error) {
-	keys, dsts, errs := s.end()
-	if errs != nil {
-		return make([]uint64, s.n), errs
-	}
-	return s.b.BatchGet(bg, keys, dsts, s.stream)
-}
-
-// openStream is one stream handle's stream — a put stream or a get
-// stream — and the keys it was fed, which End names in its per-key
-// messages.
+// openStream is one stream handle's stream and the keys it was fed, which
+// End names in its per-key messages.
 type openStream struct {
-	put  putStream // one of put and get is set
-	get  getStream
+	s    putStream
 	n    int
 	keys []string
 }
 
-// named returns the keys fed, and for those not fed (a stream ended
-// early) a name that says so.
-func (s *openStream) named() []string {
-	keys := s.keys
-	for len(keys) < s.n {
-		keys = append(keys, fmt.Sprintf("#%d (not fed)", len(keys)))
-	}
-	return keys
-}
-
-func (s *openStream) what() string {
-	if s.put != nil {
-		return "put stream"
-	}
-	return "get stream"
-}
-
-func (s *openStream) feed(keys []string, bufs [][]client.Region) error {
-	if s.put != nil {
-		return s.put.Feed(keys, bufs)
-	}
-	return s.get.Feed(keys, bufs)
-}
-
-func (s *openStream) abort(err error) {
-	if s.put != nil {
-		s.put.Abort(err)
-	} else {
-		s.get.Abort(err)
-	}
-}
-
-// streamsTable maps a Store handle's stream handles (put and get streams,
-// numbered alike) to their streams. It is safe for concurrent use.
+// streamsTable maps a Store handle's stream handles to their streams. It
+// is safe for concurrent use.
 type streamsTable struct {
 	mu     sync.Mutex // guards m and closed
 	m      map[int64]*openStream
@@ -178,7 +111,7 @@ func (t *streamsTable) add(s *openStream) (int64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return 0, fmt.Errorf("%w: %s: the store was closed meanwhile", client.ErrClosed, s.what())
+		return 0, fmt.Errorf("%w: put stream: the store was closed meanwhile", client.ErrClosed)
 	}
 	if t.m == nil {
 		t.m = map[int64]*openStream{}
@@ -188,37 +121,28 @@ func (t *streamsTable) add(s *openStream) (int64, error) {
 	return id, nil
 }
 
-func invalidStream(what string, h, id int64) error {
-	return fmt.Errorf("%w: %s %d of store %d (ended, or never begun there)", errInvalidHandle, what, id, h)
+func invalidStream(h, id int64) error {
+	return fmt.Errorf("%w: put stream %d of store %d (ended, or never begun there)", errInvalidHandle, id, h)
 }
 
-// get returns stream id of store h if it is a put stream (put) or a get
-// stream (!put); take does so and removes it from the table.
-func (t *streamsTable) get(h, id int64, put bool) (*openStream, error) {
-	return t.lookup(h, id, put, false)
-}
-
-func (t *streamsTable) take(h, id int64, put bool) (*openStream, error) {
-	return t.lookup(h, id, put, true)
-}
-
-func (t *streamsTable) lookup(h, id int64, put, take bool) (*openStream, error) {
-	what := "get stream"
-	if put {
-		what = "put stream"
-	}
+func (t *streamsTable) get(h, id int64) (*openStream, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s, ok := t.m[id]
-	switch {
-	case !ok:
-		return nil, invalidStream(what, h, id)
-	case (s.put != nil) != put:
-		return nil, fmt.Errorf("%w: %s %d of store %d is a %s", errInvalidHandle, what, id, h, s.what())
+	if !ok {
+		return nil, invalidStream(h, id)
 	}
-	if take {
-		delete(t.m, id)
+	return s, nil
+}
+
+func (t *streamsTable) take(h, id int64) (*openStream, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.m[id]
+	if !ok {
+		return nil, invalidStream(h, id)
 	}
+	delete(t.m, id)
 	return s, nil
 }
 
@@ -228,13 +152,13 @@ func (t *streamsTable) lookup(h, id int64, put, take bool) (*openStream, error) 
 func (t *streamsTable) abortAll() {
 	t.mu.Lock()
 	t.closed = true
-	open := make([]*openStream, 0, len(t.m))
+	open := make([]putStream, 0, len(t.m))
 	for _, s := range t.m {
-		open = append(open, s)
+		open = append(open, s.s)
 	}
 	t.mu.Unlock()
 	for _, s := range open {
-		s.abort(fmt.Errorf("%w: %s: the store is closing", client.ErrClosed, s.what()))
+		s.Abort(fmt.Errorf("%w: put stream: the store is closing", client.ErrClosed))
 	}
 }
 
@@ -259,9 +183,9 @@ func PutStreamBegin(h int64, n uint64, stream uintptr, replicas int32, flags uin
 				return err
 			}
 		} else {
-			s = &bufferedPut{buffered: buffered{what: "put stream", n: int(n)}, b: e.store, stream: cuda.Stream(stream), o: o}
+			s = &bufferedStream{b: e.store, n: int(n), stream: cuda.Stream(stream), o: o}
 		}
-		id, err := e.streams.add(&openStream{put: s, n: int(n), keys: make([]string, 0, n)})
+		id, err := e.streams.add(&openStream{s: s, n: int(n), keys: make([]string, 0, n)})
 		if err != nil {
 			s.Abort(err)
 			s.End()
@@ -276,20 +200,18 @@ func PutStreamBegin(h int64, n uint64, stream uintptr, replicas int32, flags uin
 // their regions. A feed the library refuses feeds nothing: the stream
 // stays as it was, and the caller may feed again or end it.
 func PutStreamFeed(h, id int64, n uint64, keys, keyLens, ptrs, lens, parts unsafe.Pointer) int32 {
-	return streamFeed(h, id, true, func() ([]string, error) { return decodeKeys(n, keys, keyLens) }, ptrs, lens, parts)
+	return putStreamFeed(h, id, func() ([]string, error) { return decodeKeys(n, keys, keyLens) }, ptrs, lens, parts)
 }
 
 // PutStreamFeedPacked is PutStreamFeed with the keys packed as for
 // BatchPutPacked.
 func PutStreamFeedPacked(h, id int64, n uint64, packed unsafe.Pointer, size uint64, ptrs, lens, parts unsafe.Pointer) int32 {
-	return streamFeed(h, id, true, func() ([]string, error) { return decodePackedKeys(n, packed, size) }, ptrs, lens, parts)
+	return putStreamFeed(h, id, func() ([]string, error) { return decodePackedKeys(n, packed, size) }, ptrs, lens, parts)
 }
 
-// streamFeed feeds put stream (put) or get stream id its next keys and
-// regions.
-func streamFeed(h, id int64, put bool, keys func() ([]string, error), ptrs, lens, parts unsafe.Pointer) int32 {
+func putStreamFeed(h, id int64, keys func() ([]string, error), ptrs, lens, parts unsafe.Pointer) int32 {
 	return call(h, func(e *entry) error {
-		s, err := e.streams.get(h, id, put)
+		s, err := e.streams.get(h, id)
 		if err != nil {
 			return err
 		}
@@ -298,13 +220,13 @@ func streamFeed(h, id int64, put bool, keys func() ([]string, error), ptrs, lens
 			return err
 		}
 		if len(ks) > 0 && (ptrs == nil || lens == nil) {
-			return fmt.Errorf("%w: %s feed needs pointers and lengths", client.ErrInvalidArgument, s.what())
+			return fmt.Errorf("%w: put stream feed needs pointers and lengths", client.ErrInvalidArgument)
 		}
 		b, err := withRegions(ks, ptrs, lens, parts)
 		if err != nil {
 			return err
 		}
-		if err := s.feed(b.keys, b.regions); err != nil {
+		if err := s.s.Feed(b.keys, b.regions); err != nil {
 			return err
 		}
 		s.keys = append(s.keys, b.keys...)
@@ -315,16 +237,12 @@ func streamFeed(h, id int64, put bool, keys func() ([]string, error), ptrs, lens
 // PutStreamAbort aborts a stream not fed in full yet: End then fails
 // every key and nothing of the stream is stored.
 func PutStreamAbort(h, id int64) int32 {
-	return streamAbort(h, id, true)
-}
-
-func streamAbort(h, id int64, put bool) int32 {
 	return call(h, func(e *entry) error {
-		s, err := e.streams.get(h, id, put)
+		s, err := e.streams.get(h, id)
 		if err != nil {
 			return err
 		}
-		s.abort(fmt.Errorf("%w: %s aborted by the caller", client.ErrInvalidArgument, s.what()))
+		s.s.Abort(fmt.Errorf("%w: put stream aborted by the caller", client.ErrInvalidArgument))
 		return nil
 	})
 }
@@ -336,17 +254,21 @@ func PutStreamEnd(h, id int64, statuses unsafe.Pointer) int32 {
 	var ran bool
 	var n int
 	st := call(h, func(e *entry) error {
-		s, err := e.streams.take(h, id, true)
+		s, err := e.streams.take(h, id)
 		if err != nil {
 			return err
 		}
 		n = s.n
-		errs := s.put.End()
+		errs := s.s.End()
 		if len(errs) != s.n {
 			return fmt.Errorf("cabi: store returned %d results for a stream of %d keys", len(errs), s.n)
 		}
 		ran = true
-		return perKey(s.named(), errs, statuses)
+		keys := s.keys
+		for len(keys) < s.n { // a stream ended early: its keys not fed are unnamed
+			keys = append(keys, fmt.Sprintf("#%d (not fed)", len(keys)))
+		}
+		return perKey(keys, errs, statuses)
 	})
 	if ran {
 		return StatusOK

@@ -206,8 +206,8 @@ func testPutStream(t *testing.T, h int64, take func(int) []byte) {
 	if rc := Close(h); rc != StatusOK {
 		t.Fatalf("Close with a stream open = %s: %s", StatusName(rc), LastError(h))
 	}
-	if d := time.Since(t0); d > client.StreamFeedWait {
-		t.Errorf("Close with a stream open took %v; want it aborted at once, not stalled out (%v)", d, client.StreamFeedWait)
+	if d := time.Since(t0); d > client.PutStreamFeedWait {
+		t.Errorf("Close with a stream open took %v; want it aborted at once, not stalled out (%v)", d, client.PutStreamFeedWait)
 	}
 	if rc := PutStreamEnd(h, s, unsafe.Pointer(&st[0])); rc != StatusInvalidHandle {
 		t.Errorf("PutStreamEnd after Close = %s; want KVFABRIC_ERR_INVALID_HANDLE", StatusName(rc))

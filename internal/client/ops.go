@@ -1350,18 +1350,13 @@ func (s *Store) pickReplica(reps []master.Replica) master.Replica {
 // is nil.
 func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, stream cuda.Stream) ([]uint64, []error) {
 	sizes := make([]uint64, len(keys))
-	errs := s.batchGet(ctx, keys, dsts, stream, sizes, wholePlan(keys, dsts))
-	return sizes, errs
-}
-
-// wholePlan is BatchGet's copyPlan: the whole object into dsts[i].
-func wholePlan(keys []string, dsts [][]Region) copyPlan {
-	return func(i int, size uint64, base cuda.DevicePtr, copies []cuda.Copy) ([]cuda.Copy, error) {
+	errs := s.batchGet(ctx, keys, dsts, stream, sizes, func(i int, size uint64, base cuda.DevicePtr, copies []cuda.Copy) ([]cuda.Copy, error) {
 		if have := total(dsts[i]); have < size {
 			return copies, fmt.Errorf("%w: get %q: object is %d bytes, buffer %d", ErrBufferTooSmall, keys[i], size, have)
 		}
 		return appendCopies(copies, clip(dsts[i], size), base, false), nil
-	}
+	})
+	return sizes, errs
 }
 
 // copyPlan appends the copies that read key i (size bytes, at base in this

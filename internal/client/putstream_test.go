@@ -126,7 +126,7 @@ func TestPutStreamNothingVisibleBeforeLastFeed(t *testing.T) {
 	se.feedIn(t, p, 0, last, 16)
 	// Wait (well inside PutStreamFeedWait) until every fed key's put is
 	// started: the pipeline then holds many finished chunks.
-	deadline := time.Now().Add(client.StreamFeedWait / 2)
+	deadline := time.Now().Add(client.PutStreamFeedWait / 2)
 	for {
 		s, err := se.mc.Stats(ctx)
 		if err != nil {
@@ -177,7 +177,7 @@ func TestPutStreamAbortStoresNothing(t *testing.T) {
 		{"end-early", func(*client.PutStream, context.CancelFunc) {},
 			func(err error) bool { return errors.Is(err, client.ErrInvalidArgument) }},
 		{"stalled", func(*client.PutStream, context.CancelFunc) {
-			time.Sleep(client.StreamFeedWait + 50*time.Millisecond)
+			time.Sleep(client.PutStreamFeedWait + 50*time.Millisecond)
 		},
 			func(err error) bool { return errors.Is(err, client.ErrInvalidArgument) }},
 		{"cancelled", func(_ *client.PutStream, cancel context.CancelFunc) { cancel() },
@@ -314,7 +314,7 @@ func TestPutStreamCloseWithStreamOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	se.feedIn(t, p, 0, 30, 6)
-	for deadline := time.Now().Add(client.StreamFeedWait / 2); ; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(client.PutStreamFeedWait / 2); ; time.Sleep(time.Millisecond) {
 		if s, err := se.mc.Stats(context.Background()); err != nil || s.PendingPuts > 0 {
 			break // the batch runs: Close has to wait for it
 		}
@@ -326,8 +326,8 @@ func TestPutStreamCloseWithStreamOpen(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatalf("close with a stream open: %v", err)
 	}
-	if d := time.Since(t0); d >= client.StreamFeedWait {
-		t.Fatalf("close with a stream open took %v; want it aborted at once, not stalled out (%v)", d, client.StreamFeedWait)
+	if d := time.Since(t0); d >= client.PutStreamFeedWait {
+		t.Fatalf("close with a stream open took %v; want it aborted at once, not stalled out (%v)", d, client.PutStreamFeedWait)
 	}
 	for i, err := range p.End() {
 		if i == 0 {

@@ -206,10 +206,10 @@ type Store struct {
 		closing  bool
 		inflight int           // admitted operations not yet exited
 		drained  chan struct{} // closed when inflight reaches 0 after closing
-		// streams are the put and get streams whose batches have not
-		// returned: Close aborts them rather than wait for feeders that
-		// may never come back (PutStream, GetStream).
-		streams map[*fedBatch]struct{}
+		// streams are the put streams whose batches have not returned:
+		// Close aborts them rather than wait for feeders that may never
+		// come back (PutStream).
+		streams map[*PutStream]struct{}
 	}
 
 	// mu guards the registered buffers and the teardown record. Teardown
@@ -820,13 +820,13 @@ func (s *Store) Close() error {
 		}
 		wait = s.gate.drained
 	}
-	streams := make([]*fedBatch, 0, len(s.gate.streams))
-	for f := range s.gate.streams {
-		streams = append(streams, f)
+	streams := make([]*PutStream, 0, len(s.gate.streams))
+	for p := range s.gate.streams {
+		streams = append(streams, p)
 	}
 	s.gate.Unlock()
-	for _, f := range streams {
-		f.Abort(fmt.Errorf("%w: %s: the store is closing", ErrClosed, f.what))
+	for _, p := range streams {
+		p.Abort(fmt.Errorf("%w: put stream: the store is closing", ErrClosed))
 	}
 	if wait != nil {
 		t := time.NewTimer(s.closeTimeout)

@@ -119,15 +119,6 @@ _OPTIONAL = {
     ),
     "kvfabric_put_stream_abort": (c_int32, [c_int64, c_int64]),
     "kvfabric_put_stream_end": (c_int32, [c_int64, c_int64, _p_i32]),
-    "kvfabric_get_stream_begin": (c_int32, [c_int64, c_size_t, c_uintptr, POINTER(c_int64)]),
-    "kvfabric_get_stream_feed": (
-        c_int32, [c_int64, c_int64, c_size_t, POINTER(c_char_p), _p_size, _p_u64, _p_u64, _p_u32],
-    ),
-    "kvfabric_get_stream_feed_packed": (
-        c_int32, [c_int64, c_int64, c_size_t, c_void_p, c_size_t, _p_u64, _p_u64, _p_u32],
-    ),
-    "kvfabric_get_stream_abort": (c_int32, [c_int64, c_int64]),
-    "kvfabric_get_stream_end": (c_int32, [c_int64, c_int64, _p_u64, _p_i32]),
     "kvfabric_views_check": (c_int32, [c_int64, c_int64]),
     "kvfabric_views_release": (c_int32, [c_int64, c_int64]),
     "kvfabric_views_gather": (

@@ -47,13 +47,6 @@ PUT_KEEP_SOFT_PIN = 0x8
 STREAM_MIN_KEYS = 2048
 STREAM_FIRST_PIECE = 64
 STREAM_MAX_PIECE = 1024
-#: A raw-buffer batch get of one buffer per key (_batch_get_flat) of at
-#: least STREAM_MIN_KEYS keys goes as a get stream, in pieces of
-#: GET_STREAM_PIECE keys: the library starts a part of the batch (at least
-#: 1024 keys with an embedded master, a quarter of a 4096-key batch) as
-#: soon as its keys are fed, so pieces of a part's size let the first part
-#: copy while the others are converted.
-GET_STREAM_PIECE = 1024
 
 
 def _codes(st: array) -> list[int]:
@@ -1060,58 +1053,17 @@ class Store:
     def _batch_get_flat(self, keys: list, ptrs: Sequence, sizes: Sequence, stream: int = 0, multi: bool = False):
         """_batch_get of raw buffers, one per key or (multi) a list per key
         that the object is scattered over in order: (codes, sizes read,
-        handle). keys: str or bytes. A batch of at least STREAM_MIN_KEYS
-        keys of one buffer each goes as a get stream when the library has
-        one (_batch_get_stream); otherwise every buffer is converted before
-        the call, and a get refused for a bad argument writes nothing."""
+        handle). keys: str or bytes. Every buffer is converted before the
+        call: a get refused for a bad argument writes nothing."""
         n = len(keys)
         if len(ptrs) != n or len(sizes) != n:
             raise InvalidArgumentError(f"kvfabric: {n} keys, {len(ptrs)} buffer pointers, {len(sizes)} sizes")
-        if not multi and n >= STREAM_MIN_KEYS and getattr(self._lib, "kvfabric_get_stream_begin", None) is not None:
-            return self._batch_get_stream(keys, ptrs, sizes, stream)
         pa, sa, ca = self._regions(keys, ptrs, sizes, multi)
         h = self._handle()
         st = array("i", bytes(4 * n))
         nread = array("Q", bytes(8 * n))
         rc = self._flat_call("kvfabric_batch_get_packed", "kvfabric_batch_get", keys, pa, sa, ca, stream,
                              (c_uint64 * n).from_buffer(nread), (c_int32 * n).from_buffer(st))
-        if rc < 0:
-            self._raise(rc, h)
-        return _codes(st), nread.tolist(), h
-
-    def _batch_get_stream(self, keys: list, ptrs: Sequence[int], sizes: Sequence[int], stream: int):
-        """_batch_get_flat as a get stream (kvfabric_get_stream_*): the
-        arrays of each piece are built while the parts fed before it copy.
-        Anything raised while building a piece (a bad pointer or size, an
-        interrupt) aborts the stream and is raised: the parts already fed
-        may have written their destinations (their keys' own bytes); no
-        other destination is written."""
-        lib = self._lib
-        n = len(keys)
-        h = self._handle()
-        sid = c_int64()
-        rc = lib.kvfabric_get_stream_begin(h, n, stream, byref(sid))
-        if rc < 0:
-            self._raise(rc, h)
-        sid = sid.value
-        try:
-            for lo in range(0, n, GET_STREAM_PIECE):
-                hi = min(n, lo + GET_STREAM_PIECE)
-                ks = keys[lo:hi]
-                pa, sa, ca = self._flat_regions(ks, ptrs[lo:hi], sizes[lo:hi])
-                rc = self._flat_call("kvfabric_get_stream_feed_packed", "kvfabric_get_stream_feed", ks, pa, sa, ca,
-                                     pre=(sid,))
-                if rc < 0:
-                    self._raise(rc, h)
-        except BaseException:
-            # The error's message was read above; the stream's end records
-            # the abort's as the handle's last error after it.
-            lib.kvfabric_get_stream_abort(h, sid)
-            lib.kvfabric_get_stream_end(h, sid, None, None)
-            raise
-        st = array("i", bytes(4 * n))
-        nread = array("Q", bytes(8 * n))
-        rc = lib.kvfabric_get_stream_end(h, sid, (c_uint64 * n).from_buffer(nread), (c_int32 * n).from_buffer(st))
         if rc < 0:
             self._raise(rc, h)
         return _codes(st), nread.tolist(), h

@@ -188,20 +188,19 @@ def stop_process(pid, timeout=5.0):
 
 
 class LibSpy:
-    """Stands in for a Store's CDLL: records the batch and the put and get
-    stream functions (and the single put and get) called, and can hide the
-    packed-keys or the stream ones, as a library older than them lacks
+    """Stands in for a Store's CDLL: records the batch and put stream
+    functions (and the single put and get) called, and can hide the
+    packed-keys or the put stream ones, as a library older than them lacks
     them."""
 
     def __init__(self, lib, hide_packed=False, hide_stream=False):
         self._lib, self._hide, self._hide_stream, self.called = lib, hide_packed, hide_stream, []
 
     def __getattr__(self, name):
-        streams = ("kvfabric_put_stream_", "kvfabric_get_stream_")
-        if self._hide and name.endswith("_packed") or self._hide_stream and name.startswith(streams):
+        if self._hide and name.endswith("_packed") or self._hide_stream and name.startswith("kvfabric_put_stream_"):
             raise AttributeError(name)
         fn = getattr(self._lib, name)
-        if name.startswith(("kvfabric_batch_",) + streams) or name in ("kvfabric_put", "kvfabric_get"):
+        if name.startswith(("kvfabric_batch_", "kvfabric_put_stream_")) or name in ("kvfabric_put", "kvfabric_get"):
             def rec(*args):
                 self.called.append(name)
                 return fn(*args)
