@@ -3,7 +3,7 @@ batch_get_into_multi_buffers — what vLLM's Mooncake store connector calls:
 one key per KV block, its bytes scattered over every layer's K and V cache —
 timed per call, against the time inside the library call it makes and
 against batch_put_from / batch_get_into of the same bytes in one buffer
-per key. Every round is verified byte for byte, the destination poisoned
+per key, with the Store's phase split (Store.phases) per key. Every round is verified byte for byte, the destination poisoned
 before each get.
 
 Usage, from the repository root (KVFABRIC_LIB pointing at libkvfabric.so):
@@ -185,6 +185,7 @@ if ceil:
     print(f"ceiling (pinned host memory, cudaMemcpy of {TOTAL >> 20} MiB): HBM->host {ceil[0]:.1f} GB/s, "
           f"host->HBM {ceil[1]:.1f} GB/s")
 res = {}
+phases = {}  # mode -> put/get -> the Store's phase sums over the timed rounds (Store.phases)
 modes = a.modes.split(",")
 for r in range(a.rounds + 1):  # round 0 warms up
     for mode in modes:
@@ -193,6 +194,7 @@ for r in range(a.rounds + 1):  # round 0 warms up
         keys = [f"mb-{mode}-{r}-{i:06d}" for i in range(N)]
         sync()
         native[0] = 0.0
+        ph0 = s.phases()
         t0 = time.perf_counter()
         if mode == "multi":
             got = ms.batch_put_from_multi_buffers(keys, put_multi, sizes_multi)
@@ -211,6 +213,7 @@ for r in range(a.rounds + 1):  # round 0 warms up
         sync()
         tg = time.perf_counter() - t0
         ng = native[0]
+        ph1 = s.phases()
         assert got == [per_key] * N, (mode, r, sorted(set(got))[:4])
         bad = first_diff(srcs, dsts)
         if bad is not None:
@@ -221,6 +224,10 @@ for r in range(a.rounds + 1):  # round 0 warms up
               f"get {tg * 1e6:.0f} us (library {ng * 1e6:.0f}, {gbps_g:.1f} GB/s) verified", flush=True)
         if r:
             res.setdefault(mode, []).append((tp, np_, tg, ng))
+            acc = phases.setdefault(mode, {k: {n: 0.0 for n in s._PHASES} for k in ("put", "get")})
+            for k in acc:
+                for n in s._PHASES:
+                    acc[k][n] += ph1[k][n] - ph0[k][n]
 
 if ceil:
     again = ceiling()
@@ -238,3 +245,8 @@ for mode, rows in res.items():
         print(f"{mode} {name}: {v[0]:.0f} / {statistics.median(v):.0f} / {v[-1]:.0f} us per call "
               f"(min/median/max); outside the library {min(w):.0f}-{max(w):.0f} us; "
               f"{med:.2f} GB/s at the median{ratio}")
+for mode, acc in phases.items():
+    for kind, ph in acc.items():
+        k = max(ph["keys"], 1)
+        split = " ".join(f"{n} {ph[n] / k * 1e6:.2f}" for n in s._PHASES[2:])
+        print(f"{mode} {kind} phases, us per key ({int(ph['keys'])} keys, {int(ph['calls'])} calls): {split}")
