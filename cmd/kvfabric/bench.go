@@ -27,7 +27,6 @@ type benchFlags struct {
 	bytes   string
 	iters   int
 	ceMin   string
-	shares  string // --small-ce-share: extra auto-route engines with transfer.Options.SmallCEShare
 }
 
 // storeFlags are the flags only `bench --store` reads.
@@ -146,7 +145,6 @@ engine moving only the selected bytes and the link's ceiling, on the first of
 	cmd.Flags().StringVar(&f.bytes, "bytes", "", "bytes per batch (default 256MiB on CUDA, 2MiB on the simulator); the DRAM pool is 4x")
 	cmd.Flags().IntVar(&f.iters, "iters", 0, "timed batches per measurement (default 5 on CUDA, 2 on the simulator)")
 	cmd.Flags().StringVar(&f.ceMin, "copy-engine-min", "128KiB", "auto route: blocks from this size go to the copy engine")
-	cmd.Flags().StringVar(&f.shares, "small-ce-share", "", "comma-separated shares in (0, 1]: also measure the auto route with that share of the small blocks' bytes on the copy engines beside the SM kernel (transfer.Options.SmallCEShare), as path auto+ce<share>")
 	cmd.Flags().BoolVar(&sf.on, "store", false, "measure Store-level put/get per object size and client path instead (see Long help)")
 	cmd.Flags().BoolVar(&gf.on, "gather", false, "measure sparse row gather from views instead (see Long help)")
 	cmd.Flags().IntVar(&gf.objects, "objects", 0, "--gather: objects (default 64; 8 on the simulator)")
@@ -252,16 +250,6 @@ func runBenchOn(w io.Writer, drv cuda.Driver, why string, f benchFlags) error {
 	if err != nil {
 		return fmt.Errorf("--copy-engine-min: %w", err)
 	}
-	var shares []float64
-	if f.shares != "" {
-		for _, v := range strings.Split(f.shares, ",") {
-			x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil || !(x > 0 && x <= 1) {
-				return fmt.Errorf("--small-ce-share: %q: want shares in (0, 1]", v)
-			}
-			shares = append(shares, x)
-		}
-	}
 	var sizes []uint64
 	for _, s := range strings.Split(f.sizes, ",") {
 		v, err := parseBytes(s)
@@ -296,7 +284,7 @@ func runBenchOn(w io.Writer, drv cuda.Driver, why string, f benchFlags) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rows[i], errs[i] = benchDevice(drv, dev, sizes, batchBytes, f.iters, ceMin, shares)
+			rows[i], errs[i] = benchDevice(drv, dev, sizes, batchBytes, f.iters, ceMin)
 		}()
 	}
 	wg.Wait()
@@ -338,7 +326,7 @@ func runBenchOn(w io.Writer, drv cuda.Driver, why string, f benchFlags) error {
 
 // benchDevice runs every measurement on one GPU and releases everything it
 // created, in reverse order, whatever happened.
-func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes uint64, iters int, ceMin uint64, shares []float64) (rows []benchRow, err error) {
+func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes uint64, iters int, ceMin uint64) (rows []benchRow, err error) {
 	var undo []func() error
 	defer func() {
 		for i := len(undo) - 1; i >= 0; i-- {
@@ -399,28 +387,14 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 	if drv.Capabilities().MemcpyBatchAsync {
 		routes = []transfer.Route{transfer.RouteKernel, transfer.RouteCopyBatch, transfer.RouteCopyEach, transfer.RouteAuto}
 	}
-	type path struct {
-		label string
-		eng   *transfer.Engine
-	}
-	var paths []path
+	engines := make(map[transfer.Route]*transfer.Engine)
 	for _, r := range routes {
 		eng, err := transfer.New(drv, ctx, dev, transfer.Options{Route: r, CopyEngineMinBytes: ceMin})
 		if err != nil {
 			return nil, err
 		}
-		paths = append(paths, path{r.String(), eng})
+		engines[r] = eng
 		undo = append(undo, eng.Close)
-	}
-	if drv.Capabilities().MemcpyBatchAsync {
-		for _, sh := range shares {
-			eng, err := transfer.New(drv, ctx, dev, transfer.Options{CopyEngineMinBytes: ceMin, SmallCEShare: sh})
-			if err != nil {
-				return nil, err
-			}
-			paths = append(paths, path{fmt.Sprintf("auto+ce%.2f", sh), eng})
-			undo = append(undo, eng.Close)
-		}
 	}
 
 	// timeOne returns the GPU time, in ms, of the work fn enqueues on s.
@@ -470,7 +444,7 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 	// can pass on bytes an earlier one left in the pool. Before its get,
 	// the destination is filled with poison, so no round can pass on bytes
 	// an earlier get left there. Both happen outside the timed events.
-	rounds := len(sizes) * len(paths) * (iters + 1)
+	rounds := len(sizes) * len(routes) * (iters + 1)
 	rng := rand.New(rand.NewPCG(uint64(dev), 42))
 	want := make([]byte, batchBytes+8*uint64(rounds))
 	fillRandom(rng, want)
@@ -504,8 +478,8 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 			put[i] = cuda.Copy{Dst: d, Src: hbm[0] + cuda.DevicePtr(uint64(i)*size), Len: size}
 			get[i] = cuda.Copy{Dst: hbm[1] + cuda.DevicePtr(uint64(i)*size), Src: d, Len: size}
 		}
-		for _, pa := range paths {
-			eng, r := pa.eng, pa.label
+		for _, r := range routes {
+			eng := engines[r]
 			var ms [2]float32 // put, get
 			var bad *verifyError
 			for round := 0; round <= iters; round++ { // round 0: the warm-up
@@ -539,8 +513,8 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 				}
 			}
 			rows = append(rows,
-				benchRow{dev: int(dev), size: size, batch: batch, route: r, dir: "put HBM->DRAM", gbps: rate(n, ms[0]), ceil: ceil["put"], bad: bad},
-				benchRow{dev: int(dev), size: size, batch: batch, route: r, dir: "get DRAM->HBM", gbps: rate(n, ms[1]), ceil: ceil["get"], bad: bad})
+				benchRow{dev: int(dev), size: size, batch: batch, route: r.String(), dir: "put HBM->DRAM", gbps: rate(n, ms[0]), ceil: ceil["put"], bad: bad},
+				benchRow{dev: int(dev), size: size, batch: batch, route: r.String(), dir: "get DRAM->HBM", gbps: rate(n, ms[1]), ceil: ceil["get"], bad: bad})
 		}
 	}
 	return rows, nil

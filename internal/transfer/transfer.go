@@ -131,17 +131,6 @@ type Options struct {
 	// table (16 bytes per object, plus PerObj*8 bytes of host indices) does
 	// not fit one slot is split into several launches too.
 	SlotDescs int
-	// SmallCEShare, in (0, 1], sends about that share of a batch's small
-	// blocks' bytes (below the copy-engine crossover, RouteAuto, with
-	// cuMemcpyBatchAsync) to the copy engines on the engine's side stream,
-	// concurrently with the SM kernel copying the rest on the caller's
-	// stream, and joins the side stream back into the caller's. Where
-	// neither path alone fills the link at small blocks, together they
-	// may (an H100 host: SM reads of HOST_NUMA DRAM at 0.56–0.62 of the
-	// copy-engine ceiling at every block size, the copy engines at 0.43
-	// at 16 KiB and 0.60 at 32 KiB; docs/perf/store.md, session 32). 0,
-	// the default: every small block to the kernel.
-	SmallCEShare float64
 	// TimeBatches records a timing event before every SubmitAsync batch's
 	// work as well as after it, so that Handle.GPUTime reports how long the
 	// GPU spent from reaching the batch to completing it: with batches
@@ -304,9 +293,6 @@ func New(drv cuda.Driver, ctx cuda.Context, dev cuda.Device, opts Options) (_ *E
 	}
 	if opts.SlotDescs <= 0 {
 		opts.SlotDescs = 16384
-	}
-	if !(opts.SmallCEShare >= 0 && opts.SmallCEShare <= 1) {
-		return nil, fmt.Errorf("transfer: SmallCEShare %v: want a share in [0, 1]", opts.SmallCEShare)
 	}
 	if opts.Route < RouteAuto || opts.Route > RouteCopyEach {
 		return nil, fmt.Errorf("transfer: route %d is not a Route", opts.Route)
@@ -488,7 +474,7 @@ func (e *Engine) Submit(s cuda.Stream, copies []cuda.Copy) error {
 	if e.closed {
 		return ErrClosed
 	}
-	return e.submitLocked(s, copies, 0, 0)
+	return e.submitLocked(s, copies, 0)
 }
 
 // Do submits copies on s, then waits for them (and everything before them
@@ -508,7 +494,7 @@ func (e *Engine) Do(s cuda.Stream, copies []cuda.Copy) error {
 		}
 		return err
 	}
-	if err := e.submitLocked(s, copies, 0, 0); err != nil {
+	if err := e.submitLocked(s, copies, 0); err != nil {
 		if !errors.Is(err, ErrInvalidCopy) {
 			err = drain(err)
 		}
@@ -543,9 +529,6 @@ type SubmitOptions struct {
 	// on the direction: on H200 reads into HBM gain from the copy engine at
 	// 64 KiB, writes from it only at 128 KiB (docs/perf/store.md).
 	CopyEngineMinBytes uint64
-	// SmallCEShare replaces Options.SmallCEShare for this batch when > 0;
-	// a negative value turns the split off for it.
-	SmallCEShare float64
 	// Anchor, with Options.TimeBatches, is an event from Anchor: the
 	// Handle's GPUSpan is then measured from it.
 	Anchor cuda.Event
@@ -581,7 +564,7 @@ func (e *Engine) SubmitAsyncWith(s cuda.Stream, copies []cuda.Copy, o SubmitOpti
 			return nil, err
 		}
 	}
-	err := e.submitLocked(s, copies, o.CopyEngineMinBytes, o.SmallCEShare)
+	err := e.submitLocked(s, copies, o.CopyEngineMinBytes)
 	var h *Handle
 	if err == nil {
 		h, err = e.handleLocked(s, start != 0)
@@ -771,12 +754,9 @@ func b2i(b bool) int {
 // submitLocked validates, routes (blocks of at least ceMin bytes to the
 // copy engine; 0 means Options.CopyEngineMinBytes) and enqueues; the caller
 // holds life.
-func (e *Engine) submitLocked(s cuda.Stream, copies []cuda.Copy, ceMin uint64, share float64) error {
+func (e *Engine) submitLocked(s cuda.Stream, copies []cuda.Copy, ceMin uint64) error {
 	if ceMin == 0 {
 		ceMin = e.opts.CopyEngineMinBytes
-	}
-	if share == 0 {
-		share = e.opts.SmallCEShare
 	}
 	var small, large []cuda.Copy
 	for i, c := range copies {
@@ -820,89 +800,11 @@ func (e *Engine) submitLocked(s cuda.Stream, copies []cuda.Copy, ceMin uint64, s
 			}
 		}
 	}
-	small = nonEmpty(small)
-	if k := shareOf(small, share); k > 0 && e.batch && e.opts.Route == RouteAuto {
-		// Both paths at once: the copy engines take the large blocks and
-		// the first k small ones on the side stream while the kernel
-		// copies the other small ones (SmallCEShare).
-		ce := small[:k:k]
-		if large = nonEmpty(large); len(large) > 0 {
-			ce = append(append(make([]cuda.Copy, 0, len(large)+k), large...), small[:k]...)
-		}
-		return e.beside(s, ce, small[k:])
-	}
 	// The copy engines first: they run while the kernel's descriptors upload.
 	if err := e.copyEngine(s, nonEmpty(large)); err != nil {
 		return err
 	}
-	return e.kernel(s, small)
-}
-
-// shareOf returns how many of the first copies of cs hold about share of
-// their bytes: 0 when share is not positive or cs has fewer than two
-// copies, and never all of them (the kernel keeps at least one).
-func shareOf(cs []cuda.Copy, share float64) int {
-	if share <= 0 || len(cs) < 2 {
-		return 0
-	}
-	var sum uint64
-	for _, c := range cs {
-		sum += c.Len
-	}
-	want := uint64(float64(sum) * share)
-	var at uint64
-	for k, c := range cs[:len(cs)-1] {
-		if at >= want {
-			return k
-		}
-		at += c.Len
-	}
-	return len(cs) - 1
-}
-
-// beside enqueues ce on the copy engines on the side stream, forked from s,
-// and kern through the kernel on s, then joins the side stream into s:
-// work enqueued on s after the batch runs after both. An error after the
-// fork still joins, so that draining s covers what was enqueued.
-func (e *Engine) beside(s cuda.Stream, ce, kern []cuda.Copy) (err error) {
-	e.side.Lock()
-	defer e.side.Unlock()
-	if e.side.s == 0 {
-		side, err := e.drv.StreamCreate(e.ctx, cuda.StreamNonBlocking)
-		if err != nil {
-			return fmt.Errorf("create side stream: %w", err)
-		}
-		e.side.s = side
-	}
-	fork, err := e.getEvent(false)
-	if err != nil {
-		return err
-	}
-	defer e.putEvent(fork, false)
-	join, err := e.getEvent(false)
-	if err != nil {
-		return err
-	}
-	defer e.putEvent(join, false)
-	if err := e.drv.EventRecord(e.ctx, fork, s); err != nil {
-		return fmt.Errorf("fork to the side stream: %w", err)
-	}
-	if err := e.drv.StreamWaitEvent(e.ctx, e.side.s, fork); err != nil {
-		return fmt.Errorf("fork to the side stream: %w", err)
-	}
-	if err := e.drv.MemcpyBatchAsync(e.ctx, ce, e.side.s); err != nil {
-		return fmt.Errorf("transfer: batch copy of %d blocks beside the kernel: %w", len(ce), err)
-	}
-	e.stats.batchCalls.Add(1)
-	e.stats.batchBlocks.Add(uint64(len(ce)))
-	if err := e.drv.EventRecord(e.ctx, join, e.side.s); err != nil {
-		return fmt.Errorf("join from the side stream: %w (copies are enqueued on the side stream)", err)
-	}
-	kerr := e.kernel(s, kern)
-	if err := e.drv.StreamWaitEvent(e.ctx, s, join); err != nil {
-		return errors.Join(kerr, fmt.Errorf("join from the side stream: %w (copies are enqueued on the side stream)", err))
-	}
-	return kerr
+	return e.kernel(s, nonEmpty(small))
 }
 
 // nonEmpty drops zero-length copies (rarely present; no allocation otherwise).
