@@ -552,105 +552,6 @@ type aheadSource struct {
 	idx   []int
 	done  bool
 	ready bool // c, idx and done are the next chunk's
-	// bg, once set (background), builds the chunks on a goroutine of its
-	// own, which then owns every field above until it has stopped.
-	bg *preparer
-}
-
-// preparer is an aheadSource's goroutine (aheadSource.background): it
-// builds the chunks — checking their buffers and preparing their
-// PutStarts — up to prepDepth ahead of the pipeline, which takes them
-// from out in order.
-type preparer struct {
-	out  chan builtChunk
-	stop chan struct{} // closed to stop it (aheadSource.rest, finish)
-	done chan struct{} // closed when it has returned
-	// unsent is the chunk it built but could not send, once stopped.
-	unsent *builtChunk
-	// ended: the pipeline took the last chunk (done).
-	ended   bool
-	stopped bool // stop is closed
-}
-
-type builtChunk struct {
-	c    putReqs
-	idx  []int
-	done bool
-}
-
-// prepDepth is how many built chunks a preparer keeps ready.
-const prepDepth = 2
-
-// background hands the building of the chunks to a preparer goroutine (a
-// chunk built ahead already comes first). From then on only the preparer
-// touches src, the chunker and the built chunk; the pipeline takes chunks
-// with next, and rest or finish stops the preparer and waits for it.
-func (a *aheadSource) background() {
-	p := &preparer{out: make(chan builtChunk, prepDepth), stop: make(chan struct{}), done: make(chan struct{})}
-	a.bg = p
-	go func() {
-		defer close(p.done)
-		for {
-			a.fill()
-			b := builtChunk{c: a.c, idx: a.idx, done: a.done}
-			a.ready = false
-			select {
-			case p.out <- b:
-			case <-p.stop:
-				p.unsent = &b
-				return
-			}
-			if b.done {
-				return
-			}
-		}
-	}()
-}
-
-// halt stops a's preparer and waits for it; every field of a is the
-// caller's again after it. It returns the chunks built and not taken.
-func (a *aheadSource) halt() []builtChunk {
-	p := a.bg
-	if !p.stopped {
-		p.stopped = true
-		close(p.stop)
-	}
-	<-p.done
-	var left []builtChunk
-	for {
-		select {
-		case b := <-p.out:
-			left = append(left, b)
-			continue
-		default:
-		}
-		break
-	}
-	if p.unsent != nil {
-		left = append(left, *p.unsent)
-		p.unsent = nil
-	}
-	return left
-}
-
-// finish stops a's preparer, if it has one and the pipeline did not take
-// every chunk (it stopped early: its error paths fail the rest with rest
-// first), failing with err the keys of chunks built and not taken, so
-// that no key is left without a result.
-func (a *aheadSource) finish(errs []error, err error) {
-	if a.bg == nil {
-		return
-	}
-	for _, b := range a.halt() {
-		for _, i := range b.idx {
-			if errs[i] == nil {
-				errs[i] = err
-			}
-		}
-	}
-	if !a.bg.ended {
-		a.src.rest(errs, err)
-	}
 }
 
 // fill builds the next chunk, if it is not built yet.
@@ -693,14 +594,6 @@ func (a *aheadSource) fill() {
 // next yields the next chunk (putSource.next) and its prepared PutStart,
 // or nil.
 func (a *aheadSource) next() (putReqs, []int, bool) {
-	if p := a.bg; p != nil {
-		if p.ended {
-			return putReqs{}, nil, true
-		}
-		b := <-p.out // the preparer sends until done, or until stopped by this goroutine
-		p.ended = b.done
-		return b.c, b.idx, b.done
-	}
 	a.fill()
 	a.ready = false
 	return a.c, a.idx, a.done
@@ -736,21 +629,11 @@ func (r *putReqs) key(j int) string {
 }
 
 // more reports whether a chunk is built ahead or the source has more keys.
-func (a *aheadSource) more() bool {
-	if a.bg != nil {
-		return !a.bg.ended
-	}
-	return a.ready && !a.done || a.src.more()
-}
+func (a *aheadSource) more() bool { return a.ready && !a.done || a.src.more() }
 
 // rest fails with err every key not yielded by next, those of a chunk
 // built ahead included (putSource.rest).
 func (a *aheadSource) rest(errs []error, err error) {
-	if a.bg != nil {
-		a.finish(errs, err)
-		a.bg.ended = true
-		return
-	}
 	if a.ready {
 		for _, i := range a.idx {
 			if errs[i] == nil {
@@ -930,14 +813,6 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 		if s.embedded {
 			p.w = w
 		}
-		if ahead.prep != nil && feed == nil {
-			// An embedded master's batch of three chunks or more: the
-			// chunks are built on a preparer goroutine, so that this
-			// one only resolves and submits while the worker calls
-			// the master.
-			ahead.background()
-			defer ahead.finish(errs, errors.New("client: put pipeline stopped before this key's chunk was started"))
-		}
 	}
 	m := s.putStart(ctx, reqs)
 	later := false // nreqs' call is to be made here (inline)
@@ -945,10 +820,8 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 		if next != nil {
 			// The chunk after next is built while the master answers
 			// next, so that its PutStart goes out the moment the answer
-			// is in (or by the preparer, meanwhile).
-			if ahead.bg == nil {
-				ahead.fill()
-			}
+			// is in.
+			ahead.fill()
 			ph.lap(&s.phases.put.check)
 			m = awaitMeta(&s.spin, w, next)
 			next = nil

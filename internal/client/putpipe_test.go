@@ -527,7 +527,6 @@ type prepSpy struct {
 	prepared                []uint64 // goroutine of each preparation
 	uniform                 int      // of them, PrepareUniformPutStart's
 	viaPrepared, unprepared int
-	started                 map[uint64]bool // goroutines that called PutStartPrepared
 }
 
 func (m *prepSpy) PreparePutStart(reqs []master.PutStartReq) (*master.PreparedPuts, error) {
@@ -547,10 +546,6 @@ func (m *prepSpy) PrepareUniformPutStart(u master.UniformPuts) (*master.Prepared
 
 func (m *prepSpy) PutStartPrepared(ctx context.Context, p *master.PreparedPuts) ([]master.PutStartResult, error) {
 	m.mu.Lock()
-	if m.started == nil {
-		m.started = map[uint64]bool{}
-	}
-	m.started[goroutineID()] = true
 	m.viaPrepared++
 	m.mu.Unlock()
 	return m.p.PutStartPrepared(ctx, p)
@@ -566,15 +561,12 @@ func (m *prepSpy) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]ma
 func (m *prepSpy) Close() error { return nil } // the env closes the master client
 
 // TestPutChunksPrepared: with a master that prepares PutStart batches
-// apart (an embedded one), a batch of many chunks prepares every chunk as
-// it builds it, from its keys and sizes (master.UniformPuts: no request
-// built per key): the first on the pipeline's goroutine (the caller's),
-// which starts it, and every later one on the pipeline's preparer — one
-// goroutine, neither the caller's nor one that starts chunks (the
-// worker, the master's serial path). Fails if any chunk's PutStart goes
-// out unprepared, is prepared from requests, is prepared by a goroutine
-// that starts chunks (but the first), or the later chunks are prepared on
-// the caller's goroutine (no preparer).
+// apart (an embedded one), a batch of many chunks prepares every chunk on
+// the pipeline's goroutine as it builds it, from its keys and sizes
+// (master.UniformPuts: no request built per key), and the worker only
+// starts them: fails if any chunk's PutStart goes out unprepared, is
+// prepared from requests, or is prepared on the worker (the master's
+// serial path).
 func TestPutChunksPrepared(t *testing.T) {
 	e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
 	ctx := context.Background()
@@ -600,11 +592,9 @@ func TestPutChunksPrepared(t *testing.T) {
 		t.Fatalf("%d chunks prepared (%d uniform), %d started prepared, %d unprepared: want several, all uniform and started prepared",
 			len(m.prepared), m.uniform, m.viaPrepared, m.unprepared)
 	}
-	prep := m.prepared[1]
-	for j, id := range m.prepared {
-		if want := map[bool]uint64{true: me, false: prep}[j == 0]; id != want || j > 0 && (id == me || m.started[id]) {
-			t.Fatalf("chunks prepared on goroutines %v (the caller is %d; PutStartPrepared called on %v); want the first on the caller's, the rest on one preparer that starts none",
-				m.prepared, me, m.started)
+	for _, id := range m.prepared {
+		if id != me {
+			t.Fatalf("chunks prepared on goroutines %v; want all on the pipeline's (the caller's, %d)", m.prepared, me)
 		}
 	}
 	_, gerrs := st.BatchGet(ctx, keys, dsts, 0)
@@ -692,70 +682,4 @@ func TestTwoChunkBatches(t *testing.T) {
 		}
 	}
 	e.close()
-}
-
-// failPrepared is prepSpy's master failing its nth PutStartPrepared.
-type failPrepared struct {
-	*prepSpy
-	n, calls int
-}
-
-func (m *failPrepared) PutStartPrepared(ctx context.Context, p *master.PreparedPuts) ([]master.PutStartResult, error) {
-	if m.calls++; m.calls == m.n { // one pipeline: its calls come one at a time
-		return nil, errors.New("injected PutStart failure")
-	}
-	return m.prepSpy.PutStartPrepared(ctx, p)
-}
-
-// TestPreparerStopsWithThePipeline: when a chunk's PutStart fails while
-// the pipeline's preparer has built chunks ahead of it (an embedded
-// master, many chunks), every key still gets its result: the keys of the
-// chunks started before are stored with their bytes, every later key —
-// those of chunks the preparer built and the pipeline never took
-// included — fails, no put is left in progress, and a batch after it on
-// the same Store puts everything. Fails when the keys of built chunks not
-// taken are left without an error.
-func TestPreparerStopsWithThePipeline(t *testing.T) {
-	for _, at := range []int{2, 3, 5} {
-		t.Run(fmt.Sprintf("fail=%d", at), func(t *testing.T) {
-			e := newEnv(t, sim.Config{}, egmProvider("16MiB"), master.Config{})
-			ctx := context.Background()
-			const n, size = 64, 4096
-			src, dst := devBuf(t, e, n*size), devBuf(t, e, n*size)
-			want := fillRandom(t, e, src, n*size, rand.New(rand.NewPCG(uint64(at), 11)))
-			keys, srcs, dsts := slabs(fmt.Sprintf("prep-stop-%d", at), src, dst, n, size)
-			p, _ := e.mc.(master.Preparer)
-			m := &failPrepared{prepSpy: &prepSpy{Client: e.mc, p: p}, n: at}
-			st := openThrough(t, e, m, "prep-stop")
-			client.ForceEmbedded(st)
-			errs := st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{})
-			stored := 0
-			for stored < n && errs[stored] == nil {
-				stored++
-			}
-			for i := stored; i < n; i++ {
-				if errs[i] == nil {
-					t.Fatalf("put %s, after the failed chunk (keys from %d failed), succeeded or was left without a result", keys[i], stored)
-				}
-			}
-			if stored == 0 || stored == n {
-				t.Fatalf("%d of %d keys stored; want the chunks before call %d stored and the rest failed", stored, n, at)
-			}
-			wantNoPending(t, e)
-			_, gerrs := st.BatchGet(ctx, keys[:stored], dsts[:stored], 0)
-			back := readBack(t, e, dst, uint64(stored*size))
-			for i, err := range gerrs {
-				if lo := i * size; err != nil || string(back[lo:lo+size]) != string(want[lo:lo+size]) {
-					t.Fatalf("get %s: %v or not its bytes", keys[i], err)
-				}
-			}
-			for i, err := range st.BatchPut(ctx, keys[stored:], srcs[stored:], 0, client.PutOptions{}) {
-				if err != nil {
-					t.Fatalf("put %s again: %v", keys[stored+i], err)
-				}
-			}
-			t.Logf("call %d failed: %d keys stored first", at, stored)
-			closeThrough(t, e, st)
-		})
-	}
 }
