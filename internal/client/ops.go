@@ -1354,10 +1354,15 @@ func (s *Store) pickReplica(reps []master.Replica) master.Replica {
 func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, stream cuda.Stream) ([]uint64, []error) {
 	sizes := make([]uint64, len(keys))
 	errs := s.batchGet(ctx, keys, dsts, stream, sizes, func(i int, size uint64, base cuda.DevicePtr, copies []cuda.Copy) ([]cuda.Copy, error) {
-		if have := total(dsts[i]); have < size {
+		have := total(dsts[i])
+		if have < size {
 			return copies, fmt.Errorf("%w: get %q: object is %d bytes, buffer %d", ErrBufferTooSmall, keys[i], size, have)
 		}
-		return appendCopies(copies, clip(dsts[i], size), base, false), nil
+		rs := dsts[i]
+		if have > size { // the object fills only the first of the regions
+			rs = clip(rs, size)
+		}
+		return appendCopies(copies, rs, base, false), nil
 	})
 	return sizes, errs
 }
@@ -1759,7 +1764,9 @@ func (g *getPipe) failFrom(idx []int, err error) {
 	}
 }
 
-// clip limits regions to n bytes in total.
+// clip limits regions to n bytes in total, in a new slice: BatchGet calls
+// it only for buffers larger than the object, not for the usual exact fit
+// (an allocation per key of every batch get before).
 func clip(rs []Region, n uint64) []Region {
 	out := make([]Region, 0, len(rs))
 	for _, r := range rs {
