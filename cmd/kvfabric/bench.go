@@ -27,6 +27,7 @@ type benchFlags struct {
 	bytes   string
 	iters   int
 	ceMin   string
+	objects int // --object-blocks: blocks grouped into objects (see the flag)
 }
 
 // storeFlags are the flags only `bench --store` reads.
@@ -145,6 +146,7 @@ engine moving only the selected bytes and the link's ceiling, on the first of
 	cmd.Flags().StringVar(&f.bytes, "bytes", "", "bytes per batch (default 256MiB on CUDA, 2MiB on the simulator); the DRAM pool is 4x")
 	cmd.Flags().IntVar(&f.iters, "iters", 0, "timed batches per measurement (default 5 on CUDA, 2 on the simulator)")
 	cmd.Flags().StringVar(&f.ceMin, "copy-engine-min", "128KiB", "auto route: blocks from this size go to the copy engine")
+	cmd.Flags().IntVar(&f.objects, "object-blocks", 0, "group the blocks into objects of this many blocks, each contiguous in the pool and scattered in HBM (block j of object o in 'tensor' j, as vLLM's layers), and also measure the staged path: whole objects by the copy engines through an HBM staging buffer, the SM kernel scattering or gathering in HBM")
 	cmd.Flags().BoolVar(&sf.on, "store", false, "measure Store-level put/get per object size and client path instead (see Long help)")
 	cmd.Flags().BoolVar(&gf.on, "gather", false, "measure sparse row gather from views instead (see Long help)")
 	cmd.Flags().IntVar(&gf.objects, "objects", 0, "--gather: objects (default 64; 8 on the simulator)")
@@ -284,7 +286,7 @@ func runBenchOn(w io.Writer, drv cuda.Driver, why string, f benchFlags) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rows[i], errs[i] = benchDevice(drv, dev, sizes, batchBytes, f.iters, ceMin)
+			rows[i], errs[i] = benchDevice(drv, dev, sizes, batchBytes, f.iters, ceMin, f.objects)
 		}()
 	}
 	wg.Wait()
@@ -326,7 +328,7 @@ func runBenchOn(w io.Writer, drv cuda.Driver, why string, f benchFlags) error {
 
 // benchDevice runs every measurement on one GPU and releases everything it
 // created, in reverse order, whatever happened.
-func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes uint64, iters int, ceMin uint64) (rows []benchRow, err error) {
+func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes uint64, iters int, ceMin uint64, objBlocks int) (rows []benchRow, err error) {
 	var undo []func() error
 	defer func() {
 		for i := len(undo) - 1; i >= 0; i-- {
@@ -444,7 +446,7 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 	// can pass on bytes an earlier one left in the pool. Before its get,
 	// the destination is filled with poison, so no round can pass on bytes
 	// an earlier get left there. Both happen outside the timed events.
-	rounds := len(sizes) * len(routes) * (iters + 1)
+	rounds := len(sizes) * (len(routes) + 1) * (iters + 1) // + the staged path (--object-blocks)
 	rng := rand.New(rand.NewPCG(uint64(dev), 42))
 	want := make([]byte, batchBytes+8*uint64(rounds))
 	fillRandom(rng, want)
@@ -466,20 +468,77 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 	}
 
 	got := make([]byte, batchBytes)
-	g := 0 // rounds run on this device
+	g := 0                     // rounds run on this device
+	var staging cuda.DevicePtr // the staged path's HBM buffer (--object-blocks)
+	if objBlocks > 0 {
+		if staging, err = drv.MemAlloc(ctx, batchBytes); err != nil {
+			return nil, err
+		}
+		undo = append(undo, func() error { return drv.MemFree(ctx, staging) })
+	}
 	for _, size := range sizes {
 		batch := int(batchBytes / size)
-		n := uint64(batch) * size // bytes each batch moves
-		slots := rng.Perm(int(poolSize / size))[:batch]
-		put := make([]cuda.Copy, batch)
-		get := make([]cuda.Copy, batch)
-		for i, sl := range slots {
-			d := pool + cuda.DevicePtr(uint64(sl)*size)
-			put[i] = cuda.Copy{Dst: d, Src: hbm[0] + cuda.DevicePtr(uint64(i)*size), Len: size}
-			get[i] = cuda.Copy{Dst: hbm[1] + cuda.DevicePtr(uint64(i)*size), Src: d, Len: size}
+		var put, get, sPut, sPutObj, sGetObj, sGet []cuda.Copy
+		if objBlocks > 0 {
+			// Objects of objBlocks blocks: object o at a random object
+			// slot of the pool, its block j at HBM block j*nObj+o.
+			nObj := batch / objBlocks
+			batch = nObj * objBlocks
+			obj := uint64(objBlocks) * size
+			oslots := rng.Perm(int(poolSize / obj))[:nObj]
+			for o, sl := range oslots {
+				for j := range objBlocks {
+					d := pool + cuda.DevicePtr(uint64(sl)*obj+uint64(j)*size)
+					h := cuda.DevicePtr(uint64(j*nObj+o) * size)
+					st := staging + cuda.DevicePtr(uint64(o)*obj+uint64(j)*size)
+					put = append(put, cuda.Copy{Dst: d, Src: hbm[0] + h, Len: size})
+					get = append(get, cuda.Copy{Dst: hbm[1] + h, Src: d, Len: size})
+					sPut = append(sPut, cuda.Copy{Dst: st, Src: hbm[0] + h, Len: size})
+					sGet = append(sGet, cuda.Copy{Dst: hbm[1] + h, Src: st, Len: size})
+				}
+				d := pool + cuda.DevicePtr(uint64(sl)*obj)
+				st := staging + cuda.DevicePtr(uint64(o)*obj)
+				sPutObj = append(sPutObj, cuda.Copy{Dst: d, Src: st, Len: obj})
+				sGetObj = append(sGetObj, cuda.Copy{Dst: st, Src: d, Len: obj})
+			}
+		} else {
+			slots := rng.Perm(int(poolSize / size))[:batch]
+			put = make([]cuda.Copy, batch)
+			get = make([]cuda.Copy, batch)
+			for i, sl := range slots {
+				d := pool + cuda.DevicePtr(uint64(sl)*size)
+				put[i] = cuda.Copy{Dst: d, Src: hbm[0] + cuda.DevicePtr(uint64(i)*size), Len: size}
+				get[i] = cuda.Copy{Dst: hbm[1] + cuda.DevicePtr(uint64(i)*size), Src: d, Len: size}
+			}
 		}
+		n := uint64(batch) * size // bytes each batch moves
+		type path struct {
+			label    string
+			put, get func() error
+		}
+		var paths []path
 		for _, r := range routes {
 			eng := engines[r]
+			paths = append(paths, path{r.String(), func() error { return eng.Submit(s, put) }, func() error { return eng.Submit(s, get) }})
+		}
+		if objBlocks > 0 && engines[transfer.RouteCopyBatch] != nil {
+			k, ce := engines[transfer.RouteKernel], engines[transfer.RouteCopyBatch]
+			paths = append(paths, path{"staged",
+				func() error {
+					if err := k.Submit(s, sPut); err != nil {
+						return err
+					}
+					return ce.Submit(s, sPutObj)
+				},
+				func() error {
+					if err := ce.Submit(s, sGetObj); err != nil {
+						return err
+					}
+					return k.Submit(s, sGet)
+				}})
+		}
+		for _, pa := range paths {
+			r := pa.label
 			var ms [2]float32 // put, get
 			var bad *verifyError
 			for round := 0; round <= iters; round++ { // round 0: the warm-up
@@ -495,8 +554,8 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 				if err := drv.StreamSynchronize(ctx, s); err != nil {
 					return rows, fmt.Errorf("%s %s round %d: set up: %w", sizeLabel(size), r, round+1, err)
 				}
-				for i, cs := range [][]cuda.Copy{put, get} {
-					t, err := timeOne(func() error { return eng.Submit(s, cs) })
+				for i, fn := range []func() error{pa.put, pa.get} {
+					t, err := timeOne(fn)
 					if err != nil {
 						return rows, fmt.Errorf("%s %s round %d: %w", sizeLabel(size), r, round+1, err)
 					}
@@ -513,8 +572,8 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 				}
 			}
 			rows = append(rows,
-				benchRow{dev: int(dev), size: size, batch: batch, route: r.String(), dir: "put HBM->DRAM", gbps: rate(n, ms[0]), ceil: ceil["put"], bad: bad},
-				benchRow{dev: int(dev), size: size, batch: batch, route: r.String(), dir: "get DRAM->HBM", gbps: rate(n, ms[1]), ceil: ceil["get"], bad: bad})
+				benchRow{dev: int(dev), size: size, batch: batch, route: r, dir: "put HBM->DRAM", gbps: rate(n, ms[0]), ceil: ceil["put"], bad: bad},
+				benchRow{dev: int(dev), size: size, batch: batch, route: r, dir: "get DRAM->HBM", gbps: rate(n, ms[1]), ceil: ceil["get"], bad: bad})
 		}
 	}
 	return rows, nil
