@@ -3,7 +3,7 @@
 
 Started by the kvfabric binary, one process per GPU, with one argument: a
 JSON object (device, driver, mode, sizes, round_bytes, iters, max_keys,
-capacity, max_mr, socket_dir, lockstep). It opens kvfabric.compat.mooncake's
+capacity, max_mr, socket_dir, lockstep, tensors). It opens kvfabric.compat.mooncake's
 MooncakeDistributedStore with an embedded master and an EGM pool of
 `capacity` bytes, registers a source and a destination buffer of
 `round_bytes` (torch CUDA tensors with driver "cuda"; numpy host arrays on
@@ -12,6 +12,15 @@ timed rounds: fresh random source bytes, batch_put_from of
 round_bytes/size keys in batches of at most max_keys, the destination
 poisoned with the round's byte, batch_get_into, a byte-for-byte comparison,
 remove_all.
+
+With tensors > 0 (the python-multi path) every object is scattered as
+vLLM's Mooncake connector scatters a KV block: the round's buffer is cut
+into T "layer tensors" (T = min(tensors, size / 4 KiB), a power of two
+for the usual sizes), key i's buffers are block i of every tensor (size/T
+bytes each), and the calls are batch_put_from_multi_buffers /
+batch_get_into_multi_buffers. The tensors are slices of the one
+registered source and destination buffer (vLLM registers each tensor on
+its own).
 
 Protocol (stdout lines starting with "KVFBENCH ", then JSON):
   {"t":"ready"}   with lockstep (more than one process), before each timed
@@ -168,6 +177,17 @@ def main():
         return [b[kind][n] - a[kind][n] for n in native._PHASES]
 
     mk = cfg["max_keys"]
+    want_tensors = cfg.get("tensors", 0)
+
+    def tensors_for(size):
+        """The number of buffers an object of size bytes is scattered over
+        (python-multi), 0 for one buffer per key."""
+        if not want_tensors:
+            return 0
+        t = max(1, min(want_tensors, size // 4096))
+        while size % t:
+            t -= 1
+        return t
     # Test hook: damage the gotten bytes of this round (0-based, counted
     # over all sizes), so that a test sees a failed verification reported.
     corrupt = int(os.environ.get("KVFABRIC_BENCH_STORE_CORRUPT", "-1"))
@@ -184,18 +204,27 @@ def main():
             # Argument lists are built before the timing, as an engine's
             # would be (its page tables already hold the addresses).
             plan = []
+            T = tensors_for(size)
             for b in range(0, nkeys, mk):
                 ks = keys[b:b + mk]
-                plan.append((ks, [src + (b + i) * size for i in range(len(ks))],
-                             [dst + (b + i) * size for i in range(len(ks))], [size] * len(ks)))
+                if T:  # key i: block i of each of T tensors of nkeys blocks of size/T bytes
+                    R = size // T
+                    plan.append((ks, [[src + t * nkeys * R + (b + i) * R for t in range(T)] for i in range(len(ks))],
+                                 [[dst + t * nkeys * R + (b + i) * R for t in range(T)] for i in range(len(ks))],
+                                 [[R] * T for _ in ks]))
+                else:
+                    plan.append((ks, [src + (b + i) * size for i in range(len(ks))],
+                                 [dst + (b + i) * size for i in range(len(ks))], [size] * len(ks)))
+            put = ms.batch_put_from_multi_buffers if T else ms.batch_put_from
+            get = ms.batch_get_into_multi_buffers if T else ms.batch_get_into
             wait_go()
             ph0 = phases()
             t0 = time.perf_counter()
             for ks, sp, _, sz in plan:
-                codes = ms.batch_put_from(ks, sp, sz)
+                codes = put(ks, sp, sz)
                 if any(codes):  # one C-level pass; the failing keys only when there are some
                     bad = [(k, c) for k, c in zip(ks, codes) if c != 0]
-                    send(t="error", error=f"size {size} round {rnd + 1}: batch_put_from: {bad[0][0]} -> {bad[0][1]} ({len(bad)} keys failed)")
+                    send(t="error", error=f"size {size} round {rnd + 1}: {put.__name__}: {bad[0][0]} -> {bad[0][1]} ({len(bad)} keys failed)")
                     return 1
             put_s = time.perf_counter() - t0
             ph1 = phases()
@@ -203,10 +232,10 @@ def main():
             ph2 = phases()
             t0 = time.perf_counter()
             for ks, _, dp, sz in plan:
-                got = ms.batch_get_into(ks, dp, sz)
+                got = get(ks, dp, sz)
                 if got.count(size) != len(ks):
                     bad = [(k, c) for k, c in zip(ks, got) if c != size]
-                    send(t="error", error=f"size {size} round {rnd + 1}: batch_get_into: {bad[0][0]} -> {bad[0][1]} ({len(bad)} keys failed)")
+                    send(t="error", error=f"size {size} round {rnd + 1}: {get.__name__}: {bad[0][0]} -> {bad[0][1]} ({len(bad)} keys failed)")
                     return 1
             get_s = time.perf_counter() - t0
             ph3 = phases()
@@ -221,7 +250,7 @@ def main():
                 if got_b == pb:
                     err += " (the poison the destination held before the get: was the block copied at all?)"
             ms.remove_all(True)
-            send(t="round", size=size, round=rnd, timed=rnd > 0, keys=nkeys, batches=batches,
+            send(t="round", size=size, round=rnd, timed=rnd > 0, keys=nkeys, batches=batches, tensors=T,
                  put_s=put_s, get_s=get_s, put_ph=delta(ph0, ph1, "put"), get_ph=delta(ph2, ph3, "get"),
                  ok=diff is None, error=err)
     send(t="done")

@@ -83,7 +83,10 @@ of objects of each --sizes (default 4KiB..16MiB) in batches of up to
 each of --paths: the Go Store API with an embedded master (go-embedded), with
 a ` + "`kvfabric master`" + ` in another process (go-remote), and the Mooncake facade
 in python3 (python: batch_put_from/batch_get_into on registered torch CUDA
-tensors; skipped, saying why, without python3, torch or libkvfabric.so). It
+tensors; skipped, saying why, without python3, torch or libkvfabric.so) and,
+when named, python-multi (the same with every object scattered over
+min(64, size/4KiB) buffers, as vLLM's connector scatters a KV block over its
+layers: batch_put_from_multi_buffers/batch_get_into_multi_buffers). It
 runs on the first of --devices (default: every GPU) alone, then on all of them
 at once (one Store per GPU), reports each result per GPU and aggregated, as a
 ratio to the copy-engine ceiling measured on each store's own pool segment
@@ -153,7 +156,7 @@ engine moving only the selected bytes and the link's ceiling, on the first of
 	cmd.Flags().IntVar(&gf.rows, "rows", 0, "--gather: rows per object (default 65536; 512 on the simulator)")
 	cmd.Flags().Uint64Var(&gf.rowBytes, "row-bytes", 1152, "--gather: bytes per row (one MLA token-layer: 1152)")
 	cmd.Flags().IntVar(&gf.sel, "select", 0, "--gather: rows selected in all (default 2048; 128 on the simulator)")
-	cmd.Flags().StringVar(&sf.paths, "paths", strings.Join(storePaths, ","), "--store: client paths to measure")
+	cmd.Flags().StringVar(&sf.paths, "paths", strings.Join(storePaths, ","), "--store: client paths to measure (also: python-multi)")
 	cmd.Flags().IntVar(&sf.maxKeys, "max-keys", 4096, "--store: keys per BatchPut/BatchGet at most")
 	cmd.Flags().IntVar(&sf.chunk, "pipeline-chunk", 0, "--store: the Go paths' client.Options.PipelineChunk (keys per master call and copy submission; default client.DefaultPipelineChunk)")
 	cmd.Flags().IntVar(&sf.parts, "batch-parts", 0, "--store: the Go paths' client.Options.BatchParts (parts a large batch put or get is split into, each on its own goroutine; default client.DefaultBatchParts, 1: no split)")

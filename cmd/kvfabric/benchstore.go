@@ -38,9 +38,25 @@ const (
 	pathEmbedded = "go-embedded" // Go Store API, master in this process
 	pathRemote   = "go-remote"   // Go Store API, `kvfabric master` in another process
 	pathPython   = "python"      // kvfabric.compat.mooncake batch_put_from/batch_get_into in python3
+	// pathPythonMulti is the python path with every object scattered over
+	// multiBuffers buffers, as vLLM's Mooncake connector scatters a KV block
+	// over its layers (batch_put_from_multi_buffers /
+	// batch_get_into_multi_buffers); not among the default paths.
+	pathPythonMulti = "python-multi"
 )
 
 var storePaths = []string{pathEmbedded, pathRemote, pathPython}
+
+// allStorePaths are the paths --paths accepts.
+var allStorePaths = append(slices.Clip(storePaths), pathPythonMulti)
+
+// multiBuffers is how many buffers the python-multi path scatters an
+// object over at most (a block of 32 layers' K and V caches), each at
+// least 4 KiB: min(multiBuffers, size / 4 KiB).
+const multiBuffers = 64
+
+// isPython reports the paths run by scripts/bench-store.py.
+func isPython(path string) bool { return path == pathPython || path == pathPythonMulti }
 
 // defaultStoreSizes are the object sizes of `bench --store`.
 const defaultStoreSizes = "4KiB,16KiB,64KiB,256KiB,1MiB,4MiB,16MiB"
@@ -122,6 +138,7 @@ type storeSize struct {
 	batches int // per direction per round
 	rounds  []storeRound
 	bad     error // the first round whose bytes differ (a *verifyError from Go)
+	buffers int   // buffers per key (python-multi), 0: one
 	// timeline is the last put pipeline of the last round (--gpu-times;
 	// Go paths).
 	timeline []client.ChunkTime
@@ -224,6 +241,9 @@ type storeResult struct {
 	// key's on both sides; client.Store.MergedCopies); Go paths' per-GPU
 	// rows.
 	MergedPerKey *float64 `json:"merged_copies_per_key,omitempty"`
+	// BuffersPerKey is how many buffers each object was scattered over
+	// (python-multi; absent: one).
+	BuffersPerKey int `json:"buffers_per_key,omitempty"`
 	// PutTimeline is, with --gpu-times, the chunks of the last round's
 	// last put pipeline (client.ChunkTime, µs from its start; Go paths'
 	// per-GPU put rows): where the GPU waited.
@@ -352,8 +372,8 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 		paths = nil
 		for _, s := range strings.Split(f.paths, ",") {
 			s = strings.TrimSpace(s)
-			if !slices.Contains(storePaths, s) {
-				return fmt.Errorf("--paths: %q: want some of %s", s, strings.Join(storePaths, ","))
+			if !slices.Contains(allStorePaths, s) {
+				return fmt.Errorf("--paths: %q: want some of %s", s, strings.Join(allStorePaths, ","))
 			}
 			paths = append(paths, s)
 		}
@@ -439,7 +459,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 				if path == pathEmbedded || ceil == nil {
 					ceil = gpus
 				}
-			case pathPython:
+			case pathPython, pathPythonMulti:
 				if p.prefill || p.scatter || p.separate {
 					skip = "--prefill, --scatter and --separate-copies cover the Go paths only"
 					break
@@ -452,7 +472,11 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 						break
 					}
 				}
-				gpus, skip, perr = runStorePython(ctx, drv, m, p, f, ceil)
+				tensors := 0
+				if path == pathPythonMulti {
+					tensors = multiBuffers
+				}
+				gpus, skip, perr = runStorePython(ctx, drv, m, p, f, ceil, tensors)
 			}
 			if skip != "" {
 				fmt.Fprintf(w, "%s %s: skipped: %s\n", m.name, path, skip)
@@ -565,7 +589,7 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 				}
 				bytes := float64(uint64(s.keys)*size) * float64(len(s.rounds))
 				row := storeResult{Mode: m.name, Path: path, Dir: dir, Size: size, GPU: g.dev, Keys: s.keys, Batches: s.batches,
-					BytesPerRound: uint64(s.keys) * size, Rounds: len(s.rounds), Seconds: sec, CeilingGBps: ceil, Verified: s.bad == nil,
+					BytesPerRound: uint64(s.keys) * size, Rounds: len(s.rounds), Seconds: sec, CeilingGBps: ceil, Verified: s.bad == nil, BuffersPerKey: s.buffers,
 					PhaseUs: phasesPerKey(ph)}
 				if dir == "put" {
 					row.PutTimeline = chunkTimesUs(s.timeline)
@@ -576,11 +600,11 @@ func storeRows(m storeMode, path string, gpus []storeGPU, p storeParams) ([]stor
 				if ceil > 0 {
 					row.Ratio = row.GBps / ceil
 				}
-				if path != pathPython && len(s.rounds) > 0 {
+				if !isPython(path) && len(s.rounds) > 0 {
 					mk := float64(merged) / float64(s.keys*len(s.rounds))
 					row.MergedPerKey = &mk
 				}
-				if p.prefill && dir == "put" && path != pathPython && len(s.rounds) > 0 {
+				if p.prefill && dir == "put" && !isPython(path) && len(s.rounds) > 0 {
 					e := float64(evicted) / float64(s.keys*len(s.rounds))
 					row.EvictionsPerKey = &e
 				}

@@ -48,6 +48,7 @@ type pyMsg struct {
 	Timed   bool    `json:"timed"`
 	Keys    int     `json:"keys"`
 	Batches int     `json:"batches"`
+	Tensors int     `json:"tensors"` // buffers per key (python-multi), 0: one
 	PutS    float64 `json:"put_s"`
 	GetS    float64 `json:"get_s"`
 	// PutPh and GetPh are the Store's phase split of the round's puts and
@@ -84,6 +85,9 @@ type pyConfig struct {
 	// Lockstep: announce each timed phase and wait for "go" (more than
 	// one process).
 	Lockstep bool `json:"lockstep"`
+	// Tensors > 0: scatter each object over up to that many buffers
+	// (the python-multi path).
+	Tensors int `json:"tensors,omitempty"`
 }
 
 // pyTimeout bounds the wait for any one message of the script.
@@ -199,9 +203,11 @@ func (p *pyProc) output() string {
 	return s
 }
 
-// runStorePython runs the python path on the mode's GPUs at once. ceil is
-// the mode's ceilings per GPU (measured by the embedded path on its pool).
-func runStorePython(ctx context.Context, drv cuda.Driver, m storeMode, p storeParams, f storeBenchFlags, ceil []storeGPU) (gpus []storeGPU, skip string, err error) {
+// runStorePython runs the python path on the mode's GPUs at once (with
+// tensors > 0 the python-multi path: objects scattered over up to tensors
+// buffers). ceil is the mode's ceilings per GPU (measured by the embedded
+// path on its pool).
+func runStorePython(ctx context.Context, drv cuda.Driver, m storeMode, p storeParams, f storeBenchFlags, ceil []storeGPU, tensors int) (gpus []storeGPU, skip string, err error) {
 	python, script, env, skip := pythonSetup(f)
 	if skip != "" {
 		return nil, skip, nil
@@ -219,7 +225,7 @@ func runStorePython(ctx context.Context, drv cuda.Driver, m storeMode, p storePa
 	for _, dev := range m.devs {
 		arg, _ := json.Marshal(pyConfig{Device: int(dev), Driver: driver, Mode: m.name, Sizes: p.sizes, RoundBytes: p.roundBytes,
 			Iters: p.iters, MaxKeys: p.maxKeys, Capacity: p.capacity, MaxMR: p.maxMR, SocketDir: p.socketDir,
-			Lockstep: len(m.devs) > 1})
+			Lockstep: len(m.devs) > 1, Tensors: tensors})
 		cmd := exec.CommandContext(ctx, python, script, string(arg))
 		cmd.Env = env
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // not outliving the bench
@@ -305,7 +311,7 @@ func runStorePython(ctx context.Context, drv cuda.Driver, m storeMode, p storePa
 			for i, msg := range msgs {
 				g := &gpus[i]
 				if len(g.sizes) == 0 || g.sizes[len(g.sizes)-1].size != msg.Size {
-					g.sizes = append(g.sizes, storeSize{size: msg.Size, keys: msg.Keys, batches: msg.Batches})
+					g.sizes = append(g.sizes, storeSize{size: msg.Size, keys: msg.Keys, batches: msg.Batches, buffers: msg.Tensors})
 				}
 				s := &g.sizes[len(g.sizes)-1]
 				if msg.Timed {

@@ -281,21 +281,78 @@ func TestBenchStoreVerifiesEveryRound(t *testing.T) {
 // the command and is flagged in the table. Skipped without python3, numpy
 // or libkvfabric.so.
 func TestBenchStorePythonVerifies(t *testing.T) {
-	f := storeBenchFlags{driver: "sim", sizes: "64KiB", bytes: "256KiB", iters: 1, paths: pathPython, python: "python3"}
+	for _, path := range []string{pathPython, pathPythonMulti} {
+		t.Run(path, func(t *testing.T) {
+			f := storeBenchFlags{driver: "sim", sizes: "64KiB", bytes: "256KiB", iters: 1, paths: path, python: "python3"}
+			if _, _, _, skip := pythonSetup(f); skip != "" {
+				t.Skip(skip)
+			}
+			t.Setenv("KVFABRIC_BENCH_STORE_CORRUPT", "1")
+			var out bytes.Buffer
+			err := runStoreBench(context.Background(), &out, f)
+			if strings.Contains(out.String(), "skipped:") {
+				t.Skipf("python path skipped:\n%s", out.String())
+			}
+			if err == nil || !strings.Contains(err.Error(), "verify round 2 of 2") {
+				t.Fatalf("err = %v, want the python side's failed verification of round 2\n%s", err, out.String())
+			}
+			if !strings.Contains(out.String(), "NO: verify round 2") {
+				t.Errorf("table does not flag the round:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// TestBenchStorePythonMulti: the python-multi path (named only; not a
+// default path) scatters each object over min(64, size/4KiB) buffers —
+// its JSON rows say how many — and every round verifies, at a size whose
+// objects take fewer buffers and one that takes all 64. Skipped without
+// python3, numpy or libkvfabric.so.
+func TestBenchStorePythonMulti(t *testing.T) {
+	if slices.Contains(storePaths, pathPythonMulti) {
+		t.Fatalf("default paths %v include %s", storePaths, pathPythonMulti)
+	}
+	jsonFile := filepath.Join(t.TempDir(), "multi.json")
+	f := storeBenchFlags{driver: "sim", sizes: "16KiB,256KiB", bytes: "1MiB", iters: 1, paths: pathPython + "," + pathPythonMulti,
+		python: "python3", json: jsonFile}
 	if _, _, _, skip := pythonSetup(f); skip != "" {
 		t.Skip(skip)
 	}
-	t.Setenv("KVFABRIC_BENCH_STORE_CORRUPT", "1")
 	var out bytes.Buffer
-	err := runStoreBench(context.Background(), &out, f)
+	if err := runStoreBench(context.Background(), &out, f); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
 	if strings.Contains(out.String(), "skipped:") {
 		t.Skipf("python path skipped:\n%s", out.String())
 	}
-	if err == nil || !strings.Contains(err.Error(), "verify round 2 of 2") {
-		t.Fatalf("err = %v, want the python side's failed verification of round 2\n%s", err, out.String())
+	raw, err := os.ReadFile(jsonFile)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "NO: verify round 2") {
-		t.Errorf("table does not flag the round:\n%s", out.String())
+	var rep storeReport
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[uint64]int{pathPython: {16 << 10: 0, 256 << 10: 0}, pathPythonMulti: {16 << 10: 4, 256 << 10: 64}}
+	seen := 0
+	for _, r := range rep.Results {
+		if r.GPU < 0 {
+			continue
+		}
+		b, ok := want[r.Path][r.Size]
+		if !ok || !r.Verified || r.Ratio <= 0 || r.BuffersPerKey != b {
+			t.Errorf("%s %s %s: verified %v, ratio %.3f, %d buffers per key (want %d)", r.Path, r.Dir, sizeLabel(r.Size),
+				r.Verified, r.Ratio, r.BuffersPerKey, b)
+		}
+		seen++
+	}
+	if seen != 8 {
+		t.Fatalf("%d result rows, want 8 (2 paths x 2 sizes x put, get)\n%s", seen, out.String())
+	}
+	var bad bytes.Buffer
+	if err := runStoreBench(context.Background(), &bad, storeBenchFlags{driver: "sim", sizes: "64KiB", bytes: "256KiB", paths: "python-many"}); err == nil ||
+		!strings.Contains(err.Error(), pathPythonMulti) {
+		t.Fatalf("--paths python-many: %v; want an error listing %s", err, pathPythonMulti)
 	}
 }
 
