@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -216,6 +217,10 @@ type benchRow struct {
 	gbps  float64
 	ceil  float64
 	bad   *verifyError // the first round whose bytes differ; nil when all matched
+	// cpuMs is the mean wall time of the call that enqueues a batch (the
+	// host's share: for the copy engines the driver takes each block's
+	// descriptor on the CPU).
+	cpuMs float64
 }
 
 // benchPoison is what get destinations hold before every round's get.
@@ -294,14 +299,14 @@ func runBenchOn(w io.Writer, drv cuda.Driver, why string, f benchFlags) error {
 	}
 	wg.Wait()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "dev\tblock\tbatch\tpath\tdir\tGB/s\tceiling GB/s\tratio\tbytes ok\t")
+	fmt.Fprintln(tw, "dev\tblock\tbatch\tpath\tdir\tGB/s\tceiling GB/s\tratio\tbytes ok\tenqueue ms\t")
 	for _, rs := range rows {
 		for _, r := range rs {
 			ok := "yes"
 			if r.bad != nil {
 				ok = fmt.Sprintf("NO round %d: byte %d of block %d", r.bad.round, r.bad.offset, r.bad.block)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%.1f\t%.1f\t%.2f\t%s\t\n", r.dev, sizeLabel(r.size), r.batch, r.route, r.dir, r.gbps, r.ceil, r.gbps/r.ceil, ok)
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%.1f\t%.1f\t%.2f\t%s\t%.3f\t\n", r.dev, sizeLabel(r.size), r.batch, r.route, r.dir, r.gbps, r.ceil, r.gbps/r.ceil, ok, r.cpuMs)
 		}
 	}
 	tw.Flush()
@@ -403,13 +408,16 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 	}
 
 	// timeOne returns the GPU time, in ms, of the work fn enqueues on s.
+	var lastCPU time.Duration // timeOne's enqueueing call
 	timeOne := func(fn func() error) (float32, error) {
 		if err := drv.EventRecord(ctx, evs[0], s); err != nil {
 			return 0, err
 		}
+		t0 := time.Now()
 		if err := fn(); err != nil {
 			return 0, err
 		}
+		lastCPU = time.Since(t0)
 		if err := drv.EventRecord(ctx, evs[1], s); err != nil {
 			return 0, err
 		}
@@ -542,7 +550,8 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 		}
 		for _, pa := range paths {
 			r := pa.label
-			var ms [2]float32 // put, get
+			var ms [2]float32        // put, get
+			var cpu [2]time.Duration // their enqueueing calls
 			var bad *verifyError
 			for round := 0; round <= iters; round++ { // round 0: the warm-up
 				off := 8 * uint64(g)
@@ -564,6 +573,7 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 					}
 					if round > 0 {
 						ms[i] += t
+						cpu[i] += lastCPU
 					}
 				}
 				if err := drv.MemcpyDtoH(ctx, got[:n], hbm[1]); err != nil {
@@ -575,8 +585,10 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 				}
 			}
 			rows = append(rows,
-				benchRow{dev: int(dev), size: size, batch: batch, route: r, dir: "put HBM->DRAM", gbps: rate(n, ms[0]), ceil: ceil["put"], bad: bad},
-				benchRow{dev: int(dev), size: size, batch: batch, route: r, dir: "get DRAM->HBM", gbps: rate(n, ms[1]), ceil: ceil["get"], bad: bad})
+				benchRow{dev: int(dev), size: size, batch: batch, route: r, dir: "put HBM->DRAM", gbps: rate(n, ms[0]), ceil: ceil["put"], bad: bad,
+					cpuMs: float64(cpu[0].Microseconds()) / 1e3 / float64(iters)},
+				benchRow{dev: int(dev), size: size, batch: batch, route: r, dir: "get DRAM->HBM", gbps: rate(n, ms[1]), ceil: ceil["get"], bad: bad,
+					cpuMs: float64(cpu[1].Microseconds()) / 1e3 / float64(iters)})
 		}
 	}
 	return rows, nil
