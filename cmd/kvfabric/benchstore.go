@@ -27,7 +27,6 @@ import (
 	"github.com/kvfabric/kvfabric/internal/cuda"
 	"github.com/kvfabric/kvfabric/internal/cuda/choose"
 	"github.com/kvfabric/kvfabric/internal/master"
-	"github.com/kvfabric/kvfabric/internal/transfer"
 )
 
 // `kvfabric bench --store` (issue #13 item 6): Store-level put and get per
@@ -147,10 +146,6 @@ type storeSize struct {
 
 // storeGPU is one GPU's results for one path.
 type storeGPU struct {
-	// copyPut, copyGet: the Store's copy-engine crossovers (Go paths);
-	// copyCalibrated: measured at its Open.
-	copyPut, copyGet uint64
-	copyCalibrated   bool
 	dev              int
 	ceilPut, ceilGet float64   // GB/s, measured on this path's pool (python: the embedded path's): the highest of
 	ceilPuts         []float64 // each measurement: before the rounds and after them (put: not with --prefill)
@@ -215,12 +210,6 @@ type storeCeiling struct {
 	// rounds, after them (a put after the rounds not with --prefill).
 	PutRuns []float64 `json:"put_runs_gbps"`
 	GetRuns []float64 `json:"get_runs_gbps"`
-	// CopyPutMin and CopyGetMin are the block sizes from which the path's
-	// Store copied on the copy engines (Go paths); CopyCalibrated says
-	// whether it measured them at Open (copy_engine_calibrate).
-	CopyPutMin     uint64 `json:"copy_engine_min_bytes,omitempty"`
-	CopyGetMin     uint64 `json:"get_copy_engine_min_bytes,omitempty"`
-	CopyCalibrated bool   `json:"copy_calibrated,omitempty"`
 }
 
 type storeResult struct {
@@ -499,12 +488,7 @@ func runStoreBenchOn(ctx context.Context, w io.Writer, drv cuda.Driver, why stri
 			}
 			fmt.Fprintf(w, "%s %s: done in %.1fs\n", m.name, path, time.Since(t0).Seconds())
 			for _, g := range gpus {
-				if g.copyPut > 0 {
-					fmt.Fprintf(w, "%s %s gpu %d: copy engines from %s (puts), %s (gets), %s\n", m.name, path, g.dev,
-						sizeLabel(g.copyPut), sizeLabel(g.copyGet), map[bool]string{true: "calibrated at open", false: "as configured"}[g.copyCalibrated])
-				}
 				rep.Ceilings = append(rep.Ceilings, storeCeiling{Mode: m.name, Path: path, GPU: g.dev, PutGBps: g.ceilPut, GetGBps: g.ceilGet,
-					CopyPutMin: g.copyPut, CopyGetMin: g.copyGet, CopyCalibrated: g.copyCalibrated,
 					PutRuns: g.ceilPuts, GetRuns: g.ceilGets})
 				for _, c := range []struct {
 					dir  string
@@ -862,9 +846,6 @@ func runStoreGo(ctx context.Context, drv cuda.Driver, path string, m storeMode, 
 		go func() {
 			defer wg.Done()
 			gpus[i], errs[i] = storeGoGPU(ctx, drv, stores[i], dev, path, m, p, bar, ceilingOnly)
-			var measured *transfer.Crossover
-			gpus[i].copyPut, gpus[i].copyGet, measured = stores[i].CopyCrossovers()
-			gpus[i].copyCalibrated = measured != nil
 			if errs[i] != nil {
 				bar.abort(errs[i])
 				errs[i] = fmt.Errorf("gpu %d: %w", dev, errs[i])

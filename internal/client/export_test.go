@@ -34,7 +34,3 @@ func RPCDeadline(st *Store) bool {
 	_, ok := st.m.(deadlineMaster)
 	return ok
 }
-
-// CalibrateOnSim makes a Store opened with o on the simulator calibrate
-// its copy routes at Open, as one on a GPU does.
-func CalibrateOnSim(o *Options) { o.calibrateOnSim = true }

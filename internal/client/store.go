@@ -58,9 +58,6 @@ type Options struct {
 	StagingSize uint64
 	// MaxMappings bounds the mapping cache (0: its default).
 	MaxMappings int
-	// calibrateOnSim makes a Store on the simulator calibrate its copy
-	// routes as one on a GPU does (tests: CalibrateOnSim).
-	calibrateOnSim bool
 	// PipelineChunk is how many keys of a BatchPut or BatchGet go to the
 	// master and the transfer engine at a time: chunk k+1's metadata is
 	// fetched and resolved while chunk k copies. 0 means
@@ -108,14 +105,11 @@ type Options struct {
 // After Close starts, operations fail with ErrClosed; Close waits for the
 // operations in flight (bounded) before tearing down.
 type Store struct {
-	cfg config.Config
-	// crossover is what calibrateCopies measured at Open, which cfg's
-	// copy crossovers then hold; nil when they are the configured ones.
-	crossover *transfer.Crossover
-	log       *slog.Logger
-	clientID  string
-	dev       cuda.Device
-	numa      int32 // host NUMA node of dev; -1 if unknown
+	cfg      config.Config
+	log      *slog.Logger
+	clientID string
+	dev      cuda.Device
+	numa     int32 // host NUMA node of dev; -1 if unknown
 
 	drv       cuda.Driver
 	ownDriver bool
@@ -479,18 +473,6 @@ func Open(ctx context.Context, cfg config.Config, opts Options) (_ *Store, err e
 	if s.xfer, err = transfer.New(s.drv, s.cctx, s.dev, transfer.Options{CopyEngineMinBytes: cfg.CopyEngineMinBytes, FewCopies: transfer.DefaultFewCopies, Logger: log,
 		TimeBatches: opts.TimeCopies}); err != nil {
 		return nil, fmt.Errorf("transfer engine: %w", err)
-	}
-	if cfg.CopyEngineCalibrate && (s.drv.Name() != "sim" || opts.calibrateOnSim) {
-		// Where the copy engines overtake the SM kernel depends on the
-		// host (transfer.Calibrate); a Store that cannot measure it
-		// routes by the configured sizes.
-		if c, err := s.calibrateCopies(); err != nil {
-			log.Warn("kvfabric could not calibrate its copy routes: using the configured ones", "err", err,
-				"copy_engine_min_bytes", cfg.CopyEngineMinBytes, "get_copy_engine_min_bytes", cfg.GetCopyEngineMinBytes)
-		} else {
-			log.Info("kvfabric calibrated its copy routes", "put_copy_engine_min_bytes", c.PutMin,
-				"get_copy_engine_min_bytes", c.GetMin, "measured", c.String())
-		}
 	}
 	s.staging = &staging{size: opts.StagingSize}
 	log.Info("kvfabric store open", "client", s.clientID, "driver", s.driverWhy, "device", cfg.Device,

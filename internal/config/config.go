@@ -108,14 +108,6 @@ type Config struct {
 	// GPU): on H200 the copy engine overtakes the SM kernel at 64 KiB that
 	// way and at 128 KiB the other (docs/perf/store.md).
 	GetCopyEngineMinBytes uint64 `json:"get_copy_engine_min_bytes"`
-	// CopyEngineCalibrate (default true): a Store on a GPU measures at
-	// Open where the copy engines overtake the SM kernel, each way, on
-	// its own HBM and a HOST_NUMA scratch allocation (~30 ms), and routes
-	// by that instead of CopyEngineMinBytes and GetCopyEngineMinBytes,
-	// which stay the fallback when it cannot: the crossover depends on
-	// the host (64–128 KiB on the lab's H200 host, 512 KiB–1 MiB on its
-	// H100 hosts; docs/perf/store.md, session 32). false routes by them.
-	CopyEngineCalibrate bool `json:"copy_engine_calibrate"`
 	// MergeCopies (default true) lets batch puts and gets copy objects
 	// whose bytes continue one another on both sides in one copy, inside
 	// one segment mapping and one allocation of the caller's buffers;
@@ -188,7 +180,6 @@ func Defaults() Config {
 		LocalHostname:         host,
 		CopyEngineMinBytes:    128 << 10, // measured crossover, see transfer.DefaultCopyEngineMinBytes
 		GetCopyEngineMinBytes: 64 << 10,  // measured for gets, docs/perf/store.md
-		CopyEngineCalibrate:   true,
 		MergeCopies:           true,
 		SocketDir:             os.TempDir(),
 		RPCTimeout:            DefaultRPCTimeout,
@@ -357,7 +348,6 @@ var setters = map[string]setter{
 	"get_copy_engine_min_bytes": sizeKey("get_copy_engine_min_bytes", func(c *Config, n uint64) { c.GetCopyEngineMinBytes = n }),
 	"enable_egm_store_pool":     boolKey("enable_egm_store_pool", func(c *Config, b bool) { c.EnableEGMStorePool = b }),
 	"merge_copies":              boolKey("merge_copies", func(c *Config, b bool) { c.MergeCopies = b }),
-	"copy_engine_calibrate":     boolKey("copy_engine_calibrate", func(c *Config, b bool) { c.CopyEngineCalibrate = b }),
 	"master_server_addr":        stringKey("master_server_addr", func(c *Config, s string) { c.MasterServerAddr = s }),
 	"master_fast_path":          boolKey("master_fast_path", func(c *Config, b bool) { c.MasterFastPath = b }),
 	"master_fast_path_spin":     spinKey("master_fast_path_spin", func(c *Config, d time.Duration) { c.MasterFastPathSpin = d }),
@@ -510,7 +500,6 @@ func (c *Config) Map() map[string]any {
 		"copy_engine_min_bytes":     c.CopyEngineMinBytes,
 		"get_copy_engine_min_bytes": c.GetCopyEngineMinBytes,
 		"merge_copies":              c.MergeCopies,
-		"copy_engine_calibrate":     c.CopyEngineCalibrate,
 		"socket_dir":                c.SocketDir,
 		"lease_ttl":                 c.LeaseTTL.String(),
 		"put_timeout":               c.PutTimeout.String(),

@@ -175,13 +175,10 @@ type Stats struct {
 // waits for another stream's work while the ring can grow. Close waits for
 // calls in progress.
 type Engine struct {
-	drv  cuda.Driver
-	ctx  cuda.Context
-	dev  cuda.Device
-	opts Options
-	// ceMin is Options.CopyEngineMinBytes, or what SetCopyEngineMinBytes
-	// set since.
-	ceMin atomic.Uint64
+	drv   cuda.Driver
+	ctx   cuda.Context
+	dev   cuda.Device
+	opts  Options
 	batch bool // cuMemcpyBatchAsync available
 	// hostTables: gather kernels read their slot's table in the pinned
 	// host ring (registered device-mapped) instead of a device copy.
@@ -310,7 +307,6 @@ func New(drv cuda.Driver, ctx cuda.Context, dev cuda.Device, opts Options) (_ *E
 		return nil, fmt.Errorf("transfer: ring of %d slots x %d descriptors is too large", opts.MaxRingSlots, opts.SlotDescs)
 	}
 	e := &Engine{drv: drv, ctx: ctx, dev: dev, opts: opts, batch: drv.Capabilities().MemcpyBatchAsync, log: opts.Logger}
-	e.ceMin.Store(opts.CopyEngineMinBytes)
 	if !opts.UploadTables {
 		v, err := drv.DeviceAttribute(dev, cuda.AttrCanUseHostPointerForRegisteredMem)
 		if err != nil {
@@ -760,7 +756,7 @@ func b2i(b bool) int {
 // holds life.
 func (e *Engine) submitLocked(s cuda.Stream, copies []cuda.Copy, ceMin uint64) error {
 	if ceMin == 0 {
-		ceMin = e.ceMin.Load()
+		ceMin = e.opts.CopyEngineMinBytes
 	}
 	var small, large []cuda.Copy
 	for i, c := range copies {
