@@ -260,6 +260,9 @@ func runBenchOn(w io.Writer, drv cuda.Driver, why string, f benchFlags) error {
 	if err != nil {
 		return fmt.Errorf("--copy-engine-min: %w", err)
 	}
+	if f.objects < 0 {
+		return fmt.Errorf("--object-blocks: %d: want 0 (off) or a count of blocks", f.objects)
+	}
 	var sizes []uint64
 	for _, s := range strings.Split(f.sizes, ",") {
 		v, err := parseBytes(s)
@@ -268,6 +271,9 @@ func runBenchOn(w io.Writer, drv cuda.Driver, why string, f benchFlags) error {
 		}
 		if v > batchBytes {
 			return fmt.Errorf("--sizes: block %s is larger than --bytes %s", sizeLabel(v), sizeLabel(batchBytes))
+		}
+		if f.objects > 0 && v*uint64(f.objects) > batchBytes {
+			return fmt.Errorf("--object-blocks %d: an object of %d blocks of %s is larger than --bytes %s", f.objects, f.objects, sizeLabel(v), sizeLabel(batchBytes))
 		}
 		sizes = append(sizes, v)
 	}

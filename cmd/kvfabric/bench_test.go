@@ -35,6 +35,37 @@ func TestBenchSim(t *testing.T) {
 	}
 }
 
+// TestBenchObjectBlocks: --object-blocks measures blocks grouped into
+// objects (contiguous in the pool, scattered in HBM) on every path and the
+// staged one, every batch verified, and reports each path's enqueueing
+// time; objects larger than a batch and a negative count are refused by
+// name.
+func TestBenchObjectBlocks(t *testing.T) {
+	var out bytes.Buffer
+	err := runBench(&out, benchFlags{driver: "sim", devices: "0", sizes: "16KiB,32KiB", bytes: "1MiB", iters: 1, ceMin: "128KiB", objects: 8})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	s := out.String()
+	for _, want := range []string{"enqueue ms", "sm-kernel", "ce-batch", "staged", "live driver objects after teardown: 0"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Count(s, "staged") != 4 || strings.Contains(s, "NO ") {
+		t.Errorf("want put and get of the staged path at both sizes, all verified:\n%s", s)
+	}
+	for _, tc := range []struct {
+		objects int
+		want    string
+	}{{64, "--object-blocks 64"}, {-1, "--object-blocks: -1"}} {
+		err := runBench(&out, benchFlags{driver: "sim", devices: "0", sizes: "32KiB", bytes: "1MiB", iters: 1, ceMin: "128KiB", objects: tc.objects})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--object-blocks %d: %v; want an error naming it", tc.objects, err)
+		}
+	}
+}
+
 // TestBenchVerifiesEveryBatch makes every get batch that repeats the copies
 // of the one before (same method, same copies: the timed batches after a
 // warm-up) silently copy nothing. bench must fail on the copy-engine paths,

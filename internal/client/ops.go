@@ -1766,7 +1766,7 @@ func (g *getPipe) failFrom(idx []int, err error) {
 
 // clip limits regions to n bytes in total, in a new slice: BatchGet calls
 // it only for buffers larger than the object, not for the usual exact fit
-// (an allocation per key of every batch get before).
+// (before, a key of many regions got a heap-allocated copy of them).
 func clip(rs []Region, n uint64) []Region {
 	out := make([]Region, 0, len(rs))
 	for _, r := range rs {
