@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -35,9 +36,10 @@ func BenchmarkPutChunkBuild(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
 }
 
-// chunkBuildStore opens a Store on the simulator with an embedded master
-// and n registered sources of size bytes under keys "bench/round/<i>".
-func chunkBuildStore(tb testing.TB, size, n int) (*Store, []string, [][]Region) {
+// simStore opens a Store "bench" on a simulator of its own with an
+// embedded master, configured by keys (besides the driver and the socket
+// directory: a provider's keys give it capacity), closed at cleanup.
+func simStore(tb testing.TB, keys map[string]any) *Store {
 	tb.Helper()
 	drv, err := sim.New(sim.Config{})
 	if err != nil {
@@ -48,16 +50,26 @@ func chunkBuildStore(tb testing.TB, size, n int) (*Store, []string, [][]Region) 
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = svc.Close() })
-	ctx := context.Background()
-	c, err := config.FromMap(map[string]any{"driver": "sim", "socket_dir": tb.TempDir()})
+	m := map[string]any{"driver": "sim", "socket_dir": tb.TempDir()}
+	maps.Copy(m, keys)
+	c, err := config.FromMap(m)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s, err := Open(ctx, c, Options{Driver: drv, Master: master.NewEmbedded(svc), ClientID: "bench"})
+	s, err := Open(context.Background(), c, Options{Driver: drv, Master: master.NewEmbedded(svc), ClientID: "bench"})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// chunkBuildStore opens a Store on the simulator with an embedded master
+// and n registered sources of size bytes under keys "bench/round/<i>".
+func chunkBuildStore(tb testing.TB, size, n int) (*Store, []string, [][]Region) {
+	tb.Helper()
+	s := simStore(tb, nil)
+	drv := s.drv
 	buf, err := drv.MemAlloc(s.Context(), uint64(size*n))
 	if err != nil {
 		tb.Fatal(err)

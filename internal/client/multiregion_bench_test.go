@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-
-	"github.com/kvfabric/kvfabric/internal/config"
-	"github.com/kvfabric/kvfabric/internal/cuda/sim"
-	"github.com/kvfabric/kvfabric/internal/master"
 )
 
 // BenchmarkMultiRegion measures a batch put and get of vLLM's layout —
@@ -17,25 +13,8 @@ import (
 // not the simulator's memcpy dominates), ns per region.
 func BenchmarkMultiRegion(b *testing.B) {
 	const keys, tensors, region = 128, 64, 64
-	drv, err := sim.New(sim.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc, err := master.New(master.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = svc.Close() })
-	c, err := config.FromMap(map[string]any{"driver": "sim", "socket_dir": b.TempDir(),
-		"global_segment_size": "64MiB", "enable_egm_store_pool": true, "max_mr_size": "16MiB"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := Open(context.Background(), c, Options{Driver: drv, Master: master.NewEmbedded(svc), ClientID: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
+	s := simStore(b, map[string]any{"global_segment_size": "64MiB", "enable_egm_store_pool": true, "max_mr_size": "16MiB"})
+	drv := s.drv
 	var src, dst []uintptr
 	for range tensors {
 		for _, side := range []*[]uintptr{&src, &dst} {
