@@ -1410,8 +1410,12 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	// the first part itself. (Checking the whole batch before the split
 	// took 0.18–0.27 ms of a 4096-key batch on the H200 host, before any
 	// part started, and the last part spawned started 21–104 µs after the
-	// others: docs/perf/logs-2026-12-02-s12/runG.)
-	n := s.batchParts(s.parts, len(keys))
+	// others: docs/perf/logs-2026-12-02-s12/runG.) A key counts once
+	// per region: a few keys of many regions each (vLLM's layout) are as
+	// much work as many keys of one — a copy each to resolve and enqueue,
+	// and on the copy engines 0.3–0.8 µs of the host's time per block
+	// before a batch starts (docs/perf/store.md, session 32).
+	n := min(s.batchParts(s.parts, regionCount(dsts)), len(keys))
 	if n == 1 {
 		leases = s.getRange(ctx, keys, dsts, 0, len(keys), stream, sizes, plan, errs)
 		return errs
@@ -1457,9 +1461,20 @@ func (s *Store) getRange(ctx context.Context, keys []string, dsts [][]Region, lo
 	return s.getPart(ctx, keys, q, idx, stream, sizes, plan, errs)
 }
 
+// regionCount is the number of regions of a batch's buffers, a key of
+// none counting as one.
+func regionCount(bufs [][]Region) int {
+	n := 0
+	for _, b := range bufs {
+		n += max(1, len(b))
+	}
+	return n
+}
+
 // batchParts returns how many parts a batch put or get of n keys is split
 // into: at most parts (Options.BatchParts, resolved for puts or gets), each
-// of at least minPartKeys keys.
+// of at least minPartKeys keys (a get's keys counted once per region:
+// batchGet).
 func (s *Store) batchParts(parts, n int) int {
 	return max(1, min(parts, n/s.minPartKeys()))
 }

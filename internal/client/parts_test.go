@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -385,4 +386,99 @@ func TestBatchPartsRemoteMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	simtest.AssertNoLeaks(t, drv)
+}
+
+// TestBatchGetPartsByRegion: a batch get counts a key once per region
+// when it splits over cores — 12 keys of 8 regions each split into parts
+// (each part's GetReplicas on a goroutine of its own) where 12 keys of one
+// region stay one part — and every key of the split batch gets its own
+// bytes, size and error at its own position (a missing key, a buffer too
+// small), with no lease left.
+func TestBatchGetPartsByRegion(t *testing.T) {
+	e := newEnvParts(t, sim.Config{}, egmProvider("32MiB"), master.Config{LeaseTTL: time.Hour}, nil, 4)
+	ctx := context.Background()
+	spy := &goroutineSpy{Client: e.mc}
+	st, err := client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: e.drv, Master: spy, ClientID: "by-region",
+		PipelineChunk: testPipelineChunk, BatchParts: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	client.ForceEmbedded(st) // parts of at least 2*testPipelineChunk: 12 one-region keys are one part
+	const n, regions, region = 12, 8, 4096
+	src, dst := devBuf(t, e, n*regions*region), devBuf(t, e, n*regions*region)
+	want := fillRandom(t, e, src, n*regions*region, rand.New(rand.NewPCG(12, 8)))
+	keys := make([]string, n)
+	srcs, dsts := make([][]client.Region, n), make([][]client.Region, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("by-region/%d", i)
+		for j := range regions { // region j of key i: block i of "tensor" j
+			off := uintptr((j*n + i) * region)
+			srcs[i] = append(srcs[i], client.Region{Ptr: uintptr(src) + off, Len: region})
+			dsts[i] = append(dsts[i], client.Region{Ptr: uintptr(dst) + off, Len: region})
+		}
+	}
+	for i, err := range st.BatchPut(ctx, keys[:n-1], srcs[:n-1], 0, client.PutOptions{}) { // the last key is never put
+		if err != nil {
+			t.Fatalf("put %s: %v", keys[i], err)
+		}
+	}
+	distinct := func() int {
+		spy.mu.Lock()
+		defer spy.mu.Unlock()
+		seen := map[uint64]bool{}
+		for _, g := range spy.gets {
+			seen[g] = true
+		}
+		spy.gets = nil
+		return len(seen)
+	}
+	one := make([][]client.Region, n)
+	for i := range one {
+		one[i] = client.Bytes(uintptr(dst)+uintptr(i*regions*region), regions*region)
+	}
+	distinct()
+	if _, errs := st.BatchGet(ctx, keys[:n-1], one[:n-1], 0); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	if g := distinct(); g > 2 {
+		t.Fatalf("12 one-region keys: GetReplicas on %d goroutines; want one part (its own goroutine and at most a worker)", g)
+	}
+	dsts[3] = dsts[3][:regions-1] // one region short: too small
+	sizes, errs := st.BatchGet(ctx, keys, dsts, 0)
+	if g := distinct(); g < 4 {
+		t.Fatalf("12 keys of %d regions: GetReplicas on %d goroutines; want four parts", regions, g)
+	}
+	back := readBack(t, e, dst, n*regions*region)
+	for i := range keys {
+		switch {
+		case i == n-1:
+			if !errors.Is(errs[i], client.ErrNotFound) {
+				t.Fatalf("get %s (never put): %v; want ErrNotFound", keys[i], errs[i])
+			}
+		case i == 3:
+			if !errors.Is(errs[i], client.ErrBufferTooSmall) {
+				t.Fatalf("get %s into %d regions: %v; want ErrBufferTooSmall", keys[i], regions-1, errs[i])
+			}
+		case errs[i] != nil || sizes[i] != regions*region:
+			t.Fatalf("get %s: %d, %v", keys[i], sizes[i], errs[i])
+		default:
+			for j := range regions {
+				off := (j*n + i) * region
+				if !bytes.Equal(back[off:off+region], want[off:off+region]) {
+					t.Fatalf("get %s: region %d not its bytes", keys[i], j)
+				}
+			}
+		}
+	}
+	if n := leasesHeld(t, e); n != 0 {
+		t.Fatalf("%d lease periods held after the gets", n)
+	}
+	if _, err := st.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
 }
