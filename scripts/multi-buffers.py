@@ -10,7 +10,7 @@ Usage, from the repository root (KVFABRIC_LIB pointing at libkvfabric.so):
 
     PYTHONPATH=python python3 scripts/multi-buffers.py [--sim] [--layers L]
         [--region BYTES] [--keys N] [--rounds R] [--modes multi,flat]
-        [--one-buffer]
+        [--one-buffer] [--master HOST:PORT]
 
 Layout (as vLLM's paged KV cache, one K and one V tensor per layer): the
 source is 2·L tensors of N blocks of BYTES each, each registered with
@@ -36,6 +36,7 @@ ap.add_argument("--keys", type=int, default=256)
 ap.add_argument("--rounds", type=int, default=8)
 ap.add_argument("--modes", default="multi,flat")
 ap.add_argument("--one-buffer", action="store_true", help="the layer tensors in one registered buffer")
+ap.add_argument("--master", default="embedded", help="master_server_addr: embedded, or HOST:PORT of a kvfabric master")
 a = ap.parse_args()
 
 L, R, N = a.layers, a.region, a.keys
@@ -140,7 +141,7 @@ flat_src, flat_dst = alloc(TOTAL), alloc(TOTAL)
 regs += [flat_src, flat_dst]
 
 ms = MooncakeDistributedStore()
-rc = ms.setup("localhost", "P2PHANDSHAKE", 3 * TOTAL, 0, "nvlink", "", "embedded", enable_egm_store_pool=True,
+rc = ms.setup("localhost", "P2PHANDSHAKE", 3 * TOTAL, 0, "nvlink", "", a.master, enable_egm_store_pool=True,
               driver="sim" if a.sim else "cuda", device=0, socket_dir=tempfile.mkdtemp(), max_mr_size=TOTAL)
 assert rc == 0, rc
 for b in regs:
