@@ -482,3 +482,85 @@ func TestBatchGetPartsByRegion(t *testing.T) {
 	}
 	e.close()
 }
+
+// TestBatchPutPartsByRegion: a batch put through a remote master counts a
+// key once per region when it splits over cores — 3 keys of 8 regions
+// split into parts (each part's PutStart on a goroutine of its own) where 3
+// keys of one region stay one part — and every key is stored with its own
+// bytes, nothing left in progress.
+func TestBatchPutPartsByRegion(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("32MiB"), master.Config{})
+	ctx := context.Background()
+	spy := &goroutineSpy{Client: e.mc} // not the embedded client: parts of half a pipeline chunk
+	st, err := client.Open(ctx, cfgFor(t, map[string]any{}), client.Options{Driver: e.drv, Master: spy, ClientID: "put-by-region",
+		PipelineChunk: testPipelineChunk, BatchParts: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	const n, regions, region = 3, 8, 4096
+	src, dst := devBuf(t, e, 2*n*regions*region), devBuf(t, e, 2*n*regions*region)
+	want := fillRandom(t, e, src, 2*n*regions*region, rand.New(rand.NewPCG(3, 8)))
+	distinct := func() int {
+		spy.mu.Lock()
+		defer spy.mu.Unlock()
+		seen := map[uint64]bool{}
+		for _, g := range spy.puts {
+			seen[g] = true
+		}
+		spy.puts = nil
+		return len(seen)
+	}
+	for _, tc := range []struct {
+		name      string
+		regions   int
+		wantParts func(int) bool
+	}{
+		{"one region", 1, func(g int) bool { return g == 1 }},
+		{"8 regions", regions, func(g int) bool { return g == n }},
+	} {
+		base := 0
+		if tc.regions > 1 {
+			base = n * regions * region
+		}
+		keys := make([]string, n)
+		srcs, dsts := make([][]client.Region, n), make([][]client.Region, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("put-by-region/%d/%d", tc.regions, i)
+			for j := range tc.regions { // region j of key i: block i of "tensor" j
+				off := uintptr(base + (j*n+i)*region)
+				srcs[i] = append(srcs[i], client.Region{Ptr: uintptr(src) + off, Len: region})
+				dsts[i] = append(dsts[i], client.Region{Ptr: uintptr(dst) + off, Len: region})
+			}
+		}
+		distinct()
+		for i, err := range st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
+			if err != nil {
+				t.Fatalf("%s: put %s: %v", tc.name, keys[i], err)
+			}
+		}
+		if g := distinct(); !tc.wantParts(g) {
+			t.Fatalf("%s: %d keys' PutStarts on %d goroutines", tc.name, n, g)
+		}
+		if _, errs := st.BatchGet(ctx, keys, dsts, 0); errs[0] != nil || errs[n-1] != nil {
+			t.Fatalf("%s: get: %v", tc.name, errs)
+		}
+		back := readBack(t, e, dst, 2*n*regions*region)
+		for i := range keys {
+			for j := range tc.regions {
+				off := base + (j*n+i)*region
+				if !bytes.Equal(back[off:off+region], want[off:off+region]) {
+					t.Fatalf("%s: %s region %d: not its bytes", tc.name, keys[i], j)
+				}
+			}
+		}
+	}
+	wantNoPending(t, e)
+	if _, err := st.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
