@@ -348,9 +348,7 @@ func (s *Store) batchPut(ctx context.Context, keys []string, srcs [][]Region, st
 	s.reg.RLock()
 	inc := s.reg.incarnation
 	s.reg.RUnlock()
-	// Parts as a get's (batchGet): a key counts once per region.
-	nparts := min(s.batchParts(s.putParts, regionCount(srcs)), max(1, len(keys)))
-	if feed != nil && (o.Upsert || nparts > 1) {
+	if feed != nil && (o.Upsert || s.batchParts(s.putParts, len(keys)) > 1) {
 		// An upsert retires the old value at its PutStart, and a split
 		// batch needs every key first: neither starts before the whole
 		// batch is fed (PutStream).
@@ -359,7 +357,7 @@ func (s *Store) batchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		}
 		feed = nil
 	}
-	if nparts == 1 {
+	if s.batchParts(s.putParts, len(keys)) == 1 {
 		// One pipeline checks its keys and builds their requests chunk by
 		// chunk (lazyPuts), so the first chunk's master call and copies
 		// do not wait for the whole batch's: on the H200 building them
@@ -376,7 +374,7 @@ func (s *Store) batchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		// equal keys in one part).
 		reqs, idx := s.allPutReqs(keys, srcs, errs, &o, place)
 		var wg sync.WaitGroup
-		for _, part := range splitPuts(reqs, idx, min(nparts, max(1, len(reqs)))) {
+		for _, part := range splitPuts(reqs, idx, s.batchParts(s.putParts, len(reqs))) {
 			part.tmpl = o.req("", 0, place)
 			wg.Go(func() { s.putPart(ctx, keys, srcs, &part, stream, inc, errs, false, nil) })
 		}
