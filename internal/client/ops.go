@@ -1415,7 +1415,7 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	// much work as many keys of one — a copy each to resolve and enqueue,
 	// and on the copy engines 0.3–0.8 µs of the host's time per block
 	// before a batch starts (docs/perf/store.md, session 32).
-	n := min(s.batchParts(s.parts, regionCount(dsts)), len(keys))
+	n := max(1, min(s.batchParts(s.parts, regionCount(dsts)), len(keys)))
 	if n == 1 {
 		leases = s.getRange(ctx, keys, dsts, 0, len(keys), stream, sizes, plan, errs)
 		return errs

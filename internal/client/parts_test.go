@@ -393,7 +393,7 @@ func TestBatchPartsRemoteMaster(t *testing.T) {
 // (each part's GetReplicas on a goroutine of its own) where 12 keys of one
 // region stay one part — and every key of the split batch gets its own
 // bytes, size and error at its own position (a missing key, a buffer too
-// small), with no lease left.
+// small), with no lease left. A batch of no keys is no part.
 func TestBatchGetPartsByRegion(t *testing.T) {
 	e := newEnvParts(t, sim.Config{}, egmProvider("32MiB"), master.Config{LeaseTTL: time.Hour}, nil, 4)
 	ctx := context.Background()
@@ -405,6 +405,9 @@ func TestBatchGetPartsByRegion(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	client.ForceEmbedded(st) // parts of at least 2*testPipelineChunk: 12 one-region keys are one part
+	if sizes, errs := st.BatchGet(ctx, nil, nil, 0); len(sizes) != 0 || len(errs) != 0 {
+		t.Fatalf("a batch get of no keys: %d sizes, %d errors", len(sizes), len(errs))
+	}
 	const n, regions, region = 12, 8, 4096
 	src, dst := devBuf(t, e, n*regions*region), devBuf(t, e, n*regions*region)
 	want := fillRandom(t, e, src, n*regions*region, rand.New(rand.NewPCG(12, 8)))
