@@ -65,8 +65,10 @@ type Options struct {
 	PipelineChunk int
 	// BatchParts is how many parts a large BatchPut or BatchGet is split
 	// into, each pipelined on its own goroutine (a part has at least two
-	// pipeline chunks): the master's read path (gets run in parallel
-	// there) and this process's per-key work then run on that many cores.
+	// pipeline chunks of keys — of regions for a get, where a key of many
+	// regions counts once per region): the master's read path (gets run
+	// in parallel there) and this process's per-key work then run on that
+	// many cores.
 	// A put's equal keys go to the same part, in batch order. 0 means
 	// DefaultBatchParts for gets, and for puts too with a remote master;
 	// with an embedded one, puts then stay in one pipeline (their master
