@@ -195,12 +195,7 @@ func (c *Client) Transports() master.TransportStats {
 	defer c.mu.Unlock()
 	for _, m := range c.mu.conns {
 		if t, ok := master.Transports(m); ok {
-			st.Fast += t.Fast
-			st.GRPC += t.GRPC
-			st.Fallback += t.Fallback
-			st.UniformPuts += t.UniformPuts
-			st.Columns += t.Columns
-			st.Conns += t.Conns
+			st = st.Add(t)
 		}
 	}
 	return st

@@ -93,6 +93,15 @@ type TransportStats struct {
 	Conns int
 }
 
+// Add returns the sum of t and u, field by field: the counters of several
+// connections (ha.Client sums its masters'). TestTransportStatsAdd fails
+// when a field is left out of it.
+func (t TransportStats) Add(u TransportStats) TransportStats {
+	return TransportStats{Fast: t.Fast + u.Fast, GRPC: t.GRPC + u.GRPC, Fallback: t.Fallback + u.Fallback,
+		UniformPuts: t.UniformPuts + u.UniformPuts, Columns: t.Columns + u.Columns,
+		SpinHits: t.SpinHits + u.SpinHits, SpinMisses: t.SpinMisses + u.SpinMisses, Conns: t.Conns + u.Conns}
+}
+
 // Transports returns the transport counters of c when it keeps them (a
 // remote Client, and clients wrapping remote ones).
 func Transports(c Client) (TransportStats, bool) {
