@@ -463,7 +463,11 @@ func benchDevice(drv cuda.Driver, dev cuda.Device, sizes []uint64, batchBytes ui
 	// can pass on bytes an earlier one left in the pool. Before its get,
 	// the destination is filled with poison, so no round can pass on bytes
 	// an earlier get left there. Both happen outside the timed events.
-	rounds := len(sizes) * (len(routes) + 1) * (iters + 1) // + the staged path (--object-blocks)
+	nPaths := len(routes)
+	if objBlocks > 0 {
+		nPaths++ // the staged path
+	}
+	rounds := len(sizes) * nPaths * (iters + 1)
 	rng := rand.New(rand.NewPCG(uint64(dev), 42))
 	want := make([]byte, batchBytes+8*uint64(rounds))
 	fillRandom(rng, want)

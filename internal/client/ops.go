@@ -1371,9 +1371,9 @@ func (s *Store) BatchGet(ctx context.Context, keys []string, dsts [][]Region, st
 // object, for each of the chunk's objects copies as many. A chunk's
 // copies start with room for one copy per object; an object scattered
 // over many regions (vLLM's layout: a block of every layer's K and V
-// cache, 56–64 regions) otherwise regrew the slice ~6 times a chunk, 15
-// ns a region of the put pipeline's ~40 on the dev VM
-// (BenchmarkMultiRegion).
+// cache, 56–64 regions) otherwise regrew the slice ~6 times a chunk
+// (BenchmarkMultiRegion on the dev VM, 64-byte regions: puts 76–81 ns a
+// region before, 64–67 after; docs/perf/logs-2026-12-06-s32/devvm).
 func growFor(cs []cuda.Copy, objects int) []cuda.Copy {
 	if want := len(cs) * objects; len(cs) > 1 && cap(cs) < want {
 		return slices.Grow(cs, want-len(cs))
