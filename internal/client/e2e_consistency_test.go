@@ -160,6 +160,7 @@ type worker struct {
 	views    *client.Views // held by "acquire", ended by "release"
 	stream   int           // > 0: the put loop feeds put streams in pieces of this many keys (envStream)
 	packed   int           // > 0: every value is this many bytes, buffers back to back (envPacked)
+	regions  int           // > 1: every key's buffer is this many regions, interleaved with the other keys' (envRegions)
 }
 
 // value is key's value: value(key), or with packed one of exactly packed
@@ -194,7 +195,7 @@ type loopStats struct {
 //	arm putstart|copy                stop this process after the loop's next PutStart / before its next copy → "armed"
 //	stop <sinceUnixNano>             end the loop → "stopped next= ok= failed= nospace= acks=owner:n:last;… | first error but no space"
 //	put <prefix> <from> <n>          → "put ok= failed= | first error"
-//	verify <prefix> <from> <n>       every key not found or exactly value(key) → "verified found= missing= wrong= errors= | …"
+//	verify <prefix> <from> <n>       every key not found or exactly value(key) → "verified found= missing= wrong= errors= merged= regions= | …" (regions: the most regions a key's buffer had)
 //	stats                            mapping cache and simulator objects → "stats entries= invalidations= imports= import_objs= mapping_objs="
 //	quit                             close, check for leaks → "closed"
 func runWorker(t *testing.T) {
@@ -235,6 +236,13 @@ func runWorker(t *testing.T) {
 			t.Fatalf("%s=%q: want a value size of 1 to %d bytes (%v)", envPacked, p, keySlot, err)
 		}
 		w.packed = n
+	}
+	if p := os.Getenv(envRegions); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 2 || n > 64 || n&(n-1) != 0 || w.packed > 0 {
+			t.Fatalf("%s=%q: want a power of two from 2 to 64, and no %s (%v)", envRegions, p, envPacked, err)
+		}
+		w.regions = n
 	}
 	w.s = openChild(t, nil, opts)
 	for _, p := range []*cuda.DevicePtr{&w.cmd, &w.loop} {
@@ -371,12 +379,51 @@ func (w *worker) stage(buf cuda.DevicePtr, keys []string) [][]client.Region {
 	regions := make([][]client.Region, len(keys))
 	for i, k := range keys {
 		v := w.value(k)
-		if err := w.drv.MemcpyHtoD(w.s.Context(), buf+cuda.DevicePtr(i*w.slot()), v); err != nil {
-			w.t.Fatal(err)
+		regions[i] = w.buffer(buf, i, uint64(len(v)))
+		for _, r := range regions[i] {
+			if err := w.drv.MemcpyHtoD(w.s.Context(), cuda.DevicePtr(r.Ptr), v[:r.Len]); err != nil {
+				w.t.Fatal(err)
+			}
+			v = v[r.Len:]
 		}
-		regions[i] = client.Bytes(uintptr(buf)+uintptr(i*w.slot()), uint64(len(v)))
 	}
 	return regions
+}
+
+// buffer is the buffer of size bytes of the i-th key of a batch in buf:
+// slot i, or with regions that many pieces of slot/regions bytes
+// interleaved with the other keys' (piece j*bufKeys+i holds the key's
+// j-th part: size split as evenly as it goes, no empty region).
+func (w *worker) buffer(buf cuda.DevicePtr, i int, size uint64) []client.Region {
+	if w.regions <= 1 {
+		return client.Bytes(uintptr(buf)+uintptr(i*w.slot()), size)
+	}
+	piece := uint64(keySlot / w.regions)
+	var out []client.Region
+	for j, n := 0, uint64(w.regions); j < w.regions && size > 0; j, n = j+1, n-1 {
+		part := (size + n - 1) / n // the rest split evenly over the n regions left
+		out = append(out, client.Region{Ptr: uintptr(buf) + uintptr((uint64(j*bufKeys+i))*piece), Len: part})
+		size -= part
+	}
+	return out
+}
+
+// readBuffer reads size bytes of key i's buffer (buffer's regions for the
+// whole slot) back from buf.
+func (w *worker) readBuffer(buf cuda.DevicePtr, i int, size uint64) []byte {
+	got := make([]byte, 0, size)
+	for _, r := range w.buffer(buf, i, uint64(w.slot())) {
+		n := min(r.Len, size-uint64(len(got)))
+		if n == 0 {
+			break
+		}
+		b := make([]byte, n)
+		if err := w.drv.MemcpyDtoH(w.s.Context(), b, cuda.DevicePtr(r.Ptr)); err != nil {
+			w.t.Fatal(err)
+		}
+		got = append(got, b...)
+	}
+	return got
 }
 
 func keyRange(prefix string, from, n int) []string {
@@ -470,14 +517,15 @@ func (w *worker) put(prefix string, from, n int) string {
 // verify reads keys and checks that each is either not found or exactly
 // value(key): never other bytes, never an error.
 func (w *worker) verify(prefix string, from, n int) string {
-	found, missing, wrong, errs := 0, 0, 0, 0
+	found, missing, wrong, errs, most := 0, 0, 0, 0, 0
 	var wrongKeys []string
 	var firstErr string
 	for lo := from; lo < from+n; lo += bufKeys {
 		keys := keyRange(prefix, lo, min(bufKeys, from+n-lo))
 		regions := make([][]client.Region, len(keys))
 		for i := range keys {
-			regions[i] = client.Bytes(uintptr(w.cmd)+uintptr(i*w.slot()), uint64(w.slot()))
+			regions[i] = w.buffer(w.cmd, i, uint64(w.slot()))
+			most = max(most, len(regions[i]))
 		}
 		sizes, es := w.s.BatchGet(context.Background(), keys, regions, 0)
 		for i, k := range keys {
@@ -490,11 +538,7 @@ func (w *worker) verify(prefix string, from, n int) string {
 					firstErr = es[i].Error()
 				}
 			default:
-				got := make([]byte, sizes[i])
-				if err := w.drv.MemcpyDtoH(w.s.Context(), got, w.cmd+cuda.DevicePtr(i*w.slot())); err != nil {
-					w.t.Fatal(err)
-				}
-				if !bytes.Equal(got, w.value(k)) {
+				if got := w.readBuffer(w.cmd, i, sizes[i]); !bytes.Equal(got, w.value(k)) {
 					wrong++
 					if len(wrongKeys) < 5 {
 						wrongKeys = append(wrongKeys, k)
@@ -505,7 +549,7 @@ func (w *worker) verify(prefix string, from, n int) string {
 			}
 		}
 	}
-	return fmt.Sprintf("verified found=%d missing=%d wrong=%d errors=%d merged=%d | wrong keys %v; first error: %s", found, missing, wrong, errs, w.s.MergedCopies(), wrongKeys, firstErr)
+	return fmt.Sprintf("verified found=%d missing=%d wrong=%d errors=%d merged=%d regions=%d | wrong keys %v; first error: %s", found, missing, wrong, errs, w.s.MergedCopies(), most, wrongKeys, firstErr)
 }
 
 // e2e is a master in this process and what its children need to reach it.
@@ -729,6 +773,21 @@ func TestStoppedWriterPacked(t *testing.T) {
 	}, envPacked+"=32768")
 }
 
+// TestStoppedWriterPartsRegions is TestStoppedWriterParts with every key
+// scattered over 8 regions (envRegions) in the writers' puts and the
+// reader's gets: a stopped writer's late multi-region copies may no more
+// land in a range handed out since than one-region ones.
+func TestStoppedWriterPartsRegions(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	runStoppedWriter(t, putTimeoutTiming, 4, []stopCase{
+		{"regions: stopped after a part's PutStart, registration alive (put timeout only)", "putstart", 10 * time.Second},
+		{"regions: stopped with a part's copies enqueued, registration alive", "copy", 10 * time.Second},
+		{"regions: SIGSTOP at an arbitrary moment, registration alive", "random", 10 * time.Second},
+	}, envRegions+"=8")
+}
+
 // TestStoppedWriterPartsExpired stops a writer whose batches are split
 // into parts right after one part's PutStart, for longer than its
 // registration TTL. Unlike an unsplit batch's stop there, other parts (and
@@ -774,6 +833,21 @@ func TestStoppedWriterMidCopyExpired(t *testing.T) {
 		[]stopCase{{"stopped with its copies enqueued, registration expired meanwhile", "copy", 2 * time.Second}})
 }
 
+// regionsIn is the number of regions a worker given env lays each key's
+// buffer in (envRegions; 1 without it).
+func regionsIn(t *testing.T, env []string) int {
+	for _, v := range env {
+		if r, ok := strings.CutPrefix(v, envRegions+"="); ok {
+			n, err := strconv.Atoi(r)
+			if err != nil {
+				t.Fatalf("%s: %v", v, err)
+			}
+			return n
+		}
+	}
+	return 1
+}
+
 // stopTiming is the master's put timeout, how long writer A stays stopped
 // and when (after the stop) writer B refills the store.
 type stopTiming struct {
@@ -797,6 +871,7 @@ func runStoppedWriter(t *testing.T, tm stopTiming, parts int, cases []stopCase, 
 	b := e.start("worker", "refiller", 0)
 	r := e.start("worker", "reader", 0)
 	packed := slices.ContainsFunc(env, func(v string) bool { return strings.HasPrefix(v, envPacked+"=") })
+	regions := regionsIn(t, env)
 	writerMerged, readerMerged := 0, 0
 
 	for i, rc := range cases {
@@ -853,6 +928,9 @@ func runStoppedWriter(t *testing.T, tm stopTiming, parts int, cases []stopCase, 
 			if num(t, kv, "wrong") > 0 || num(t, kv, "errors") > 0 {
 				t.Errorf("round %d (%s): keys %s/*: %v: %s", i, rc.name, q.prefix, kv, tail)
 			}
+			if num(t, kv, "regions") != regions {
+				t.Errorf("round %d: the reader's gets used %s regions a key; want %d (the test covers that layout)", i, kv["regions"], regions)
+			}
 		}
 		t.Logf("round %d (%s, TTL %v): %d wrong of %d visible objects; writer A: %s ok, %s failed (%s no space; first other: %s); refill: %s ok, %s failed",
 			i, rc.name, rc.ttl, wrong, visible, akv["ok"], akv["failed"], akv["nospace"], atail, bkv["ok"], bkv["failed"])
@@ -898,7 +976,22 @@ func TestStoppedReaderParts(t *testing.T) {
 	runStoppedReader(t, 4, 0)
 }
 
-func runStoppedReader(t *testing.T, parts, packed int) {
+// TestStoppedReaderPartsRegions is TestStoppedReaderParts with every key
+// scattered over 8 regions (envRegions), as vLLM's connector lays a KV
+// block: a batch get of multi-region keys splits over parts by regions, and
+// still a key whose lease ended while its part's copies waited fails, and
+// none returns another object's bytes.
+func TestStoppedReaderPartsRegions(t *testing.T) {
+	if dispatchRole(t) {
+		return
+	}
+	runStoppedReader(t, 4, 0, envRegions+"=8")
+}
+
+// runStoppedReader runs TestStoppedReader's round; parts > 0 splits the
+// workers' batches (envParts), packed > 0 packs their values (envPacked),
+// env is more environment for every child.
+func runStoppedReader(t *testing.T, parts, packed int, env ...string) {
 	const (
 		n        = bufKeys // one verify batch: its leases are granted before the stop
 		leaseTTL = 500 * time.Millisecond
@@ -912,6 +1005,7 @@ func runStoppedReader(t *testing.T, parts, packed int) {
 		e.env = append(e.env, envPacked+"="+strconv.Itoa(packed))
 		refill = 32 << 20 / packed // more than the store's 24 MiB
 	}
+	e.env = append(e.env, env...)
 	prov := e.start("provider", "provider-a", 0)
 	w := e.start("worker", "writer", 0)
 	b := e.start("worker", "refiller", 0)
@@ -942,6 +1036,9 @@ func runStoppedReader(t *testing.T, parts, packed int) {
 	}
 	if num(t, kv, "errors") == 0 || !strings.Contains(tail, "lease ended") {
 		t.Errorf("no key of the stopped reader reported its lease lost: %v %s", kv, tail)
+	}
+	if r := regionsIn(t, env); num(t, kv, "regions") != r {
+		t.Errorf("the stopped reader's gets used %s regions a key; want %d (the test covers that layout)", kv["regions"], r)
 	}
 	if packed > 0 && num(t, kv, "merged") == 0 {
 		t.Errorf("packed values: the stopped reader merged no copies (the test covers merged gets): %v", kv)

@@ -51,6 +51,12 @@ const (
 	// that the Store merges the copies of keys placed one after another
 	// (copyRuns) — the real-process tests then cover merged copies.
 	envPacked = "KVFABRIC_E2E_PACKED"
+	// envRegions, set to a number of regions R (2 to 64, a power of two),
+	// makes a worker scatter every key's buffer over R regions, region j of
+	// key i in piece j*bufKeys+i of its buffer (vLLM's layer-major KV
+	// layout), for its puts and its gets: the real-process tests then cover
+	// multi-region keys, whose batch gets split over parts by regions.
+	envRegions = "KVFABRIC_E2E_REGIONS"
 )
 
 // value is the deterministic content of key: any process can check it.
