@@ -797,7 +797,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 			s.revoke(ctx, refs)
 		}
 	}()
-	ch := s.chunker()
+	ch := s.chunkerFor(ceRegionsPerKey(srcs, s.cfg.CopyEngineMinBytes))
 	ahead := &aheadSource{src: src, ch: &ch, prep: s.prep, uni: s.uniform}
 	reqs, idx, done := ahead.next()
 	ph.lap(&s.phases.put.check)
@@ -915,11 +915,41 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 // the first copy starts after a small chunk's master call instead of a
 // full one's (which nothing overlaps), and the later chunks are large
 // enough to keep the calls per batch few.
+//
+// Where a batch's keys each have several regions that go to the copy
+// engines (vLLM's layout: 64 "layer" regions of 64 KiB or more a key), a
+// chunk counts those regions, not keys (chunkerFor): cuMemcpyBatchAsync
+// takes 0.3–0.8 µs of the host's time per copy before the batch's first
+// copy starts (H100 hosts, docs/perf/store.md, thirtieth round), so a first
+// chunk of 64 such keys — 4096 copies — held the link idle for 1–3 ms, and
+// a part of 16 keys ran as one chunk, its copies enqueued before any ran.
+// Copies to the SM kernel cost the host a descriptor each, so keys of
+// small regions keep chunks of keys.
 type chunker struct{ size, max int }
 
-func (s *Store) chunker() chunker {
-	c := s.pipeChunk()
-	return chunker{size: max(c/8, 1), max: c}
+// chunkerFor is the chunker of a pipeline whose keys have ce regions each
+// (on average) that go to the copy engines: its chunks hold about as many
+// such regions as chunker's hold keys, and at least one key.
+func (s *Store) chunkerFor(ce int) chunker {
+	c, ce := s.pipeChunk(), max(ce, 1)
+	return chunker{size: max(c/8/ce, 1), max: max(c/ce, 1)}
+}
+
+// ceRegionsPerKey is the number of regions of at least minBytes (those a
+// copy plan sends to the copy engines) per key of bufs, rounded down.
+func ceRegionsPerKey(bufs [][]Region, minBytes uint64) int {
+	if len(bufs) == 0 {
+		return 0
+	}
+	n := 0
+	for _, b := range bufs {
+		for _, r := range b {
+			if r.Len >= minBytes {
+				n++
+			}
+		}
+	}
+	return n / len(bufs)
 }
 
 // take returns the size of the next chunk.
@@ -1458,7 +1488,7 @@ func (s *Store) getRange(ctx context.Context, keys []string, dsts [][]Region, lo
 	if len(q) == 0 {
 		return nil
 	}
-	return s.getPart(ctx, keys, q, idx, stream, sizes, plan, errs)
+	return s.getPart(ctx, keys, q, idx, stream, sizes, plan, errs, ceRegionsPerKey(dsts[lo:hi], s.cfg.GetCopyEngineMinBytes))
 }
 
 // regionCount is the number of regions of a batch's buffers, a key of
@@ -1495,8 +1525,9 @@ func (s *Store) minPartKeys() int {
 // getPart runs the pipelined get of the stored keys q (the batch's keys
 // idx, whose destinations are checked and held) and returns the lease ids
 // it was granted, for the caller to release. It writes errs and sizes at
-// idx only: parts of one batch run concurrently.
-func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream cuda.Stream, sizes []uint64, plan copyPlan, errs []error) (leases []uint64) {
+// idx only: parts of one batch run concurrently. ce is the number of each
+// key's regions that go to the copy engines (chunkerFor).
+func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream cuda.Stream, sizes []uint64, plan copyPlan, errs []error, ce int) (leases []uint64) {
 	ph := phaseTimer{last: time.Now()}
 	leases = make([]uint64, 0, len(q))
 	cache := newSegCache()
@@ -1517,7 +1548,7 @@ func (s *Store) getPart(ctx context.Context, keys, q []string, idx []int, stream
 			leases = appendLeases(leases, (<-next).res)
 		}
 	}()
-	ch := s.chunker()
+	ch := s.chunkerFor(ce)
 	hi := ch.next(0, len(q))
 	// The first chunk's call runs here: a batch of one chunk (a single
 	// get) makes no goroutine hand-off. A longer one starts its worker

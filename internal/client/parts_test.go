@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -469,6 +470,113 @@ func TestBatchGetPartsByRegion(t *testing.T) {
 			for j := range regions {
 				off := (j*n + i) * region
 				if !bytes.Equal(back[off:off+region], want[off:off+region]) {
+					t.Fatalf("get %s: region %d not its bytes", keys[i], j)
+				}
+			}
+		}
+	}
+	if n := leasesHeld(t, e); n != 0 {
+		t.Fatalf("%d lease periods held after the gets", n)
+	}
+	if _, err := st.RemoveAll(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+}
+
+// sizeSpy records how many keys each PutStart and GetReplicas call of a
+// Store carries: its pipeline's chunks.
+type sizeSpy struct {
+	master.Client
+	mu         sync.Mutex
+	puts, gets []int
+}
+
+func (m *sizeSpy) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]master.PutStartResult, error) {
+	m.mu.Lock()
+	m.puts = append(m.puts, len(reqs))
+	m.mu.Unlock()
+	return m.Client.PutStart(ctx, reqs)
+}
+
+func (m *sizeSpy) GetReplicas(ctx context.Context, keys []string) ([]master.GetResult, error) {
+	m.mu.Lock()
+	m.gets = append(m.gets, len(keys))
+	m.mu.Unlock()
+	return m.Client.GetReplicas(ctx, keys)
+}
+
+func (m *sizeSpy) Close() error { return nil } // the env closes the master client
+
+// take returns the chunks recorded since the last take.
+func (m *sizeSpy) take() (puts, gets []int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	puts, gets, m.puts, m.gets = m.puts, m.gets, nil, nil
+	return puts, gets
+}
+
+// TestChunksCountCopyEngineRegions: a batch whose keys each have several
+// regions that go to the copy engines is pipelined in chunks that count
+// those regions (vLLM's layout: 64 regions a key), so that its first
+// copies start after a one-key chunk's enqueueing, not after the whole
+// batch's; keys of regions below the copy engines' size keep chunks of
+// keys. Either way every region gets its own bytes back.
+func TestChunksCountCopyEngineRegions(t *testing.T) {
+	e := newEnv(t, sim.Config{}, egmProvider("32MiB"), master.Config{LeaseTTL: time.Hour})
+	ctx := context.Background()
+	spy := &sizeSpy{Client: e.mc}
+	conf := map[string]any{"copy_engine_min_bytes": 4096, "get_copy_engine_min_bytes": 4096}
+	const chunk, n, regions = 16, 8, 4
+	st, err := client.Open(ctx, cfgFor(t, conf), client.Options{Driver: e.drv, Master: spy, ClientID: "ce-chunks", PipelineChunk: chunk, BatchParts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	for _, tc := range []struct {
+		region     uint64
+		wantChunks []int
+	}{
+		// 4 copy-engine regions a key: chunks of chunk/8/4 -> 1 key first, doubling up to chunk/4 = 4 keys.
+		{4096, []int{1, 2, 4, 1}},
+		// Regions below copy_engine_min_bytes: chunks of keys, chunk/8 = 2 first, as for one region a key.
+		{1024, []int{2, 4, 2}},
+	} {
+		size := n * regions * tc.region
+		src, dst := devBuf(t, e, size), devBuf(t, e, size)
+		want := fillRandom(t, e, src, size, rand.New(rand.NewPCG(tc.region, 4)))
+		keys := make([]string, n)
+		srcs, dsts := make([][]client.Region, n), make([][]client.Region, n)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("ce-chunks/%d/%d", tc.region, i)
+			for j := range regions { // region j of key i: block i of "tensor" j
+				off := uintptr(uint64(j*n+i) * tc.region)
+				srcs[i] = append(srcs[i], client.Region{Ptr: uintptr(src) + off, Len: tc.region})
+				dsts[i] = append(dsts[i], client.Region{Ptr: uintptr(dst) + off, Len: tc.region})
+			}
+		}
+		spy.take()
+		for i, err := range st.BatchPut(ctx, keys, srcs, 0, client.PutOptions{}) {
+			if err != nil {
+				t.Fatalf("put %s: %v", keys[i], err)
+			}
+		}
+		sizes, errs := st.BatchGet(ctx, keys, dsts, 0)
+		puts, gets := spy.take()
+		if !slices.Equal(puts, tc.wantChunks) || !slices.Equal(gets, tc.wantChunks) {
+			t.Errorf("%d keys of %d regions of %d bytes: put chunks %v, get chunks %v; want %v", n, regions, tc.region, puts, gets, tc.wantChunks)
+		}
+		back := readBack(t, e, dst, size)
+		for i := range keys {
+			if errs[i] != nil || sizes[i] != regions*tc.region {
+				t.Fatalf("get %s: %d, %v", keys[i], sizes[i], errs[i])
+			}
+			for j := range regions {
+				off := uint64(j*n+i) * tc.region
+				if !bytes.Equal(back[off:off+tc.region], want[off:off+tc.region]) {
 					t.Fatalf("get %s: region %d not its bytes", keys[i], j)
 				}
 			}
