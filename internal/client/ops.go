@@ -357,6 +357,14 @@ func (s *Store) batchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		}
 		feed = nil
 	}
+	// Keys whose regions go to the copy engines are pipelined in chunks
+	// of those regions (chunkerFor). A put stream's buffers are not known
+	// before they are fed (Feed writes them as the pipeline runs): its
+	// chunks count keys.
+	ce := 0
+	if feed == nil {
+		ce = ceRegionsPerKey(srcs, s.cfg.CopyEngineMinBytes)
+	}
 	if s.batchParts(s.putParts, len(keys)) == 1 {
 		// One pipeline checks its keys and builds their requests chunk by
 		// chunk (lazyPuts), so the first chunk's master call and copies
@@ -365,7 +373,7 @@ func (s *Store) batchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		// of 64 KiB objects, and checking a batch's buffers ahead of its
 		// split took 0.18–0.27 ms (gets, docs/perf/logs-2026-12-02-s12/runG).
 		lazy = &lazyPuts{s: s, keys: keys, srcs: srcs, errs: errs, o: &o, place: place, feed: feed}
-		s.putPart(ctx, keys, srcs, lazy, stream, inc, errs, true, feed)
+		s.putPart(ctx, keys, srcs, lazy, stream, inc, errs, true, feed, ce)
 	} else {
 		held = s.checkBuffers(keys, srcs, errs)
 		ph.lap(&s.phases.put.check)
@@ -376,7 +384,7 @@ func (s *Store) batchPut(ctx context.Context, keys []string, srcs [][]Region, st
 		var wg sync.WaitGroup
 		for _, part := range splitPuts(reqs, idx, s.batchParts(s.putParts, len(reqs))) {
 			part.tmpl = o.req("", 0, place)
-			wg.Go(func() { s.putPart(ctx, keys, srcs, &part, stream, inc, errs, false, nil) })
+			wg.Go(func() { s.putPart(ctx, keys, srcs, &part, stream, inc, errs, false, nil, ce) })
 		}
 		wg.Wait()
 	}
@@ -751,8 +759,9 @@ var partSeed = maphash.MakeSeed()
 // (putPipe.endOldest); the parts of a split batch already overlap one
 // another's PutEnds, and an ender each only adds calls contending for the
 // master (H200: 4-part remote puts of 256 KiB–1 MiB lost 1–2 % with them,
-// of 16 KiB in a full store 15–25 %).
-func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src putSource, stream cuda.Stream, inc uint64, errs []error, only bool, feed *PutStream) {
+// of 16 KiB in a full store 15–25 %). ce is the number of each key's
+// regions that go to the copy engines (chunkerFor).
+func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src putSource, stream cuda.Stream, inc uint64, errs []error, only bool, feed *PutStream, ce int) {
 	ph := phaseTimer{last: time.Now()}
 	cache := newSegCache()
 	defer cache.release()
@@ -797,7 +806,7 @@ func (s *Store) putPart(ctx context.Context, keys []string, srcs [][]Region, src
 			s.revoke(ctx, refs)
 		}
 	}()
-	ch := s.chunkerFor(ceRegionsPerKey(srcs, s.cfg.CopyEngineMinBytes))
+	ch := s.chunkerFor(ce)
 	ahead := &aheadSource{src: src, ch: &ch, prep: s.prep, uni: s.uniform}
 	reqs, idx, done := ahead.next()
 	ph.lap(&s.phases.put.check)
