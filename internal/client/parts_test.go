@@ -475,16 +475,7 @@ func TestBatchGetPartsByRegion(t *testing.T) {
 			}
 		}
 	}
-	if n := leasesHeld(t, e); n != 0 {
-		t.Fatalf("%d lease periods held after the gets", n)
-	}
-	if _, err := st.RemoveAll(ctx, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-	e.close()
+	closeAfterGets(t, e, st)
 }
 
 // sizeSpy records how many keys each PutStart and GetReplicas call of a
@@ -582,10 +573,18 @@ func TestChunksCountCopyEngineRegions(t *testing.T) {
 			}
 		}
 	}
+	closeAfterGets(t, e, st)
+}
+
+// closeAfterGets ends a test of st, a Store of e's: no lease may be held
+// after its gets, it removes what it put and closes, then e closes
+// (asserting that nothing leaked).
+func closeAfterGets(t *testing.T, e *env, st *client.Store) {
+	t.Helper()
 	if n := leasesHeld(t, e); n != 0 {
 		t.Fatalf("%d lease periods held after the gets", n)
 	}
-	if _, err := st.RemoveAll(ctx, true); err != nil {
+	if _, err := st.RemoveAll(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {

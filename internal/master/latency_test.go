@@ -175,42 +175,12 @@ func BenchmarkPutLatency(b *testing.B) {
 		for _, size := range []uint64{4 << 10, 16 << 20} {
 			b.Run(fmt.Sprintf("%s/size=%s/keys=16", kind, sizeName(size)), func(b *testing.B) {
 				c := latencyMaster(b, kind)
-				ctx := context.Background()
-				place := NoPlacement
-				place.Client = latencyClient
-				reqs := make([]PutStartReq, 16)
-				refs := make([]PutRef, 16)
-				keys := make([]string, 16)
 				round := 0
 				var lat latencies
 				for b.Loop() {
-					for i := range reqs {
-						keys[i] = fmt.Sprintf("p%d-%d", round, i)
-						reqs[i] = PutStartReq{Key: keys[i], Size: size, Placement: place}
-					}
+					start, end := latencyPut(b, c, round, size, nil)
 					round++
-					t0 := time.Now()
-					res, err := c.PutStart(ctx, reqs)
-					if err != nil {
-						b.Fatal(err)
-					}
-					for i, r := range res {
-						if r.Err != nil {
-							b.Fatal(r.Err)
-						}
-						refs[i] = PutRef{Key: keys[i], Token: r.Token}
-					}
-					for _, err := range c.PutEnd(ctx, refs) {
-						if err != nil {
-							b.Fatal(err)
-						}
-					}
-					lat.add(t0)
-					for _, err := range c.Remove(ctx, keys, false) {
-						if err != nil {
-							b.Fatal(err)
-						}
-					}
+					lat = append(lat, start+end)
 				}
 				lat.report(b)
 			})
@@ -241,52 +211,66 @@ func BenchmarkPutLatencyIdle(b *testing.B) {
 					}
 				}
 				c := latencyMaster(b, "fast-proc")
-				ctx := context.Background()
-				place := NoPlacement
-				place.Client = latencyClient
-				reqs := make([]PutStartReq, 16)
-				refs := make([]PutRef, 16)
-				keys := make([]string, 16)
 				round := 0
 				var starts, ends latencies
 				for b.Loop() {
-					for i := range reqs {
-						keys[i] = fmt.Sprintf("i%d-%d", round, i)
-						reqs[i] = PutStartReq{Key: keys[i], Size: 16 << 20, Placement: place}
-					}
+					start, end := latencyPut(b, c, round, 16<<20, wait)
 					round++
-					wait()
-					t0 := time.Now()
-					res, err := c.PutStart(ctx, reqs)
-					if err != nil {
-						b.Fatal(err)
-					}
-					starts.add(t0)
-					for i, r := range res {
-						if r.Err != nil {
-							b.Fatal(r.Err)
-						}
-						refs[i] = PutRef{Key: keys[i], Token: r.Token}
-					}
-					wait()
-					t1 := time.Now()
-					for _, err := range c.PutEnd(ctx, refs) {
-						if err != nil {
-							b.Fatal(err)
-						}
-					}
-					ends.add(t1)
-					for _, err := range c.Remove(ctx, keys, false) {
-						if err != nil {
-							b.Fatal(err)
-						}
-					}
+					starts, ends = append(starts, start), append(ends, end)
 				}
 				b.ReportMetric(starts.p50us(), "start-p50-us")
 				b.ReportMetric(ends.p50us(), "end-p50-us")
 			})
 		}
 	}
+}
+
+// latencyPut puts 16 new keys of size bytes on c — PutStart, then PutEnd —
+// and removes them, running wait (if not nil) before each of the two
+// calls, and returns how long each call took. round makes the keys new.
+func latencyPut(b *testing.B, c Client, round int, size uint64, wait func()) (start, end time.Duration) {
+	b.Helper()
+	ctx := context.Background()
+	place := NoPlacement
+	place.Client = latencyClient
+	reqs := make([]PutStartReq, 16)
+	refs := make([]PutRef, 16)
+	keys := make([]string, 16)
+	for i := range reqs {
+		keys[i] = fmt.Sprintf("p%d-%d", round, i)
+		reqs[i] = PutStartReq{Key: keys[i], Size: size, Placement: place}
+	}
+	if wait != nil {
+		wait()
+	}
+	t0 := time.Now()
+	res, err := c.PutStart(ctx, reqs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start = time.Since(t0)
+	for i, r := range res {
+		if r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		refs[i] = PutRef{Key: keys[i], Token: r.Token}
+	}
+	if wait != nil {
+		wait()
+	}
+	t1 := time.Now()
+	for _, err := range c.PutEnd(ctx, refs) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	end = time.Since(t1)
+	for _, err := range c.Remove(ctx, keys, false) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return start, end
 }
 
 func sizeName(n uint64) string {
