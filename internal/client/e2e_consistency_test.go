@@ -74,6 +74,7 @@ func stopSelf(where string) {
 type spyMaster struct {
 	master.Client
 	stopAfterStart atomic.Bool
+	maxStart       atomic.Int64 // the most keys one PutStart carried: the pipeline's largest chunk
 
 	mu struct {
 		sync.Mutex
@@ -82,6 +83,9 @@ type spyMaster struct {
 }
 
 func (m *spyMaster) PutStart(ctx context.Context, reqs []master.PutStartReq) ([]master.PutStartResult, error) {
+	if n := int64(len(reqs)); n > m.maxStart.Load() {
+		m.maxStart.Store(n) // one pipeline's calls at a time suffice for a maximum
+	}
 	res, err := m.Client.PutStart(ctx, reqs)
 	if err == nil {
 		m.mu.Lock()
@@ -193,7 +197,7 @@ type loopStats struct {
 //
 //	loop <prefix> <batch> <pauseMs>  put <prefix>/0, /1, … in batches until stop → "looping"
 //	arm putstart|copy                stop this process after the loop's next PutStart / before its next copy → "armed"
-//	stop <sinceUnixNano>             end the loop → "stopped next= ok= failed= nospace= acks=owner:n:last;… | first error but no space"
+//	stop <sinceUnixNano>             end the loop → "stopped next= ok= failed= nospace= merged= maxstart= acks=owner:n:last;… | first error but no space" (maxstart: the most keys one PutStart carried)
 //	put <prefix> <from> <n>          → "put ok= failed= | first error"
 //	verify <prefix> <from> <n>       every key not found or exactly value(key) → "verified found= missing= wrong= errors= merged= regions= | …" (regions: the most regions a key's buffer had)
 //	stats                            mapping cache and simulator objects → "stats entries= invalidations= imports= import_objs= mapping_objs="
@@ -244,7 +248,14 @@ func runWorker(t *testing.T) {
 		}
 		w.regions = n
 	}
-	w.s = openChild(t, nil, opts)
+	var extra map[string]any
+	if w.regions > 0 {
+		// The regions (up to 25 KiB) go to the simulated copy engines, so
+		// that the pipeline's chunks count them (chunkerFor): chunks of
+		// one key where each key has several.
+		extra = map[string]any{"copy_engine_min_bytes": 4096, "get_copy_engine_min_bytes": 4096}
+	}
+	w.s = openChild(t, extra, opts)
 	for _, p := range []*cuda.DevicePtr{&w.cmd, &w.loop} {
 		if *p, err = w.drv.MemAlloc(w.s.Context(), keySlot*bufKeys); err != nil {
 			t.Fatal(err)
@@ -295,7 +306,7 @@ func runWorker(t *testing.T) {
 				}
 				acks = append(acks, fmt.Sprintf("%s:%d:%d", o, n, last))
 			}
-			simtest.Send(fmt.Sprintf("stopped next=%d ok=%d failed=%d nospace=%d merged=%d acks=%s | %s", st.next, st.ok, st.failed, st.noSpace, w.s.MergedCopies(), strings.Join(acks, ";"), st.firstErr))
+			simtest.Send(fmt.Sprintf("stopped next=%d ok=%d failed=%d nospace=%d merged=%d maxstart=%d acks=%s | %s", st.next, st.ok, st.failed, st.noSpace, w.s.MergedCopies(), w.spy.maxStart.Load(), strings.Join(acks, ";"), st.firstErr))
 		case "put":
 			simtest.Send(w.put(f[1], arg(2), arg(3)))
 		case "verify":
@@ -938,6 +949,11 @@ func runStoppedWriter(t *testing.T, tm stopTiming, parts int, cases []stopCase, 
 			t.Logf("writer output:\n%s", a.Output())
 		}
 		writerMerged += num(t, akv, "merged")
+		if regions > 1 && num(t, akv, "maxstart") != 1 {
+			// Each key's regions go to the copy engines: chunks of one key
+			// (chunkerFor), where chunks of keys would grow to 4.
+			t.Errorf("round %d: writer A's largest PutStart carried %s keys; want 1 (chunks of copy-engine regions)", i, akv["maxstart"])
+		}
 		quit(t, a)
 	}
 	if packed {

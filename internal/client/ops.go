@@ -363,7 +363,7 @@ func (s *Store) batchPut(ctx context.Context, keys []string, srcs [][]Region, st
 	// chunks count keys.
 	ce := 0
 	if feed == nil {
-		ce = ceRegionsPerKey(srcs, s.cfg.CopyEngineMinBytes)
+		_, ce = regionStats(srcs, s.cfg.CopyEngineMinBytes)
 	}
 	if s.batchParts(s.putParts, len(keys)) == 1 {
 		// One pipeline checks its keys and builds their requests chunk by
@@ -944,21 +944,24 @@ func (s *Store) chunkerFor(ce int) chunker {
 	return chunker{size: max(c/8/ce, 1), max: max(c/ce, 1)}
 }
 
-// ceRegionsPerKey is the number of regions of at least minBytes (those a
-// copy plan sends to the copy engines) per key of bufs, rounded down.
-func ceRegionsPerKey(bufs [][]Region, minBytes uint64) int {
+// regionStats counts the regions of a batch's buffers in one pass:
+// regions, a key of none counting as one (a get's split: batchGet), and
+// ce, those of at least minBytes — the ones a copy plan sends to the copy
+// engines — per key, rounded down (chunkerFor).
+func regionStats(bufs [][]Region, minBytes uint64) (regions, ce int) {
 	if len(bufs) == 0 {
-		return 0
+		return 0, 0
 	}
 	n := 0
 	for _, b := range bufs {
+		regions += max(1, len(b))
 		for _, r := range b {
 			if r.Len >= minBytes {
 				n++
 			}
 		}
 	}
-	return n / len(bufs)
+	return regions, n / len(bufs)
 }
 
 // take returns the size of the next chunk.
@@ -1454,18 +1457,21 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 	// much work as many keys of one — a copy each to resolve and enqueue,
 	// and on the copy engines 0.3–0.8 µs of the host's time per block
 	// before a batch starts (docs/perf/store.md, session 32).
-	n := max(1, min(s.batchParts(s.parts, regionCount(dsts)), len(keys)))
+	// One pass over the regions gives both counts: the split's and the
+	// chunks' (chunkerFor).
+	regions, ce := regionStats(dsts, s.cfg.GetCopyEngineMinBytes)
+	n := max(1, min(s.batchParts(s.parts, regions), len(keys)))
 	if n == 1 {
-		leases = s.getRange(ctx, keys, dsts, 0, len(keys), stream, sizes, plan, errs)
+		leases = s.getRange(ctx, keys, dsts, 0, len(keys), stream, sizes, plan, errs, ce)
 		return errs
 	}
 	parts := make([][]uint64, n)
 	var wg sync.WaitGroup
 	for p := 1; p < n; p++ {
 		lo, hi := p*len(keys)/n, (p+1)*len(keys)/n
-		wg.Go(func() { parts[p] = s.getRange(ctx, keys, dsts, lo, hi, stream, sizes, plan, errs) })
+		wg.Go(func() { parts[p] = s.getRange(ctx, keys, dsts, lo, hi, stream, sizes, plan, errs, ce) })
 	}
-	parts[0] = s.getRange(ctx, keys, dsts, 0, len(keys)/n, stream, sizes, plan, errs)
+	parts[0] = s.getRange(ctx, keys, dsts, 0, len(keys)/n, stream, sizes, plan, errs, ce)
 	wg.Wait()
 	leases = slices.Concat(parts...)
 	return errs
@@ -1474,8 +1480,9 @@ func (s *Store) batchGet(ctx context.Context, keys []string, dsts [][]Region, st
 // getRange runs the part of a batch get of keys[lo:hi]: it checks and
 // holds their destinations (released once its copies are complete or
 // failed), maps their names and gets them (getPart). It writes errs and
-// sizes in [lo, hi) only, and returns the lease ids it was granted.
-func (s *Store) getRange(ctx context.Context, keys []string, dsts [][]Region, lo, hi int, stream cuda.Stream, sizes []uint64, plan copyPlan, errs []error) []uint64 {
+// sizes in [lo, hi) only, and returns the lease ids it was granted. ce is
+// the batch's regions per key that go to the copy engines (chunkerFor).
+func (s *Store) getRange(ctx context.Context, keys []string, dsts [][]Region, lo, hi int, stream cuda.Stream, sizes []uint64, plan copyPlan, errs []error, ce int) []uint64 {
 	ph := phaseTimer{last: time.Now()}
 	held := s.checkBuffers(keys[lo:hi], dsts[lo:hi], errs[lo:hi])
 	defer func() { s.release(held) }()
@@ -1497,17 +1504,7 @@ func (s *Store) getRange(ctx context.Context, keys []string, dsts [][]Region, lo
 	if len(q) == 0 {
 		return nil
 	}
-	return s.getPart(ctx, keys, q, idx, stream, sizes, plan, errs, ceRegionsPerKey(dsts[lo:hi], s.cfg.GetCopyEngineMinBytes))
-}
-
-// regionCount is the number of regions of a batch's buffers, a key of
-// none counting as one.
-func regionCount(bufs [][]Region) int {
-	n := 0
-	for _, b := range bufs {
-		n += max(1, len(b))
-	}
-	return n
+	return s.getPart(ctx, keys, q, idx, stream, sizes, plan, errs, ce)
 }
 
 // batchParts returns how many parts a batch put or get of n keys is split
