@@ -19,7 +19,7 @@ cd "$tmp" && go test -c -o client.test ./internal/client && cd internal/client
 for t in TestStoppedWriterParts TestStoppedWriterPartsRegions; do
 	for i in 1 2 3 4 5; do
 		echo "=== $t run $i"
-		../../client.test -test.run "^$t\$" -test.count=1 -test.v 2>&1 | grep -E '^(--- )|wrong of' | sed -E 's/; writer A:.*//' | cut -c1-200
+		../../client.test -test.run "^$t\$" -test.count=1 -test.v 2>&1 | grep -E '^(--- )|_test.go:[0-9]+:' | sed -E 's/; writer A:.*//' | cut -c1-240
 	done
 done
 cd "$root" && git worktree remove --force "$tmp"

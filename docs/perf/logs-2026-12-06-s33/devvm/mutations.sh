@@ -34,3 +34,6 @@ run "the client's put deadline check skipped" internal/client/store.go \
 run "chunks of keys (chunkerFor ignores ce)" internal/client/ops.go \
 	'c, ce := s.pipeChunk(), max(ce, 1)' 'c, ce := s.pipeChunk(), 1' \
 	'^TestChunksCountCopyEngineRegions$'
+run "chunks of keys, in the stopped-writer region test" internal/client/ops.go \
+	'c, ce := s.pipeChunk(), max(ce, 1)' 'c, ce := s.pipeChunk(), 1' \
+	'^TestStoppedWriterPartsRegions$'
